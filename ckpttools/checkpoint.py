@@ -1,0 +1,312 @@
+"""One way to find and read a checkpoint: a directory, a .safetensors file, a sharded
+index, or a Hugging Face Hub repo id (through huggingface_hub's local cache).
+
+Opening a checkpoint reads config.json and the safetensors headers only. Tensor data is
+read on request through a memory map, one map per shard, opened once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    ConfigError,
+    HubError,
+    NoWeightsError,
+    PickleRefusedError,
+    UnsafePathError,
+)
+from .safetensors_header import ShardHeader, TensorInfo, read_header
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Checkpoint", "open_checkpoint", "numpy_dtype", "load_config", "PICKLE_SUFFIXES"]
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def numpy_dtype(st_dtype: str) -> np.dtype:
+    """The numpy dtype for a safetensors dtype (bf16 and fp8 through ml_dtypes)."""
+    import numpy as np
+
+    plain = {
+        "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+        "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
+        "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+    }  # fmt: skip
+    if st_dtype in plain:
+        return np.dtype(plain[st_dtype])
+    import ml_dtypes
+
+    special = {
+        "BF16": ml_dtypes.bfloat16,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn,
+        "F8_E5M2": ml_dtypes.float8_e5m2,
+        "F8_E8M0": ml_dtypes.float8_e8m0fnu,
+    }
+    return np.dtype(special[st_dtype])
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})", path=path) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}: not a JSON object", path=path)
+    return cfg
+
+
+def _inside(root: Path, rel: str) -> Path:
+    p = (root / rel).resolve()
+    if os.path.isabs(rel) or not p.is_relative_to(root.resolve()):
+        raise UnsafePathError(f"index names shard {rel!r}, which is outside {root}", path=rel)
+    return p
+
+
+class Checkpoint:
+    """A resolved checkpoint: its files, config, and header-level tensor table.
+
+    Use :func:`open_checkpoint` (or ``Checkpoint.open``) to make one. It is a context
+    manager; closing drops the memory maps.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        root: Path,
+        shards: list[Path],
+        config: dict[str, Any] | None,
+        config_path: Path | None,
+        index_path: Path | None = None,
+        revision: str | None = None,
+    ) -> None:
+        self.source = source
+        self.root = root
+        self.config = config
+        self.config_path = config_path
+        self.index_path = index_path
+        self.revision = revision
+        self.headers: dict[str, ShardHeader] = {}
+        self.tensors: dict[str, TensorInfo] = {}
+        self._shard_paths: dict[str, Path] = {}
+        self._maps: dict[str, Any] = {}
+        for p in shards:
+            name = p.name if p.parent == root else str(p.relative_to(root))
+            hdr = read_header(p, name)
+            self.headers[name] = hdr
+            self._shard_paths[name] = p
+            for t in hdr.tensors.values():
+                if t.name in self.tensors:
+                    raise CheckpointFormatError(
+                        f"tensor {t.name!r} appears in both {self.tensors[t.name].shard} and {name}",
+                        path=p, tensor=t.name,
+                    )  # fmt: skip
+                self.tensors[t.name] = t
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def open(cls, source: str | Path, revision: str | None = None) -> Checkpoint:
+        return open_checkpoint(source, revision)
+
+    # -- data access --------------------------------------------------------------------
+    @property
+    def shard_paths(self) -> dict[str, Path]:
+        return dict(self._shard_paths)
+
+    def files(self) -> list[Path]:
+        """Every file that makes up the checkpoint (config, index, shards)."""
+        out = [p for p in (self.config_path, self.index_path) if p is not None]
+        return out + list(self._shard_paths.values())
+
+    def _map(self, shard: str):
+        m = self._maps.get(shard)
+        if m is None:
+            import numpy as np
+
+            path = self._shard_paths[shard]
+            m = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else None
+            self._maps[shard] = m
+        return m
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise CheckpointFormatError(
+                f"{self.source}: no tensor named {name!r}", path=self.source, tensor=name
+            ) from None
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole tensor as a read-only array backed by the memory map (no copy)."""
+        t = self.info(name)
+        return self._view(t, t.start, t.end, t.shape)
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a tensor (first dimension), reading only those bytes."""
+        t = self.info(name)
+        if not t.shape:
+            raise CheckpointFormatError(f"tensor {name!r} is a scalar: it has no rows", tensor=name)
+        rows = t.shape[0]
+        start, stop = max(0, start), min(rows, stop)
+        stop = max(start, stop)
+        row_bytes = t.nbytes // rows if rows else 0
+        return self._view(
+            t, t.start + start * row_bytes, t.start + stop * row_bytes, (stop - start, *t.shape[1:])
+        )
+
+    def read_bytes(self, name: str) -> memoryview:
+        """The raw bytes of a tensor, as stored."""
+        t = self.info(name)
+        m = self._map(t.shard)
+        return memoryview(m[t.start : t.end]) if m is not None else memoryview(b"")
+
+    def _view(self, t: TensorInfo, a: int, b: int, shape: tuple[int, ...]):
+        import numpy as np
+
+        dt = numpy_dtype(t.dtype)
+        m = self._map(t.shard)
+        if m is None or a == b:
+            return np.zeros(shape, dtype=dt)
+        return m[a:b].view(dt).reshape(shape)
+
+    def close(self) -> None:
+        self._maps.clear()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.source!r}, {len(self.tensors)} tensors in {len(self.headers)} files)"
+
+
+def _refuse_pickle(p: Path) -> PickleRefusedError:
+    return PickleRefusedError(
+        f"{p}: pickle-based weights are refused: ckpttools never unpickles", path=p
+    )
+
+
+def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoint:
+    cfg_path = root / "config.json"
+    config = load_config(cfg_path) if cfg_path.is_file() else None
+    index_path = root / INDEX_NAME
+    if not index_path.is_file():
+        others = sorted(root.glob("*.safetensors.index.json"))
+        index_path = others[0] if others else index_path
+    if index_path.is_file():
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            weight_map = index["weight_map"]
+            assert isinstance(weight_map, dict)
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError):
+            raise CheckpointFormatError(
+                f"{index_path}: not a safetensors index (needs a JSON object with weight_map)",
+                path=index_path,
+            ) from None
+        shards: list[Path] = []
+        for rel in dict.fromkeys(weight_map.values()):
+            p = _inside(root, str(rel))
+            if not p.is_file():
+                raise CheckpointFormatError(
+                    f"{index_path.name} names shard {rel!r}, which is missing from {root}",
+                    path=p,
+                    hint="download the missing shard, or fix the index",
+                )
+            shards.append(p)
+        ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
+        missing = set(weight_map) - set(ck.tensors)
+        if missing:
+            name = sorted(missing)[0]
+            raise CheckpointFormatError(
+                f"{index_path.name} maps {len(missing)} tensor(s) (e.g. {name!r}) to shards that "
+                "do not hold them",
+                path=index_path, tensor=name,
+            )  # fmt: skip
+        return ck
+    shards = sorted(root.glob("*.safetensors"))
+    if not shards:
+        pickles = [p for p in sorted(root.iterdir()) if p.suffix in PICKLE_SUFFIXES]
+        if pickles:
+            raise _refuse_pickle(pickles[0])
+        raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
+    return Checkpoint(source, root, shards, config, cfg_path if config else None, None, revision)
+
+
+def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import (
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError as e:  # pragma: no cover - it is a dependency
+        raise HubError(f"huggingface_hub is not importable: {e}") from None
+    try:
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"],
+        )
+    except LocalEntryNotFoundError:
+        raise CheckpointNotFoundError(
+            f"{repo_id}{'@' + revision if revision else ''}: not in the local Hugging Face cache",
+            path=repo_id,
+            hint="download it first (`hf download REPO`), or unset HF_HUB_OFFLINE",
+        ) from None
+    except (RepositoryNotFoundError, RevisionNotFoundError) as e:
+        raise CheckpointNotFoundError(f"{repo_id}: {e.__class__.__name__} on the Hub", path=repo_id) from None
+    except OSError as e:  # network and HTTP failures are not "not found"
+        raise HubError(f"{repo_id}: could not reach the Hub ({e.__class__.__name__}: {e})", url=repo_id) from None
+    return Path(path)
+
+
+def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoint:
+    """Resolve and open a checkpoint, reading config and headers only.
+
+    Args:
+        source: a directory, a ``.safetensors`` file, or a Hub repo id ``org/name`` (a
+            revision may follow as ``org/name@rev``).
+        revision: a Hub revision (overrides one given after ``@``).
+
+    Returns:
+        a :class:`Checkpoint`.
+
+    Raises:
+        CheckpointNotFoundError, NoWeightsError, CheckpointFormatError, ConfigError,
+        PickleRefusedError, UnsafePathError, HubError.
+
+    Example:
+        >>> with open_checkpoint("./my-drafter") as ck:  # doctest: +SKIP
+        ...     ck.tensors["lm_head.weight"].shape
+    """
+    text = str(source)
+    p = Path(text).expanduser()
+    if p.is_dir():
+        return _open_dir(text, p, revision)
+    if p.is_file():
+        if p.suffix in PICKLE_SUFFIXES:
+            raise _refuse_pickle(p)
+        if p.name.endswith(".index.json"):
+            return _open_dir(text, p.parent, revision)
+        if p.name == "config.json":
+            raise NoWeightsError(f"{p}: a config.json alone holds no weights", path=p)
+        return Checkpoint(text, p.parent, [p], None, None)
+    if _REPO_ID.match(text) and not text.startswith((".", "/", "~")):
+        repo_id, _, rev = text.partition("@")
+        snap = _hub_snapshot(repo_id, revision or rev or None)
+        return _open_dir(text, snap, revision or rev or None)
+    raise CheckpointNotFoundError(f"{text}: no such file or directory", path=text)

@@ -1,0 +1,162 @@
+"""The ``ckpt`` command: a thin layer over the library.
+
+Each command parses its arguments, makes one library call, and renders the result as a
+table or as JSON. Library modules are imported inside the commands so ``ckpt --help``
+stays fast and header-only commands never import torch.
+
+Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadable input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from .errors import EXIT_USAGE, CkptError
+
+EXIT_CODES_HELP = "Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input."
+
+
+class CkptGroup(click.Group):
+    """The one error boundary: a CkptError becomes one line plus a hint on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CkptError as e:
+            if os.environ.get("CKPT_DEBUG") == "1":
+                raise
+            click.echo(f"ckpt: error: {e}", err=True)
+            if e.hint:
+                click.echo(f"ckpt: hint: {e.hint}", err=True)
+            ctx.exit(e.exit_code)
+        except OSError as e:
+            # permissions, full disks and the like on paths the user gave
+            if os.environ.get("CKPT_DEBUG") == "1":
+                raise
+            click.echo(f"ckpt: error: {e}", err=True)
+            click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
+            ctx.exit(EXIT_USAGE)
+
+
+@click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ckpttools", prog_name="ckpt")
+def cli() -> None:
+    """Inspect, check, remap, export and measure EAGLE-3 speculative-decoding drafters.
+
+    \b
+    Examples:
+      ckpt demo                                 # the built-in example, no network, no GPU
+      ckpt inspect ./my-drafter                 # what is this checkpoint?
+      ckpt inspect org/drafter@main --json      # a Hub repo from the local cache
+    """
+
+
+# ---------------------------------------------------------------------------- inspect
+@cli.command("inspect", epilog=EXIT_CODES_HELP)
+@click.argument("path")
+@click.option("--revision", help="Hub revision (branch, tag or commit) for a repo id.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable keys, see README).")
+@click.option("--tensors/--no-tensors", default=True, show_default=True, help="Include the tensor table.")
+@click.option("--filter", "pattern", metavar="GLOB", help="Only tensors whose name matches, e.g. 'layers.0.*'.")
+def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, pattern: str | None) -> None:
+    """Describe a checkpoint from its config and safetensors headers only.
+
+    PATH is a directory, a .safetensors file, a sharded checkpoint, or a Hub repo id
+    (org/name[@revision], resolved through the local Hugging Face cache).
+
+    \b
+    Examples:
+      ckpt inspect ./drafter
+      ckpt inspect ./drafter --json --no-tensors
+      ckpt inspect ./target --filter 'model.layers.0.*'
+    """
+    from .inspection import inspect
+    from .render import render_inspect
+
+    report = inspect(path, tensors=tensors, filter=pattern, revision=revision)
+    if as_json:
+        from .output import emit_json
+
+        emit_json(report.to_dict())
+    else:
+        click.echo(render_inspect(report))
+
+
+# ---------------------------------------------------------------------------- example
+@cli.group("example")
+def example_group() -> None:
+    """Write tiny example checkpoints (drafters in every layout, Llama targets)."""
+
+
+@example_group.command("drafter")
+@click.argument("out", type=click.Path())
+@click.option("--flavor", type=click.Choice(["sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training"]),
+              default="sglang", show_default=True, help="Which layout to write.")  # fmt: skip
+@click.option("--vocab-size", default=1024, show_default=True, help="Target vocab size V.")
+@click.option("--draft-vocab-size", default=256, show_default=True, help="Draft vocab size Vd.")
+@click.option("--hidden-size", default=64, show_default=True)
+@click.option("--seed", default=0, show_default=True, help="Seed for weights and the mapping.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: int, hidden_size: int,
+                    seed: int, force: bool) -> None:  # fmt: skip
+    """Write a tiny EAGLE-3 drafter to OUT.
+
+    \b
+    Example:
+      ckpt example drafter /tmp/d --flavor eagle && ckpt inspect /tmp/d
+    """
+    from .tiny import build_drafter
+
+    p = build_drafter(out, flavor, vocab_size=vocab_size, draft_vocab_size=draft_vocab_size,
+                      hidden_size=hidden_size, seed=seed, force=force)  # fmt: skip
+    click.echo(str(p))
+
+
+@example_group.command("target")
+@click.argument("out", type=click.Path())
+@click.option("--vocab-size", default=1024, show_default=True)
+@click.option("--hidden-size", default=64, show_default=True)
+@click.option("--num-layers", default=8, show_default=True)
+@click.option("--max-position-embeddings", default=4096, show_default=True)
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int, max_position_embeddings: int,
+                   force: bool) -> None:  # fmt: skip
+    """Write a tiny Llama target model to OUT.
+
+    \b
+    Example:
+      ckpt example target /tmp/t --num-layers 8
+    """
+    from .tiny import build_target
+
+    p = build_target(out, vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+                     max_position_embeddings=max_position_embeddings, force=force)  # fmt: skip
+    click.echo(str(p))
+
+
+# ---------------------------------------------------------------------------- demo
+@cli.command("demo")
+@click.option("--workdir", type=click.Path(), help="Keep the demo's files here (default: a temporary directory).")
+def demo_cmd(workdir: str | None) -> None:
+    """Run the built-in example end to end (no network, no GPU).
+
+    Builds a tiny target and drafter, then runs each ckpttools step on them and prints
+    what it found.
+    """
+    from .demo import run_demo
+
+    code = run_demo(workdir, echo=click.echo)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="ckpt")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,128 @@
+"""The config.json fields this project reads, wherever a format keeps them.
+
+Multimodal wrappers (Kimi-K2.5, Llama-4) keep the text model under ``text_config``;
+speculators keeps the decoder layer's config under ``transformer_layer_config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["ConfigEssentials", "essentials", "lookup", "aux_layer_ids", "context_length", "SUBCONFIG_KEYS"]
+
+SUBCONFIG_KEYS = ("text_config", "transformer_layer_config", "language_config", "llm_config")
+_MISSING = object()
+
+
+def lookup(cfg: dict[str, Any] | None, key: str, default: Any = None) -> tuple[Any, str | None]:
+    """Find ``key`` at the top level or in a known sub-config.
+
+    Returns:
+        (value, JSON path where it was found) or (default, None).
+    """
+    if not cfg:
+        return default, None
+    if key in cfg:
+        return cfg[key], f"$.{key}"
+    for sub in SUBCONFIG_KEYS:
+        inner = cfg.get(sub)
+        if isinstance(inner, dict) and key in inner:
+            return inner[key], f"$.{sub}.{key}"
+    return default, None
+
+
+def aux_layer_ids(cfg: dict[str, Any] | None) -> tuple[list[int] | None, str | None]:
+    """The target layers an EAGLE-3 drafter captures, as its config states them."""
+    if not cfg:
+        return None, None
+    for holder, path in ((cfg.get("eagle_config"), "$.eagle_config"), (cfg, "$")):
+        if isinstance(holder, dict) and "eagle_aux_hidden_state_layer_ids" in holder:
+            return holder["eagle_aux_hidden_state_layer_ids"], f"{path}.eagle_aux_hidden_state_layer_ids"
+    spec = cfg.get("speculators_config")
+    if isinstance(spec, dict):
+        for k in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
+            if k in spec:
+                return spec[k], f"$.speculators_config.{k}"
+    return None, None
+
+
+def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
+    """The context a model covers: max_position_embeddings, or rope scaling's extension.
+
+    Returns (length, how it was derived).
+    """
+    mpe, _ = lookup(cfg, "max_position_embeddings")
+    rs, _ = lookup(cfg, "rope_scaling")
+    if isinstance(mpe, int):
+        return mpe, "max_position_embeddings"
+    if isinstance(rs, dict) and rs.get("original_max_position_embeddings") and rs.get("factor"):
+        return int(rs["original_max_position_embeddings"] * rs["factor"]), "rope_scaling"
+    return None, "not stated"
+
+
+@dataclass
+class ConfigEssentials:
+    """The fields every command reads. ``None`` means absent."""
+
+    architectures: list[str] | None = None
+    model_type: str | None = None
+    hidden_size: int | None = None
+    target_hidden_size: int | None = None
+    vocab_size: int | None = None
+    draft_vocab_size: int | None = None
+    draft_vocab_size_present: bool = False
+    num_hidden_layers: int | None = None
+    intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    aux_layer_ids: list[int] | None = None
+    max_position_embeddings: int | None = None
+    rope_theta: float | None = None
+    rope_scaling: dict[str, Any] | None = None
+    torch_dtype: str | None = None
+    hidden_act: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def essentials(cfg: dict[str, Any] | None) -> ConfigEssentials:
+    """Pull the essentials out of a config dict (top level, text_config, ...)."""
+    e = ConfigEssentials()
+    if not cfg:
+        return e
+    for key in (
+        "architectures", "model_type", "hidden_size", "target_hidden_size", "vocab_size",
+        "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling", "hidden_act",
+    ):  # fmt: skip
+        v, where = lookup(cfg, key)
+        if where:
+            setattr(e, key, v)
+            e.sources[key] = where
+    for key in ("torch_dtype", "dtype"):
+        v, where = lookup(cfg, key)
+        if where and isinstance(v, str):
+            e.torch_dtype = v
+            e.sources["torch_dtype"] = where
+            break
+    v, where = lookup(cfg, "draft_vocab_size")
+    if where:
+        e.draft_vocab_size, e.draft_vocab_size_present = v, True
+        e.sources["draft_vocab_size"] = where
+    rope_params, where = lookup(cfg, "rope_parameters")  # transformers v5 layout
+    if isinstance(rope_params, dict):
+        if e.rope_theta is None and "rope_theta" in rope_params:
+            e.rope_theta = rope_params["rope_theta"]
+            e.sources["rope_theta"] = f"{where}.rope_theta"
+        if e.rope_scaling is None and rope_params.get("rope_type", "default") != "default":
+            e.rope_scaling = rope_params
+            e.sources["rope_scaling"] = where or ""
+    ids, where = aux_layer_ids(cfg)
+    if where:
+        e.aux_layer_ids = ids
+        e.sources["aux_layer_ids"] = where
+    return e

@@ -1,0 +1,128 @@
+"""The errors ckpttools raises.
+
+Every error is a :class:`CkptError` and also the matching built-in exception, so
+library users can catch either ``ckpttools.errors.CheckpointNotFoundError`` or plain
+``FileNotFoundError``. Each carries the path, tensor or URL involved, a hint saying
+what to do, and the exit code the CLI uses for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FINDINGS",
+    "EXIT_USAGE",
+    "CkptError",
+    "CheckpointNotFoundError",
+    "NoWeightsError",
+    "CheckpointFormatError",
+    "ConfigError",
+    "PickleRefusedError",
+    "UnsafePathError",
+    "MappingError",
+    "HubError",
+    "OutputExistsError",
+    "ServerError",
+]
+
+#: the command ran and found nothing wrong
+EXIT_OK = 0
+#: a check ran and found problems (validate errors, verify below the bar)
+EXIT_FINDINGS = 1
+#: bad usage or unreadable input
+EXIT_USAGE = 2
+
+
+class CkptError(Exception):
+    """Base class. ``str(err)`` is the one-line message; ``err.hint`` what to do."""
+
+    exit_code: int = EXIT_USAGE
+    default_hint: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        tensor: str | None = None,
+        url: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        Exception.__init__(self, message)
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.tensor = tensor
+        self.url = url
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CheckpointNotFoundError(CkptError, FileNotFoundError):
+    """The path does not exist and is not a Hub repo id found in the cache."""
+
+    default_hint = "check the path, or give a Hub repo id like org/name[@revision]"
+
+
+class NoWeightsError(CkptError, FileNotFoundError):
+    """A directory exists but holds no .safetensors weights."""
+
+    default_hint = (
+        "point at a directory with model.safetensors or model.safetensors.index.json, "
+        "or at a .safetensors file"
+    )
+
+
+class CheckpointFormatError(CkptError, ValueError):
+    """A .safetensors file or index is malformed (truncated, bad header, bad offsets)."""
+
+    default_hint = "the file is damaged or not safetensors: download or export it again"
+
+
+class ConfigError(CkptError, ValueError):
+    """config.json is missing where required, or is not valid JSON."""
+
+    default_hint = "fix config.json (it must be a JSON object)"
+
+
+class PickleRefusedError(CkptError, ValueError):
+    """Pickle-based weights (.bin/.pt/.pth/.ckpt) were given; ckpttools never unpickles."""
+
+    default_hint = (
+        "convert to safetensors in a trusted environment, e.g. "
+        "`python -c \"import torch, safetensors.torch as st; "
+        "st.save_file(torch.load('pytorch_model.bin', weights_only=True), 'model.safetensors')\"`"
+    )
+
+
+class UnsafePathError(CkptError, ValueError):
+    """An index names a shard outside the checkpoint directory."""
+
+    default_hint = "the index.json is untrusted or damaged: shard names must stay inside the checkpoint"
+
+
+class MappingError(CkptError, ValueError):
+    """A vocabulary mapping (d2t/t2d/ids) is malformed."""
+
+    default_hint = "rebuild the mapping, e.g. with `ckpt vocab build`"
+
+
+class HubError(CkptError, ConnectionError):
+    """The Hugging Face Hub could not be reached or refused the request."""
+
+    default_hint = "check the network and token, or set HF_HUB_OFFLINE=1 to use the local cache"
+
+
+class OutputExistsError(CkptError, FileExistsError):
+    """The output path exists and --force was not given."""
+
+    default_hint = "choose another output path or pass --force to replace it"
+
+
+class ServerError(CkptError, ConnectionError):
+    """A serving engine could not be reached or answered badly."""
+
+    default_hint = "check that the server is up and the URL is right"

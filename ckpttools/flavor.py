@@ -1,0 +1,95 @@
+"""Which layout a checkpoint is in, and the evidence for saying so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .names import canonical_name
+
+__all__ = ["Flavor", "detect_flavor", "FLAVORS"]
+
+#: flavor id -> what it is
+FLAVORS: dict[str, str] = {
+    "sglang": "SGLang/SpecForge EAGLE-3 drafter",
+    "eagle": "official EAGLE release (SafeAILab) EAGLE-3 drafter",
+    "vllm": "vLLM/speculators EAGLE-3 drafter",
+    "mla": "MLA EAGLE-3 drafter (DeepSeek-V2 style)",
+    "modelopt": "NVIDIA ModelOpt EAGLE-3 export",
+    "eagle3-unknown": "EAGLE-3 drafter of unrecognised layout",
+    "target": "plain (target) model",
+    "mapping": "vocabulary mapping only (d2t/t2d)",
+    "unknown": "unrecognised",
+}
+
+
+@dataclass
+class Flavor:
+    """A detected layout: ``kind`` is a key of :data:`FLAVORS`."""
+
+    kind: str
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def description(self) -> str:
+        return FLAVORS[self.kind]
+
+    @property
+    def is_drafter(self) -> bool:
+        return self.kind not in ("target", "mapping", "unknown")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "description": self.description, "evidence": self.evidence}
+
+
+def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) -> Flavor:
+    """Decide the layout from config.json and the tensor names (headers only).
+
+    Example:
+        >>> detect_flavor({"architectures": ["LlamaForCausalLMEagle3"]}, ["fc.weight"]).kind
+        'sglang'
+    """
+    cfg = config or {}
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    names = list(tensor_names)
+    canon = {canonical_name(n)[0] for n in names}
+    has_mid = any(n.startswith(("midlayer.", "model.midlayer.")) for n in names)
+    has_fc = "fc.weight" in canon
+    has_d2t, has_t2d = "d2t" in canon, "t2d" in canon
+    ev: list[str] = []
+    if arch:
+        ev.append(f"architectures[0] = {arch}")
+    if has_fc:
+        ev.append("has fc.weight (projection of the target's aux hidden states)")
+    if has_mid:
+        ev.append("tensor names use midlayer.")
+    if has_d2t:
+        ev.append("has d2t" + ("" if has_t2d else " but no t2d"))
+    drafter_like = has_fc or has_mid or has_d2t or "draft_vocab_size" in cfg
+
+    if arch == "Eagle3DeepseekV2ForCausalLM":
+        return Flavor("mla", ev)
+    if drafter_like and has_d2t and not has_t2d and names:
+        return Flavor("modelopt", ev + ["ModelOpt ships d2t without t2d"])
+    if arch == "LlamaForCausalLM" and drafter_like and (has_mid or "draft_vocab_size" in cfg):
+        if "draft_vocab_size" in cfg:
+            ev.append("config has draft_vocab_size")
+        return Flavor("eagle", ev)
+    if arch in ("Eagle3LlamaForCausalLM", "Eagle3Speculator") or "speculators_config" in cfg:
+        if "speculators_config" in cfg:
+            ev.append("config has speculators_config")
+        return Flavor("vllm", ev)
+    if arch == "LlamaForCausalLMEagle3":
+        return Flavor("sglang", ev)
+    if drafter_like and cfg:
+        return Flavor("eagle3-unknown", ev)
+    if names and canon <= {"d2t", "t2d"}:
+        return Flavor("mapping", ev or ["only d2t/t2d tensors"])
+    if not cfg and has_fc:
+        return Flavor("eagle3-unknown", ev + ["no config.json"])
+    n_layers = len({n.split(".")[1] for n in canon if n.startswith("layers.")})
+    if arch or (n_layers and "embed_tokens.weight" in canon):
+        ev.append(f"{n_layers} decoder layer(s) in the weights, no fc/d2t")
+        return Flavor("target", ev)
+    return Flavor("unknown", ev or ["no config.json and no recognised tensor names"])

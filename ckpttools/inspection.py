@@ -1,0 +1,154 @@
+"""``ckpt inspect``: what a checkpoint is, from its config and headers."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint, open_checkpoint
+from .config import context_length, essentials
+from .flavor import detect_flavor
+from .names import canonical_name
+
+__all__ = ["InspectReport", "inspect", "INSPECT_SCHEMA_VERSION"]
+
+INSPECT_SCHEMA_VERSION = 1
+
+
+@dataclass
+class InspectReport:
+    """Plain data for ``ckpt inspect``; :meth:`to_dict` gives the documented JSON keys."""
+
+    source: str
+    root: str
+    kind: str
+    kind_description: str
+    evidence: list[str]
+    config: dict[str, Any] | None
+    context_length: int | None
+    files: list[dict[str, Any]]
+    num_tensors: int
+    total_params: int
+    total_bytes: int
+    by_dtype: dict[str, dict[str, int]]
+    metadata: dict[str, str]
+    vocab_mapping: dict[str, Any] | None
+    tensors: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "schema_version": INSPECT_SCHEMA_VERSION,
+            "source": self.source,
+            "root": self.root,
+            "kind": self.kind,
+            "kind_description": self.kind_description,
+            "evidence": self.evidence,
+            "config": self.config,
+            "context_length": self.context_length,
+            "files": self.files,
+            "num_tensors": self.num_tensors,
+            "total_params": self.total_params,
+            "total_bytes": self.total_bytes,
+            "by_dtype": self.by_dtype,
+            "metadata": self.metadata,
+            "vocab_mapping": self.vocab_mapping,
+            "notes": self.notes,
+        }
+        if self.tensors is not None:
+            d["tensors"] = self.tensors
+        return d
+
+
+def inspect(
+    source: str | Path | Checkpoint,
+    *,
+    tensors: bool = True,
+    filter: str | None = None,
+    revision: str | None = None,
+) -> InspectReport:
+    """Describe a checkpoint from its config.json and safetensors headers.
+
+    Tensor data is read only for the vocabulary mapping (d2t/t2d, a few hundred KB).
+
+    Args:
+        source: a path, Hub repo id, or an open :class:`Checkpoint`.
+        tensors: include the per-tensor table.
+        filter: a glob on tensor names for the table (e.g. ``'layers.0.*'``).
+
+    Returns:
+        an :class:`InspectReport`.
+
+    Example:
+        >>> inspect("./drafter").kind  # doctest: +SKIP
+        'sglang'
+    """
+    ck = source if isinstance(source, Checkpoint) else open_checkpoint(source, revision)
+    flavor = detect_flavor(ck.config, ck.tensors.keys())
+    ess = essentials(ck.config) if ck.config is not None else None
+    ctx, _ = context_length(ck.config)
+
+    by_dtype: dict[str, dict[str, int]] = {}
+    total_p = total_b = 0
+    for t in ck.tensors.values():
+        d = by_dtype.setdefault(t.dtype, {"tensors": 0, "params": 0, "bytes": 0})
+        n = t.numel
+        d["tensors"] += 1
+        d["params"] += n
+        d["bytes"] += t.nbytes
+        total_p += n
+        total_b += t.nbytes
+    files = []
+    for name, h in ck.headers.items():
+        files.append({"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.tensors)})
+    metadata: dict[str, str] = {}
+    for h in ck.headers.values():
+        metadata.update(h.metadata)
+
+    mapping = None
+    notes: list[str] = []
+    canon = {canonical_name(n)[0] for n in ck.tensors}
+    if canon & {"d2t", "t2d"}:
+        from .errors import MappingError
+        from .vocab import VocabMapping
+
+        try:
+            m = VocabMapping.from_checkpoint(ck, allow_missing=True)
+            mapping = m.summary() if m is not None else None
+        except MappingError as e:
+            mapping = {"error": str(e)}
+    elif flavor.is_drafter and ess is not None:
+        vd, v = ess.draft_vocab_size, ess.vocab_size
+        if isinstance(vd, int) and isinstance(v, int) and vd < v:
+            notes.append(
+                f"no d2t while draft_vocab_size {vd} < vocab_size {v}: SGLang will treat draft ids as "
+                "target ids and vLLM will use the first Vd target ids; acceptance collapses silently"
+            )
+
+    rows = None
+    if tensors:
+        rows = [
+            {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes, "shard": t.shard}
+            for t in ck.tensors.values()
+            if filter is None or fnmatch.fnmatchcase(t.name, filter)
+        ]
+    return InspectReport(
+        source=str(ck.source),
+        root=str(ck.root),
+        kind=flavor.kind,
+        kind_description=flavor.description,
+        evidence=flavor.evidence,
+        config=ess.to_dict() if ess is not None else None,
+        context_length=ctx,
+        files=files,
+        num_tensors=len(ck.tensors),
+        total_params=total_p,
+        total_bytes=total_b,
+        by_dtype=by_dtype,
+        metadata=metadata,
+        vocab_mapping=mapping,
+        tensors=rows,
+        notes=notes,
+    )

@@ -1,0 +1,110 @@
+"""Tensor-name rules between drafter layouts, kept as data in one place.
+
+Read off SGLang 0.5.17 ``models/llama_eagle3.py`` (``load_weights``): a name is looked
+up bare or with ``model.``; ``midlayer`` and ``aux_norm_low/mid/high`` are legacy names
+it maps to ``layers.0`` and ``fc_norm.0/1/2``; ``d2t`` becomes ``hot_token_id``; ``t2d``
+is skipped; any other name it does not know is dropped without a word.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "CANONICAL_PREFIXES",
+    "EXACT_RENAMES",
+    "SGLANG_NAME_PATTERNS",
+    "TRAINING_ONLY_PATTERNS",
+    "canonical_name",
+    "sglang_loads",
+    "is_training_only",
+    "layer_index",
+]
+
+#: ordered (old prefix, new prefix); the first that matches wins, then matching restarts
+CANONICAL_PREFIXES: list[tuple[str, str]] = [
+    ("model.", ""),
+    ("midlayer.", "layers.0."),
+    ("midlayers.", "layers."),
+    ("aux_norm_low.", "fc_norm.0."),
+    ("aux_norm_mid.", "fc_norm.1."),
+    ("aux_norm_high.", "fc_norm.2."),
+]
+
+#: whole-name renames applied after the prefixes
+EXACT_RENAMES: dict[str, str] = {
+    "draft_id_to_target_id": "d2t",
+    "hot_token_id": "d2t",
+}
+
+_LAYER = r"layers\.\d+\."
+#: canonical names SGLang's LlamaForCausalLMEagle3 has parameters (or a use) for
+SGLANG_NAME_PATTERNS: list[re.Pattern[str]] = [
+    re.compile(p)
+    for p in (
+        r"embed_tokens\.weight",
+        r"fc\.(weight|bias)",
+        r"fc_norm\.\d+\.weight",
+        r"input_norm\.weight",
+        _LAYER + r"self_attn\.(q|k|v|o)_proj\.weight",
+        _LAYER + r"mlp\.(gate|up|down)_proj\.weight",
+        _LAYER + r"(input_layernorm|hidden_norm|post_attention_layernorm)\.weight",
+        r"norm\.weight",
+        r"lm_head\.weight",
+        r"d2t",
+        r"t2d",
+    )
+]
+
+#: names that training frameworks leave in checkpoints and no engine reads
+TRAINING_ONLY_PATTERNS: list[re.Pattern[str]] = [
+    re.compile(p)
+    for p in (
+        r".*rotary_emb\.inv_freq",
+        r"(target_)?lm_head_target\..*",
+        r"target_model\..*",
+        r"optimizer\..*",
+        r".*\._extra_state",
+        r"ema\..*",
+        r"(draft_)?loss.*",
+    )
+]
+
+
+def canonical_name(name: str) -> tuple[str, list[str]]:
+    """The canonical (SGLang-native, bare) name, and the rules applied to get there.
+
+    Example:
+        >>> canonical_name("model.midlayer.self_attn.q_proj.weight")
+        ('layers.0.self_attn.q_proj.weight', ['model. -> ', 'midlayer. -> layers.0.'])
+    """
+    applied: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for old, new in CANONICAL_PREFIXES:
+            if name.startswith(old):
+                name = new + name[len(old) :]
+                applied.append(f"{old} -> {new}")
+                changed = True
+                break
+    if name in EXACT_RENAMES:
+        applied.append(f"{name} -> {EXACT_RENAMES[name]}")
+        name = EXACT_RENAMES[name]
+    return name, applied
+
+
+def sglang_loads(name: str) -> bool:
+    """Whether SGLang 0.5.17 would load this name (bare, ``model.``, or a legacy alias)."""
+    canon, _ = canonical_name(name)
+    return any(p.fullmatch(canon) for p in SGLANG_NAME_PATTERNS)
+
+
+def is_training_only(name: str) -> bool:
+    canon, _ = canonical_name(name)
+    return any(p.fullmatch(canon) for p in TRAINING_ONLY_PATTERNS)
+
+
+def layer_index(name: str) -> int | None:
+    m = re.match(r"layers\.(\d+)\.", canonical_name(name)[0])
+    return int(m.group(1)) if m else None

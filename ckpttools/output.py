@@ -1,0 +1,59 @@
+"""Rendering helpers for the CLI: human sizes, aligned tables, JSON to stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["human_bytes", "human_count", "table", "emit_json"]
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(size) < 1024 or unit == "PiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+def human_count(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, div in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], indent: str = "  ") -> str:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for j, r in enumerate(cells):
+        lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if j == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def emit_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=_default)
+    sys.stdout.write("\n")
+
+
+def _default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

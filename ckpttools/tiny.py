@@ -1,0 +1,342 @@
+"""Tiny real checkpoints: EAGLE-3 drafters in every layout, Llama targets, sharded and
+sparse "huge" checkpoints. For tests, examples, benchmarks and the built-in demo.
+
+Everything is written with the project's own streaming writer, in well under a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .writer import CheckpointWriter, TensorSpec
+
+__all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors"]
+
+DRAFTER_FLAVORS = ("sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training")
+
+_ST = {"bf16": "BF16", "fp16": "F16", "fp32": "F32", "F32": "F32", "BF16": "BF16", "F16": "F16"}
+_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def _np_dtype(st: str) -> np.dtype:
+    from .checkpoint import numpy_dtype
+
+    return numpy_dtype(st)
+
+
+def random_mapping(vocab_size: int, draft_vocab_size: int, seed: int = 0) -> np.ndarray:
+    """Absolute target ids of a random ascending mapping (the SpecForge/EAGLE order)."""
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(vocab_size, size=draft_vocab_size, replace=False)).astype(np.int64)
+
+
+def write_tensors(
+    out: str | Path,
+    tensors: dict[str, np.ndarray],
+    config: dict[str, Any] | None = None,
+    *,
+    max_shard_size: int | None = None,
+    force: bool = False,
+    extra_files: dict[str, bytes] | None = None,
+) -> Path:
+    """Write arrays (already in their final dtype) plus a config.json as a checkpoint."""
+    specs = [TensorSpec(n, _st_of(a.dtype), tuple(a.shape)) for n, a in tensors.items()]
+    with CheckpointWriter(out, specs, max_shard_size=max_shard_size, force=force) as w:
+        for n, a in tensors.items():
+            w.write(n, a)
+        if config is not None:
+            w.add_json("config.json", config)
+        for rel, data in (extra_files or {}).items():
+            (w.tmp / rel).write_bytes(data)
+    return Path(out)
+
+
+def _st_of(dt: np.dtype) -> str:
+    dt = np.dtype(dt)
+    table = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+             "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}  # fmt: skip
+    return table[dt.name]
+
+
+def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool,
+                   mla: bool = False) -> dict[str, tuple[int, ...]]:  # fmt: skip
+    qin = 2 * H if first else H
+    t: dict[str, tuple[int, ...]] = {}
+    if mla:
+        t |= {
+            f"{prefix}self_attn.q_a_proj.weight": (H // 2, qin),
+            f"{prefix}self_attn.q_a_layernorm.weight": (H // 2,),
+            f"{prefix}self_attn.q_b_proj.weight": (heads * hd, H // 2),
+            f"{prefix}self_attn.kv_a_proj_with_mqa.weight": (H // 4 + hd // 2, qin),
+            f"{prefix}self_attn.kv_a_layernorm.weight": (H // 4,),
+            f"{prefix}self_attn.kv_b_proj.weight": (heads * 2 * hd, H // 4),
+        }
+    else:
+        t |= {
+            f"{prefix}self_attn.q_proj.weight": (heads * hd, qin),
+            f"{prefix}self_attn.k_proj.weight": (kv * hd, qin),
+            f"{prefix}self_attn.v_proj.weight": (kv * hd, qin),
+        }
+    t |= {
+        f"{prefix}self_attn.o_proj.weight": (H, heads * hd),
+        f"{prefix}mlp.gate_proj.weight": (inter, H),
+        f"{prefix}mlp.up_proj.weight": (inter, H),
+        f"{prefix}mlp.down_proj.weight": (H, inter),
+        f"{prefix}input_layernorm.weight": (H,),
+        f"{prefix}post_attention_layernorm.weight": (H,),
+    }
+    if first:
+        t[f"{prefix}hidden_norm.weight"] = (H,)
+    return t
+
+
+def build_drafter(
+    out: str | Path,
+    flavor: str = "sglang",
+    *,
+    hidden_size: int = 64,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 1024,
+    draft_vocab_size: int | None = 256,
+    target_hidden_size: int | None = None,
+    num_aux: int = 3,
+    num_layers: int = 1,
+    aux_layer_ids: Sequence[int] | None = (1, 3, 5),
+    mapping: np.ndarray | None = None,
+    dtype: str = "bf16",
+    embed_tokens: bool = False,
+    max_position_embeddings: int = 4096,
+    config_overrides: dict[str, Any] | None = None,
+    weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
+    max_shard_size: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+) -> Path:
+    """Write a tiny EAGLE-3 drafter in one of :data:`DRAFTER_FLAVORS`.
+
+    Args:
+        flavor: ``sglang`` (LlamaForCausalLMEagle3, layers.N.), ``eagle`` (official release:
+            LlamaForCausalLM, midlayer., max_position_embeddings 2048, fp16), ``vllm``
+            (Eagle3LlamaForCausalLM), ``speculators`` (nested speculators_config), ``mla``
+            (Eagle3DeepseekV2ForCausalLM), ``modelopt`` (d2t only, frequency order),
+            ``training`` (fp32, ``model.`` prefix, training-only extra tensors).
+        mapping: absolute target ids of the draft slots (default: a random ascending set).
+        draft_vocab_size: Vd; None writes a full-vocab head with no mapping tensors.
+        weight_fn: makes each float tensor (name, shape) -> float32 array; default random.
+
+    Returns:
+        the output path.
+    """
+    if flavor not in DRAFTER_FLAVORS:
+        raise ValueError(f"unknown flavor {flavor!r}; choose from {DRAFTER_FLAVORS}")
+    H, hd = hidden_size, hidden_size // num_heads
+    Ht = target_hidden_size or H
+    st = "F32" if flavor == "training" else _ST["fp16" if flavor == "eagle" and dtype == "bf16" else dtype]
+    rng = np.random.default_rng(seed)
+    shapes: dict[str, tuple[int, ...]] = {}
+    if embed_tokens or flavor == "training":
+        shapes["embed_tokens.weight"] = (vocab_size, H)
+    shapes["fc.weight"] = (H, num_aux * Ht)
+    layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
+    shapes |= _layer_tensors(layer_prefix, H, num_heads, num_kv_heads, hd, intermediate_size, True, flavor == "mla")
+    for i in range(1, num_layers):
+        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
+    shapes["norm.weight"] = (H,)
+    Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
+    shapes["lm_head.weight"] = (Vd, H)
+    if flavor == "training":
+        shapes["layers.0.self_attn.rotary_emb.inv_freq"] = (hd // 2,)
+
+    tensors: dict[str, np.ndarray] = {}
+    npdt = _np_dtype(st)
+    for name, shape in shapes.items():
+        if weight_fn is not None:
+            a = np.asarray(weight_fn(name, shape), dtype=np.float32)
+        elif name.endswith("norm.weight") or "layernorm" in name:
+            a = np.ones(shape, np.float32) + rng.normal(0, 0.01, shape).astype(np.float32)
+        else:
+            a = rng.normal(0, 0.02, shape).astype(np.float32)
+        tensors[name] = a.astype(npdt)
+
+    if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
+        ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
+        if flavor == "modelopt" and mapping is None:
+            ids = ids[rng.permutation(len(ids))]  # frequency order, not ascending
+        tensors["d2t"] = ids - np.arange(len(ids), dtype=np.int64)
+        if flavor != "modelopt":
+            t2d = np.zeros(vocab_size, dtype=bool)
+            t2d[ids] = True
+            tensors["t2d"] = t2d
+    if flavor == "training":
+        tensors = {("model." + n if not n.startswith(("lm_head", "d2t", "t2d")) else n): a
+                   for n, a in tensors.items()}  # fmt: skip
+
+    arch = {"sglang": "LlamaForCausalLMEagle3", "eagle": "LlamaForCausalLM", "vllm": "Eagle3LlamaForCausalLM",
+            "mla": "Eagle3DeepseekV2ForCausalLM", "modelopt": "LlamaForCausalLMEagle3",
+            "training": "LlamaForCausalLMEagle3", "speculators": "Eagle3Speculator"}[flavor]  # fmt: skip
+    layer_cfg: dict[str, Any] = {
+        "architectures": [arch],
+        "model_type": "deepseek_v2" if flavor == "mla" else "llama",
+        "hidden_size": H,
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": hd,
+        "num_hidden_layers": num_layers,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 2048 if flavor == "eagle" else max_position_embeddings,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "torch_dtype": _CFG_DTYPE[st],
+    }
+    if target_hidden_size:
+        layer_cfg["target_hidden_size"] = Ht
+    if flavor == "mla":
+        layer_cfg |= {"q_lora_rank": H // 2, "kv_lora_rank": H // 4, "qk_rope_head_dim": hd // 2,
+                      "qk_nope_head_dim": hd // 2, "v_head_dim": hd}  # fmt: skip
+    if aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
+        layer_cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
+    if flavor == "vllm":
+        layer_cfg["norm_before_residual"] = False
+    cfg = layer_cfg
+    if flavor == "speculators":
+        inner = {k: v for k, v in layer_cfg.items() if k not in ("architectures", "draft_vocab_size")}
+        inner["architectures"] = ["LlamaForCausalLM"]
+        cfg = {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": "0.3.0",
+            "draft_vocab_size": draft_vocab_size,
+            "norm_before_residual": False,
+            "target_hidden_size": target_hidden_size,
+            "transformer_layer_config": inner,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": "tiny-target", "architectures": ["LlamaForCausalLM"]},
+            },
+        }
+        if aux_layer_ids is not None:
+            cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
+    cfg = {**cfg, **(config_overrides or {})}
+    return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
+
+
+def build_target(
+    out: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 8,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 1024,
+    max_position_embeddings: int = 4096,
+    dtype: str = "bf16",
+    tie_word_embeddings: bool = False,
+    weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
+    text_config: bool = False,
+    max_shard_size: int | None = None,
+    seed: int = 1,
+    force: bool = False,
+) -> Path:
+    """Write a tiny Llama target (HF names: model.layers.N., model.embed_tokens, lm_head).
+
+    ``text_config=True`` nests the text model's fields under ``text_config`` as
+    multimodal wrappers such as Kimi-K2.5 do.
+    """
+    H, hd = hidden_size, hidden_size // num_heads
+    rng = np.random.default_rng(seed)
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
+    for i in range(num_layers):
+        shapes |= _layer_tensors(f"model.layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
+    shapes["model.norm.weight"] = (H,)
+    if not tie_word_embeddings:
+        shapes["lm_head.weight"] = (vocab_size, H)
+    st = _ST[dtype]
+    npdt = _np_dtype(st)
+    tensors = {}
+    for name, shape in shapes.items():
+        if weight_fn is not None:
+            a = np.asarray(weight_fn(name, shape), dtype=np.float32)
+        elif "norm" in name:
+            a = np.ones(shape, np.float32)
+        else:
+            a = rng.normal(0, 0.02, shape).astype(np.float32)
+        tensors[name] = a.astype(npdt)
+    text = {
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": hd,
+        "num_hidden_layers": num_layers,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": max_position_embeddings,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": tie_word_embeddings,
+        "vocab_size": vocab_size,
+        "torch_dtype": _CFG_DTYPE[st],
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    if text_config:
+        cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": text}
+    else:
+        cfg = {"architectures": ["LlamaForCausalLM"], **text}
+    return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
+
+
+def build_huge_sparse(
+    out: str | Path,
+    *,
+    num_shards: int = 64,
+    num_tensors: int = 35_000,
+    rows: int = 2048,
+    hidden: int = 7168,
+    vocab_size: int = 163_840,
+    force: bool = False,
+) -> Path:
+    """A sparse MoE-shaped checkpoint whose headers describe ~1 TB (bf16) using almost no disk.
+
+    Tensor data are holes in sparse files: headers are real, data read as zeros.
+    """
+    per_expert = 3
+    experts = 384
+    names: list[TensorSpec] = [TensorSpec("model.embed_tokens.weight", "BF16", (vocab_size, hidden))]
+    layer = 0
+    while len(names) < num_tensors - 2:
+        for e in range(experts):
+            for proj in ("gate_proj", "up_proj", "down_proj")[:per_expert]:
+                shape = (hidden, rows) if proj == "down_proj" else (rows, hidden)
+                names.append(TensorSpec(f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight", "BF16", shape))
+                if len(names) >= num_tensors - 2:
+                    break
+            if len(names) >= num_tensors - 2:
+                break
+        layer += 1
+    names += [TensorSpec("model.norm.weight", "BF16", (hidden,)), TensorSpec("lm_head.weight", "BF16", (vocab_size, hidden))]
+    total = sum(s.nbytes for s in names)
+    with CheckpointWriter(out, names, max_shard_size=-(-total // num_shards) + 1, force=force) as w:
+        for s in names:
+            w.skip(s.name)
+        w.add_json("config.json", {
+            "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": hidden,
+            "num_hidden_layers": layer, "vocab_size": vocab_size, "max_position_embeddings": 262144,
+            "n_routed_experts": experts, "moe_intermediate_size": rows, "torch_dtype": "bfloat16",
+            "rope_theta": 50000.0,
+        })  # fmt: skip
+    return Path(out)

@@ -1,0 +1,334 @@
+"""Vocabulary mappings between a drafter's reduced vocabulary and its target's.
+
+``d2t`` is an offset table (``target_id = draft_id + d2t[draft_id]``, int64, length Vd)
+and ``t2d`` a bool mask over the target vocabulary (True where a target token has a
+draft slot). SGLang and vLLM read only d2t; trainers use t2d.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import CheckpointNotFoundError, MappingError, PickleRefusedError
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint
+
+__all__ = ["VocabMapping", "MappingProblem", "load_mapping", "MAPPING_FILE_SUFFIXES"]
+
+MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
+_D2T_KEYS = ("d2t", "draft_id_to_target_id", "hot_token_id")
+_T2D_KEYS = ("t2d",)
+_IDS_KEYS = ("ids", "target_ids", "token_ids", "draft_to_target_ids")
+
+
+@dataclass(frozen=True)
+class MappingProblem:
+    """One thing wrong (or notable) about a mapping."""
+
+    code: str
+    severity: str  # "error" | "warning" | "info"
+    message: str
+    location: str = "d2t"
+
+
+@dataclass
+class VocabMapping:
+    """A draft-to-target vocabulary mapping.
+
+    Build one with :meth:`from_d2t`, :meth:`from_ids`, :meth:`from_t2d`,
+    :meth:`from_checkpoint` or :func:`load_mapping`; it keeps what it was given so that
+    :meth:`problems` can say what is wrong with it.
+
+    Attributes:
+        ids: absolute target id of each draft slot (int64, length Vd).
+        target_vocab_size: V, when known (from t2d or the config), else None.
+        source: where it came from, for messages.
+    """
+
+    ids: np.ndarray
+    target_vocab_size: int | None = None
+    source: str = "<mapping>"
+    given_t2d: np.ndarray | None = None
+    given_dtypes: dict[str, str] = field(default_factory=dict)
+    config_draft_vocab_size: int | None = None
+    config_vocab_size: int | None = None
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def from_d2t(cls, d2t: Any, target_vocab_size: int | None = None, t2d: Any = None, **kw: Any) -> VocabMapping:
+        d = np.asarray(d2t)
+        dtypes = {"d2t": str(d.dtype)}
+        if d.ndim != 1:
+            raise MappingError(f"{kw.get('source', 'd2t')}: d2t must be 1-D, got shape {d.shape}")
+        if not np.issubdtype(d.dtype, np.integer):
+            raise MappingError(
+                f"{kw.get('source', 'd2t')}: d2t has dtype {d.dtype}; it must be an integer type (int64)",
+                tensor="d2t",
+            )
+        t = None
+        if t2d is not None:
+            t = cls._check_t2d_dtype(np.asarray(t2d), kw.get("source", "t2d"))
+            dtypes["t2d"] = str(np.asarray(t2d).dtype)
+            target_vocab_size = target_vocab_size or len(t)
+        ids = d.astype(np.int64) + np.arange(len(d), dtype=np.int64)
+        return cls(ids, target_vocab_size, given_t2d=t, given_dtypes=dtypes, **kw)
+
+    @classmethod
+    def from_ids(cls, ids: Any, target_vocab_size: int | None = None, **kw: Any) -> VocabMapping:
+        a = np.asarray(ids)
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise MappingError(f"{kw.get('source', 'ids')}: target ids must be a 1-D integer array")
+        return cls(a.astype(np.int64), target_vocab_size, given_dtypes={"ids": str(a.dtype)}, **kw)
+
+    @classmethod
+    def from_t2d(cls, t2d: Any, **kw: Any) -> VocabMapping:
+        t = cls._check_t2d_dtype(np.asarray(t2d), kw.get("source", "t2d"))
+        return cls(np.flatnonzero(t).astype(np.int64), len(t), given_t2d=t,
+                   given_dtypes={"t2d": str(np.asarray(t2d).dtype)}, **kw)  # fmt: skip
+
+    @classmethod
+    def identity(cls, vocab_size: int, **kw: Any) -> VocabMapping:
+        """The full-vocabulary map (Vd == V, d2t all zeros)."""
+        return cls(np.arange(vocab_size, dtype=np.int64), vocab_size, **kw)
+
+    @staticmethod
+    def _check_t2d_dtype(t: np.ndarray, source: str) -> np.ndarray:
+        if t.ndim != 1:
+            raise MappingError(f"{source}: t2d must be 1-D, got shape {t.shape}", tensor="t2d")
+        if t.dtype == np.bool_:
+            return t
+        if np.issubdtype(t.dtype, np.integer) and (t.size == 0 or (t.min() >= 0 and t.max() <= 1)):
+            return t.astype(bool)
+        raise MappingError(f"{source}: t2d has dtype {t.dtype}; it must be bool", tensor="t2d")
+
+    @classmethod
+    def from_checkpoint(cls, ck: Checkpoint, *, allow_missing: bool = False) -> VocabMapping | None:
+        """The mapping stored in a checkpoint's weights (d2t and/or t2d)."""
+        from .config import essentials
+        from .names import canonical_name
+
+        names = {canonical_name(n)[0]: n for n in ck.tensors}
+        ess = essentials(ck.config)
+        kw = dict(source=str(ck.source), config_draft_vocab_size=ess.draft_vocab_size,
+                  config_vocab_size=ess.vocab_size)  # fmt: skip
+        vocab = ess.vocab_size if isinstance(ess.vocab_size, int) else None
+        if "d2t" in names:
+            t2d = ck.read(names["t2d"]) if "t2d" in names else None
+            m = cls.from_d2t(ck.read(names["d2t"]), vocab, t2d, **kw)
+            if t2d is None and vocab is None:
+                m.target_vocab_size = None
+            return m
+        if "t2d" in names:
+            return cls.from_t2d(ck.read(names["t2d"]), **kw)
+        for k in _IDS_KEYS:
+            if k in names:
+                return cls.from_ids(ck.read(names[k]), vocab, **kw)
+        if allow_missing:
+            return None
+        raise MappingError(
+            f"{ck.source}: holds no vocabulary mapping (no d2t, t2d or ids tensor)",
+            path=str(ck.source),
+            hint="give a drafter with d2t/t2d, or a mapping file (.safetensors/.npy/.json/.pt)",
+        )
+
+    # -- views --------------------------------------------------------------------------
+    @property
+    def draft_vocab_size(self) -> int:
+        return int(len(self.ids))
+
+    @property
+    def d2t(self) -> np.ndarray:
+        return self.ids - np.arange(len(self.ids), dtype=np.int64)
+
+    def t2d(self, target_vocab_size: int | None = None) -> np.ndarray:
+        """The membership mask over the target vocabulary."""
+        v = target_vocab_size or self.target_vocab_size or (int(self.ids.max()) + 1 if len(self.ids) else 0)
+        mask = np.zeros(v, dtype=bool)
+        mask[self.ids[(self.ids >= 0) & (self.ids < v)]] = True
+        return mask
+
+    @property
+    def order(self) -> str:
+        """``ascending`` (SpecForge, EAGLE, speculators) or ``unordered`` (e.g. ModelOpt's frequency order)."""
+        if len(self.ids) < 2 or bool(np.all(np.diff(self.ids) > 0)):
+            return "ascending"
+        return "unordered"
+
+    @property
+    def is_identity(self) -> bool:
+        return (
+            self.target_vocab_size is not None
+            and self.draft_vocab_size == self.target_vocab_size
+            and bool(np.all(self.d2t == 0))
+        )
+
+    # -- checks -------------------------------------------------------------------------
+    def problems(self) -> list[MappingProblem]:
+        """Everything wrong or notable: dtype, range, duplicates, t2d agreement, order, sizes."""
+        out: list[MappingProblem] = []
+        ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
+        for key, dt in self.given_dtypes.items():
+            if key in ("d2t", "ids") and dt != "int64":
+                out.append(MappingProblem("d2t-dtype", "warning",
+                           f"{key} is {dt}; SGLang and vLLM expect int64 (widened on load)", key))  # fmt: skip
+            if key == "t2d" and dt != "bool":
+                out.append(MappingProblem("t2d-dtype", "warning", f"t2d is {dt}; expected bool", "t2d"))
+        if vd and ids.min() < 0:
+            bad = int(np.flatnonzero(ids < 0)[0])
+            out.append(MappingProblem("d2t-range", "error",
+                       f"draft id {bad} maps to target id {int(ids[bad])}, below 0"))  # fmt: skip
+        if v is not None and vd and ids.max() >= v:
+            bad = int(np.flatnonzero(ids >= v)[0])
+            out.append(MappingProblem("d2t-range", "error",
+                       f"draft id {bad} maps to target id {int(ids[bad])}, outside the target vocab of {v} "
+                       "(a CUDA index assert in SGLang/vLLM)"))  # fmt: skip
+        uniq, counts = np.unique(ids, return_counts=True)
+        if len(uniq) != vd:
+            dup = int(uniq[counts > 1][0])
+            out.append(MappingProblem("d2t-duplicates", "error",
+                       f"{vd - len(uniq)} draft slot(s) repeat a target id (e.g. {dup})"))  # fmt: skip
+        if self.given_t2d is not None:
+            t = self.given_t2d
+            if v is not None and len(t) != v:
+                out.append(MappingProblem("t2d-length", "error",
+                           f"t2d has length {len(t)} but the target vocab is {v}", "t2d"))  # fmt: skip
+            nz = np.flatnonzero(t)
+            if len(nz) != vd or not np.array_equal(nz, np.sort(ids)):
+                out.append(MappingProblem("t2d-mismatch", "error",
+                           f"t2d marks {len(nz)} tokens but d2t maps {vd}, and the sets differ "
+                           f"in {len(np.setxor1d(nz, ids))} token(s)", "t2d"))  # fmt: skip
+        if self.config_draft_vocab_size is not None and self.config_draft_vocab_size != vd:
+            out.append(MappingProblem("d2t-length", "error",
+                       f"d2t has {vd} slots but config draft_vocab_size is {self.config_draft_vocab_size}"))  # fmt: skip
+        if self.order != "ascending":
+            out.append(MappingProblem("order", "info",
+                       "slots are not in ascending target-id order (ModelOpt's frequency order); "
+                       "valid for SGLang and vLLM, which read d2t as is"))  # fmt: skip
+        if self.is_identity:
+            out.append(MappingProblem("identity", "info", "d2t is all zeros with Vd == V: the identity (full-vocab) map"))
+        return out
+
+    def check(self) -> VocabMapping:
+        """Raise :class:`MappingError` (exit 2) on the first error-level problem; return self."""
+        for p in self.problems():
+            if p.severity == "error":
+                raise MappingError(f"{self.source}: {p.message}", tensor=p.location, path=self.source)
+        return self
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary (used by inspect)."""
+        d2t = self.d2t
+        return {
+            "source": self.source,
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "dtypes": dict(self.given_dtypes),
+            "has_t2d": self.given_t2d is not None,
+            "d2t_min": int(d2t.min()) if len(d2t) else None,
+            "d2t_max": int(d2t.max()) if len(d2t) else None,
+            "target_id_min": int(self.ids.min()) if len(d2t) else None,
+            "target_id_max": int(self.ids.max()) if len(d2t) else None,
+            "order": self.order,
+            "identity": self.is_identity,
+            "t2d_agrees": None if self.given_t2d is None
+            else not any(p.code in ("t2d-mismatch", "t2d-length") for p in self.problems()),
+            "problems": [p.__dict__ for p in self.problems()],
+        }  # fmt: skip
+
+
+def _from_obj(obj: Any, source: str, hint_name: str) -> VocabMapping:
+    """A mapping from a dict of arrays or a bare array (name hints say which kind)."""
+    if isinstance(obj, dict):
+        keys = {str(k): k for k in obj}
+        d2t = next((obj[keys[k]] for k in _D2T_KEYS if k in keys), None)
+        t2d = next((obj[keys[k]] for k in _T2D_KEYS if k in keys), None)
+        ids = next((obj[keys[k]] for k in _IDS_KEYS if k in keys), None)
+        if d2t is not None:
+            return VocabMapping.from_d2t(np.asarray(d2t), t2d=None if t2d is None else np.asarray(t2d), source=source)
+        if ids is not None:
+            v = obj.get("target_vocab_size") or obj.get("vocab_size")
+            return VocabMapping.from_ids(np.asarray(ids), v, source=source)
+        if t2d is not None:
+            return VocabMapping.from_t2d(np.asarray(t2d), source=source)
+        raise MappingError(f"{source}: no d2t, t2d or ids inside (keys: {sorted(keys)[:8]})", path=source)
+    arr = np.asarray(obj)
+    if arr.dtype == np.bool_ or "t2d" in hint_name:
+        return VocabMapping.from_t2d(arr, source=source)
+    if any(k in hint_name for k in ("ids", "target", "token")) and "d2t" not in hint_name:
+        return VocabMapping.from_ids(arr, source=source)
+    return VocabMapping.from_d2t(arr, source=source)
+
+
+def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
+    """Load a mapping from a checkpoint, or a mapping file (.safetensors, .npy, .json, .pt).
+
+    A bare array in a .npy/.pt/.json file is read as d2t offsets unless the file name
+    says ``t2d`` (a mask) or ``ids`` (absolute target ids); a dict is read by its keys
+    (``d2t``, ``t2d``, ``ids``/``target_ids``). .pt files are read with
+    ``torch.load(weights_only=True)``: no arbitrary unpickling.
+
+    Raises:
+        MappingError, CheckpointNotFoundError, CheckpointFormatError.
+    """
+    from .checkpoint import Checkpoint, open_checkpoint
+
+    if isinstance(src, VocabMapping):
+        return src
+    if isinstance(src, Checkpoint):
+        return VocabMapping.from_checkpoint(src)  # type: ignore[return-value]
+    p = Path(src)
+    name = p.name.lower()
+    if p.is_file() and p.suffix == ".npy":
+        try:
+            return _from_obj(np.load(p, allow_pickle=False), str(p), name)
+        except ValueError as e:
+            raise MappingError(f"{p}: not a plain .npy array ({e})", path=p) from None
+    if p.is_file() and p.suffix == ".json" and p.name != "config.json":
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise MappingError(f"{p}: not valid JSON ({e})", path=p) from None
+        if isinstance(obj, dict):
+            obj = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in obj.items()}
+            if "t2d" in obj:
+                obj["t2d"] = obj["t2d"].astype(bool) if obj["t2d"].dtype != object else obj["t2d"]
+        elif isinstance(obj, list):
+            obj = np.asarray(obj)
+        return _from_obj(obj, str(p), name)
+    if p.is_file() and p.suffix == ".pt":
+        return _from_obj(_load_pt(p), str(p), name)
+    if not p.exists() and p.suffix in MAPPING_FILE_SUFFIXES:
+        raise CheckpointNotFoundError(f"{p}: no such file", path=p)
+    with open_checkpoint(src) as ck:
+        return VocabMapping.from_checkpoint(ck)  # type: ignore[return-value]
+
+
+def _load_pt(p: Path) -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MappingError(
+            f"{p}: reading .pt mapping files needs torch",
+            path=p, hint="pip install torch, or save the mapping as .safetensors/.npy/.json",
+        ) from None  # fmt: skip
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises UnpicklingError for anything not plain tensors
+        raise PickleRefusedError(
+            f"{p}: refused: not loadable with weights_only=True ({e.__class__.__name__})", path=p
+        ) from None
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.cpu().numpy()
+        if isinstance(x, dict):
+            return {k: conv(v) for k, v in x.items()}
+        return x
+
+    return conv(obj)

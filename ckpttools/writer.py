@@ -1,0 +1,349 @@
+"""A streaming safetensors writer with bounded memory, and atomic checkpoint output.
+
+The header of each file is known before any data is written (names, dtypes and shapes
+are declared up front), so tensors go to disk one at a time, in order, straight from
+wherever they come from: an array, a byte string, or a byte range of another file
+(copied in the kernel with ``copy_file_range`` where the OS has it).
+
+:class:`CheckpointWriter` writes a whole checkpoint directory into a temporary
+directory beside the output and renames it into place only when everything succeeded,
+so an interrupted run leaves nothing at the output path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointFormatError, OutputExistsError
+from .safetensors_header import DTYPE_SIZES
+
+__all__ = [
+    "TensorSpec",
+    "plan_shards",
+    "shard_file_names",
+    "SafetensorsFileWriter",
+    "CheckpointWriter",
+    "parse_size",
+]
+
+_COPY_CHUNK = 64 << 20
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor to be written: name, safetensors dtype string, shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * DTYPE_SIZES[self.dtype]
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """Parse ``5GB``, ``500MB``, ``2GiB`` or a plain byte count; None stays None."""
+    if text is None or isinstance(text, int):
+        return text
+    t = text.strip().upper().replace(" ", "")
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+             "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}  # fmt: skip
+    for u, mult in units.items():
+        if t.endswith(u):
+            num = t[: -len(u)]
+            break
+    else:
+        num, mult = t, 1
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 5GB, 500MB, 2GiB)") from None
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return value
+
+
+def plan_shards(specs: Sequence[TensorSpec], max_shard_size: int | None) -> list[list[TensorSpec]]:
+    """Split tensors, in order, into shards of at most ``max_shard_size`` data bytes.
+
+    A tensor larger than the limit gets a shard of its own. Pure function.
+    """
+    if not max_shard_size:
+        return [list(specs)]
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for s in specs:
+        if shards[-1] and size + s.nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(s)
+        size += s.nbytes
+    return shards
+
+
+def shard_file_names(n: int) -> list[str]:
+    """The Hugging Face names for ``n`` shards."""
+    if n == 1:
+        return ["model.safetensors"]
+    return [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+
+
+def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) -> bytes:
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    off = 0
+    for s in specs:
+        if s.dtype not in DTYPE_SIZES:
+            raise ValueError(f"unknown safetensors dtype {s.dtype!r} for {s.name!r}")
+        header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [off, off + s.nbytes]}
+        off += s.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _as_bytes(data: Any) -> memoryview:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return memoryview(data).cast("B")
+    import numpy as np
+
+    arr = np.ascontiguousarray(data)
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+class SafetensorsFileWriter:
+    """Write one .safetensors file: header first, then each declared tensor in order.
+
+    Example:
+        >>> specs = [TensorSpec("w", "F32", (2, 2))]
+        >>> with SafetensorsFileWriter("x.safetensors", specs) as w:  # doctest: +SKIP
+        ...     w.write("w", np.eye(2, dtype=np.float32))
+    """
+
+    def __init__(self, path: str | Path, specs: Sequence[TensorSpec], metadata: dict[str, str] | None = None):
+        self.path = Path(path)
+        self.specs = list(specs)
+        self._next = 0
+        self._f = open(self.path, "wb")
+        self._f.write(_header_bytes(self.specs, metadata))
+
+    def _expect(self, name: str) -> TensorSpec:
+        if self._next >= len(self.specs):
+            raise ValueError(f"{self.path.name}: tensor {name!r} was not declared")
+        spec = self.specs[self._next]
+        if spec.name != name:
+            raise ValueError(f"{self.path.name}: expected tensor {spec.name!r} next, got {name!r}")
+        self._next += 1
+        return spec
+
+    def write(self, name: str, data: Any) -> None:
+        """Write the next tensor from an array or bytes of exactly its declared size."""
+        spec = self._expect(name)
+        buf = _as_bytes(data)
+        if buf.nbytes != spec.nbytes:
+            raise ValueError(f"tensor {name!r}: got {buf.nbytes} bytes, declared {spec.nbytes}")
+        self._f.write(buf)
+
+    def write_chunks(self, name: str, chunks: Iterable[Any]) -> None:
+        """Write the next tensor from an iterable of arrays or byte strings (streaming)."""
+        spec = self._expect(name)
+        n = 0
+        for c in chunks:
+            buf = _as_bytes(c)
+            self._f.write(buf)
+            n += buf.nbytes
+        if n != spec.nbytes:
+            raise ValueError(f"tensor {name!r}: got {n} bytes, declared {spec.nbytes}")
+
+    def copy_range(self, name: str, src: str | Path, offset: int) -> None:
+        """Write the next tensor by copying its bytes from ``src`` at ``offset``."""
+        spec = self._expect(name)
+        self._f.flush()
+        left = spec.nbytes
+        with open(src, "rb") as s:
+            sfd, dfd = s.fileno(), self._f.fileno()
+            pos = offset
+            if hasattr(os, "copy_file_range"):
+                try:
+                    while left:
+                        n = os.copy_file_range(sfd, dfd, min(left, 1 << 30), pos)
+                        if n == 0:
+                            break
+                        pos += n
+                        left -= n
+                except OSError:
+                    pass  # e.g. across file systems that refuse it: fall through to reads
+            self._f.seek(0, os.SEEK_END)
+            while left:
+                chunk = os.pread(sfd, min(left, _COPY_CHUNK), pos)
+                if not chunk:
+                    raise CheckpointFormatError(f"{src}: ended early while copying {name!r}", path=src, tensor=name)
+                self._f.write(chunk)
+                pos += len(chunk)
+                left -= len(chunk)
+
+    def skip(self, name: str) -> None:
+        """Leave the next tensor's bytes as a hole (sparse file; reads as zeros)."""
+        spec = self._expect(name)
+        self._f.seek(spec.nbytes, os.SEEK_CUR)
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        try:
+            if self._next != len(self.specs):
+                raise ValueError(
+                    f"{self.path.name}: {len(self.specs) - self._next} declared tensor(s) never written, "
+                    f"starting with {self.specs[self._next].name!r}"
+                )
+            self._f.truncate(self._f.tell())
+        finally:
+            self._f.close()
+
+    def abort(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> SafetensorsFileWriter:
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class CheckpointWriter:
+    """Write a checkpoint directory atomically, streaming tensors into planned shards.
+
+    Tensors are written in the declared order. Side files (config.json, manifest,
+    tokenizer files) go in with :meth:`add_json` and :meth:`add_file`. On success the
+    temporary directory beside ``out`` is renamed to ``out``; on any error it is removed
+    and ``out`` is untouched.
+
+    Example:
+        >>> with CheckpointWriter("out", specs, max_shard_size=5 * 10**9) as w:  # doctest: +SKIP
+        ...     for s in specs:
+        ...         w.write(s.name, arrays[s.name])
+        ...     w.add_json("config.json", config)
+    """
+
+    def __init__(
+        self,
+        out: str | Path,
+        specs: Sequence[TensorSpec],
+        *,
+        max_shard_size: int | None = None,
+        metadata: dict[str, str] | None = None,
+        force: bool = False,
+    ) -> None:
+        self.out = Path(out)
+        if self.out.exists() and not force:
+            raise OutputExistsError(f"{self.out} already exists", path=self.out)
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate tensor names in the output")
+        self.force = force
+        self.metadata = {"format": "pt", **(metadata or {})}
+        self.plan = plan_shards(specs, max_shard_size)
+        self.files = shard_file_names(len(self.plan))
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
+        self._cur: SafetensorsFileWriter | None = None
+        self._cur_i = -1
+
+    def _writer_for(self, name: str) -> SafetensorsFileWriter:
+        if name not in self._shard_of:
+            raise ValueError(f"tensor {name!r} was not declared")
+        i = self._shard_of[name]
+        if i != self._cur_i:
+            if i < self._cur_i:
+                raise ValueError(f"tensor {name!r} written out of order")
+            while self._cur_i < i:
+                if self._cur is not None:
+                    self._cur.close()
+                self._cur_i += 1
+                self._cur = SafetensorsFileWriter(
+                    self.tmp / self.files[self._cur_i], self.plan[self._cur_i], self.metadata
+                )
+        assert self._cur is not None
+        return self._cur
+
+    def write(self, name: str, data: Any) -> None:
+        self._writer_for(name).write(name, data)
+
+    def write_chunks(self, name: str, chunks: Iterable[Any]) -> None:
+        self._writer_for(name).write_chunks(name, chunks)
+
+    def copy_range(self, name: str, src: str | Path, offset: int) -> None:
+        self._writer_for(name).copy_range(name, src, offset)
+
+    def skip(self, name: str) -> None:
+        self._writer_for(name).skip(name)
+
+    def add_json(self, relname: str, obj: Any) -> None:
+        (self.tmp / relname).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+    def add_file(self, relname: str, src: str | Path) -> None:
+        shutil.copyfile(src, self.tmp / relname)
+
+    def _finish(self) -> None:
+        if self._cur is None and self.plan and self.plan[0]:
+            self._writer_for(self.plan[0][0].name)  # surfaces "never written"
+        if self._cur is not None:
+            self._cur.close()
+        if self._cur_i != len(self.plan) - 1 and any(self.plan[self._cur_i + 1 :]):
+            raise ValueError("some declared shards were never written")
+        if not self.plan[0]:  # no tensors at all: still write a valid empty file
+            SafetensorsFileWriter(self.tmp / self.files[0], [], self.metadata).close()
+        if len(self.plan) > 1:
+            total = sum(s.nbytes for shard in self.plan for s in shard)
+            wm = {s.name: self.files[i] for i, shard in enumerate(self.plan) for s in shard}
+            self.add_json(
+                "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": wm}
+            )
+        for p in self.tmp.iterdir():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self.out.exists():
+            if not self.force:
+                raise OutputExistsError(f"{self.out} appeared while writing", path=self.out)
+            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.parent))
+            os.rename(self.out, old / "x")
+            os.rename(self.tmp, self.out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(self.tmp, self.out)
+
+    def abort(self) -> None:
+        if self._cur is not None:
+            self._cur.abort()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is not None:
+            self.abort()
+            return
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
