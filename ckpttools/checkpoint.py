@@ -7,11 +7,12 @@ read on request through a memory map, one map per shard, opened once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from .errors import (
     CheckpointFormatError,
@@ -59,8 +60,8 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
 def load_config(path: Path) -> dict[str, Any]:
     """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        cfg = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON ({e})", path=path) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: not a JSON object", path=path)
@@ -208,10 +209,10 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         index_path = others[0] if others else index_path
     if index_path.is_file():
         try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
+            index = orjson.loads(index_path.read_bytes())
             weight_map = index["weight_map"]
             assert isinstance(weight_map, dict)
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError):
+        except (orjson.JSONDecodeError, KeyError, TypeError, AssertionError):
             raise CheckpointFormatError(
                 f"{index_path}: not a safetensors index (needs a JSON object with weight_map)",
                 path=index_path,

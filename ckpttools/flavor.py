@@ -29,6 +29,8 @@ class Flavor:
 
     kind: str
     evidence: list[str] = field(default_factory=list)
+    has_d2t: bool = False
+    has_t2d: bool = False
 
     @property
     def description(self) -> str:
@@ -43,6 +45,42 @@ class Flavor:
 
 
 def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) -> Flavor:
+    """See :func:`_detect`; records whether d2t/t2d were present."""
+    names = list(tensor_names)
+    canon = _canonical_subset(names)
+    f = _detect(config, names, canon)
+    f.has_d2t, f.has_t2d = "d2t" in canon, "t2d" in canon
+    return f
+
+
+_KEY_NAMES = ("fc.weight", "d2t", "t2d", "embed_tokens.weight", "lm_head.weight")
+
+
+def _canonical_subset(names: list[str]) -> set[str]:
+    """The canonical forms of the few names detection needs, plus one name per layer.
+
+    Canonicalising every name of a 35,000-tensor target costs more than reading its
+    headers, so only the names that matter are looked at.
+    """
+    raw = set(names)
+    out: set[str] = set()
+    for key in _KEY_NAMES:
+        if key in raw or "model." + key in raw:
+            out.add(key)
+    for alias, new in (("draft_id_to_target_id", "d2t"), ("hot_token_id", "d2t")):
+        if alias in raw:
+            out.add(new)
+    for n in names:
+        if n.startswith("model."):
+            n = n[6:]
+        if n.startswith("layers."):
+            out.add("layers." + n.split(".", 2)[1])
+        elif n.startswith("midlayer."):
+            out.add("layers.0")
+    return out
+
+
+def _detect(config: dict[str, Any] | None, names: list[str], canon: set[str]) -> Flavor:
     """Decide the layout from config.json and the tensor names (headers only).
 
     Example:
@@ -52,8 +90,6 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
     cfg = config or {}
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs else None
-    names = list(tensor_names)
-    canon = {canonical_name(n)[0] for n in names}
     has_mid = any(n.startswith(("midlayer.", "model.midlayer.")) for n in names)
     has_fc = "fc.weight" in canon
     has_d2t, has_t2d = "d2t" in canon, "t2d" in canon
@@ -84,11 +120,11 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
         return Flavor("sglang", ev)
     if drafter_like and cfg:
         return Flavor("eagle3-unknown", ev)
-    if names and canon <= {"d2t", "t2d"}:
+    if 0 < len(names) <= 2 and {canonical_name(n)[0] for n in names} <= {"d2t", "t2d"}:
         return Flavor("mapping", ev or ["only d2t/t2d tensors"])
     if not cfg and has_fc:
         return Flavor("eagle3-unknown", ev + ["no config.json"])
-    n_layers = len({n.split(".")[1] for n in canon if n.startswith("layers.")})
+    n_layers = sum(1 for n in canon if n.startswith("layers."))
     if arch or (n_layers and "embed_tokens.weight" in canon):
         ev.append(f"{n_layers} decoder layer(s) in the weights, no fc/d2t")
         return Flavor("target", ev)

@@ -10,7 +10,6 @@ from typing import Any
 from .checkpoint import Checkpoint, open_checkpoint
 from .config import context_length, essentials
 from .flavor import detect_flavor
-from .names import canonical_name
 
 __all__ = ["InspectReport", "inspect", "INSPECT_SCHEMA_VERSION"]
 
@@ -91,15 +90,15 @@ def inspect(
     ctx, _ = context_length(ck.config)
 
     by_dtype: dict[str, dict[str, int]] = {}
-    total_p = total_b = 0
     for t in ck.tensors.values():
-        d = by_dtype.setdefault(t.dtype, {"tensors": 0, "params": 0, "bytes": 0})
-        n = t.numel
+        d = by_dtype.get(t.dtype)
+        if d is None:
+            d = by_dtype[t.dtype] = {"tensors": 0, "params": 0, "bytes": 0}
         d["tensors"] += 1
-        d["params"] += n
-        d["bytes"] += t.nbytes
-        total_p += n
-        total_b += t.nbytes
+        d["params"] += t.numel
+        d["bytes"] += t.end - t.start
+    total_p = sum(d["params"] for d in by_dtype.values())
+    total_b = sum(d["bytes"] for d in by_dtype.values())
     files = []
     for name, h in ck.headers.items():
         files.append({"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.tensors)})
@@ -109,8 +108,7 @@ def inspect(
 
     mapping = None
     notes: list[str] = []
-    canon = {canonical_name(n)[0] for n in ck.tensors}
-    if canon & {"d2t", "t2d"}:
+    if flavor.has_d2t or flavor.has_t2d:
         from .errors import MappingError
         from .vocab import VocabMapping
 

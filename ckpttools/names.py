@@ -31,6 +31,8 @@ CANONICAL_PREFIXES: list[tuple[str, str]] = [
     ("aux_norm_high.", "fc_norm.2."),
 ]
 
+_PREFIXES = tuple(old for old, _ in CANONICAL_PREFIXES)
+
 #: whole-name renames applied after the prefixes
 EXACT_RENAMES: dict[str, str] = {
     "draft_id_to_target_id": "d2t",
@@ -78,15 +80,14 @@ def canonical_name(name: str) -> tuple[str, list[str]]:
         >>> canonical_name("model.midlayer.self_attn.q_proj.weight")
         ('layers.0.self_attn.q_proj.weight', ['model. -> ', 'midlayer. -> layers.0.'])
     """
+    if not name.startswith(_PREFIXES) and name not in EXACT_RENAMES:
+        return name, []
     applied: list[str] = []
-    changed = True
-    while changed:
-        changed = False
+    while name.startswith(_PREFIXES):
         for old, new in CANONICAL_PREFIXES:
             if name.startswith(old):
                 name = new + name[len(old) :]
                 applied.append(f"{old} -> {new}")
-                changed = True
                 break
     if name in EXACT_RENAMES:
         applied.append(f"{name} -> {EXACT_RENAMES[name]}")

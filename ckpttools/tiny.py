@@ -329,8 +329,9 @@ def build_huge_sparse(
                 break
         layer += 1
     names += [TensorSpec("model.norm.weight", "BF16", (hidden,)), TensorSpec("lm_head.weight", "BF16", (vocab_size, hidden))]
-    total = sum(s.nbytes for s in names)
-    with CheckpointWriter(out, names, max_shard_size=-(-total // num_shards) + 1, force=force) as w:
+    per = -(-len(names) // num_shards)
+    plan = [names[i : i + per] for i in range(0, len(names), per)]
+    with CheckpointWriter(out, names, plan=plan, force=force) as w:
         for s in names:
             w.skip(s.name)
         w.add_json("config.json", {

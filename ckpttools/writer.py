@@ -247,6 +247,7 @@ class CheckpointWriter:
         max_shard_size: int | None = None,
         metadata: dict[str, str] | None = None,
         force: bool = False,
+        plan: list[list[TensorSpec]] | None = None,
     ) -> None:
         self.out = Path(out)
         if self.out.exists() and not force:
@@ -256,7 +257,9 @@ class CheckpointWriter:
             raise ValueError("duplicate tensor names in the output")
         self.force = force
         self.metadata = {"format": "pt", **(metadata or {})}
-        self.plan = plan_shards(specs, max_shard_size)
+        self.plan = plan if plan is not None else plan_shards(specs, max_shard_size)
+        if [s.name for shard in self.plan for s in shard] != names:
+            raise ValueError("the shard plan must hold the declared tensors, in order")
         self.files = shard_file_names(len(self.plan))
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))

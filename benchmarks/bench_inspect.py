@@ -1,0 +1,99 @@
+"""Inspect on a 64-shard sparse checkpoint whose headers describe ~1 TB in ~35,000 tensors.
+
+Compares, whole-process and in the same run:
+  - `ckpt inspect --json` (headers only), and
+  - the naive way: open every shard with the safetensors library, read each
+    tensor's dtype and shape, and print that inventory as JSON,
+and `ckpt --help`. It also counts the bytes each process read (/proc/self/io rchar).
+
+    python benchmarks/bench_inspect.py [--workdir DIR] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_timed  # noqa: E402
+
+NAIVE = r"""
+import json, sys
+from pathlib import Path
+from safetensors import safe_open
+root = Path(sys.argv[1])
+index = json.loads((root / "model.safetensors.index.json").read_text())
+out = {}
+for shard in sorted(set(index["weight_map"].values())):
+    with safe_open(root / shard, framework="numpy") as f:
+        for k in f.keys():
+            s = f.get_slice(k)
+            out[k] = (s.get_dtype(), s.get_shape())
+json.dump([{"name": k, "dtype": d, "shape": s} for k, (d, s) in out.items()], sys.stdout)
+"""
+
+RCHAR = r"""
+import sys, runpy
+def rchar():
+    for line in open("/proc/self/io"):
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+sys.argv = ["ckpt", *sys.argv[1:]]
+try:
+    from ckpttools.cli import main
+    main()
+except SystemExit:
+    pass
+sys.stderr.write(f"RCHAR {rchar()}\n")
+"""
+
+
+def rchar_of(args: list[str]) -> int:
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", RCHAR, *args], capture_output=True, text=True)
+    return int(r.stderr.strip().split("RCHAR ")[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    from ckpttools.checkpoint import open_checkpoint
+    from ckpttools.tiny import build_huge_sparse
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench-inspect-")
+    work = a.workdir or Path(tmp.name)
+    huge = work / "huge"
+    if not huge.exists():
+        build_huge_sparse(huge)
+    with open_checkpoint(huge) as ck:
+        n, total = len(ck.tensors), sum(t.nbytes for t in ck.tensors.values())
+        shards = len(ck.headers)
+        header_bytes = sum(h.header_len + 8 for h in ck.headers.values())
+    disk = sum(f.stat().st_blocks * 512 for f in huge.iterdir())
+    print(f"checkpoint: {shards} shards, {n} tensors, headers describe {total / 1e12:.3f} TB; "
+          f"{disk / 1e6:.1f} MB on disk; headers total {header_bytes / 1e6:.2f} MB")  # fmt: skip
+    ckpt = [sys.executable, "-m", "ckpttools"]
+    help_med, help_min = run_timed([*ckpt, "--help"], a.repeat)
+    ins_med, ins_min = run_timed([*ckpt, "inspect", str(huge), "--json"], a.repeat)
+    naive_med, naive_min = run_timed([sys.executable, "-c", NAIVE, str(huge)], a.repeat)
+    quiet = NAIVE.replace("json.dump(", "len(")  # the same loop, printing nothing
+    quiet_med, quiet_min = run_timed([sys.executable, "-c", quiet.replace(", sys.stdout)", ")"), str(huge)], a.repeat)
+    base = rchar_of(["--help"])
+    read = rchar_of(["inspect", str(huge), "--json", "--no-tensors"]) - base
+    print(f"ckpt --help                 median {help_med:.3f} s  min {help_min:.3f} s   (target < 0.3 s)")
+    print(f"ckpt inspect --json         median {ins_med:.3f} s  min {ins_min:.3f} s   (target < 0.5 s)")
+    print(f"naive safetensors open-all  median {naive_med:.3f} s  min {naive_min:.3f} s")
+    print(f"naive, printing nothing     median {quiet_med:.3f} s  min {quiet_min:.3f} s")
+    print(f"ratio inspect / naive: {ins_med / naive_med:.2f}x  (below 1 = faster than naive)")
+    print(f"ratio inspect / naive printing nothing: {ins_med / quiet_med:.2f}x")
+    print(f"bytes read by inspect beyond `ckpt --help`: {read / 1e6:.2f} MB "
+          f"(headers are {header_bytes / 1e6:.2f} MB of {total / 1e12:.3f} TB)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

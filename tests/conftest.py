@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny real checkpoints built once per test session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("CKPT_SHARED", REPO.parent / "shared"))
+REAL_CONFIGS = SHARED / "data" / "real-configs"
+
+
+def real_configs_dir() -> Path:
+    if not REAL_CONFIGS.is_dir():
+        pytest.skip(f"real configs not found at {REAL_CONFIGS} (shared/ is laid beside the checkout)")
+    return REAL_CONFIGS
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("CKPT_GPU_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="GPU test: set CKPT_GPU_TESTS=1 on a machine with a GPU and the SGLang bundle")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ckpts(tmp_path_factory):
+    """One tiny checkpoint of each kind, built once."""
+    from ckpttools.tiny import DRAFTER_FLAVORS, build_drafter, build_target
+
+    root = tmp_path_factory.mktemp("ckpts")
+    out = {f: build_drafter(root / f"drafter-{f}", f) for f in DRAFTER_FLAVORS}
+    out["target"] = build_target(root / "target")
+    out["sharded"] = build_drafter(root / "drafter-sharded", "sglang", max_shard_size=40_000, embed_tokens=True)
+    return out
+
+
+def run_ckpt(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real `ckpt` entry point in a fresh process."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ckpttools", *args], capture_output=True, text=True, env=e, cwd=cwd)
+
+
+def load_json(text: str):
+    return json.loads(text)

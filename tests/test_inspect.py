@@ -1,0 +1,130 @@
+"""ckpt inspect on every flavor, human and JSON, and the no-torch promise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from ckpttools.cli import cli
+from ckpttools.inspection import inspect
+from ckpttools.tiny import build_target
+
+REPO = Path(__file__).resolve().parents[1]
+EXPECTED_KIND = {
+    "sglang": "sglang", "eagle": "eagle", "vllm": "vllm", "speculators": "vllm", "mla": "mla",
+    "modelopt": "modelopt", "training": "sglang", "target": "target", "sharded": "sglang",
+}  # fmt: skip
+
+
+def _schema():
+    return json.loads((REPO / "schemas" / "inspect-report.schema.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_KIND))
+def test_every_flavor_json(ckpts, name):
+    r = CliRunner().invoke(cli, ["inspect", str(ckpts[name]), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, _schema())
+    assert d["kind"] == EXPECTED_KIND[name]
+    assert d["evidence"]
+    assert d["num_tensors"] == len(d["tensors"])
+    assert d["total_bytes"] == sum(t["bytes"] for t in d["tensors"])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_KIND))
+def test_every_flavor_human(ckpts, name):
+    r = CliRunner().invoke(cli, ["inspect", str(ckpts[name])])
+    assert r.exit_code == 0, r.output
+    assert f"kind: {EXPECTED_KIND[name]} (" in r.stdout
+    assert "tensors (" in r.stdout and "lm_head.weight" in r.stdout
+
+
+def test_flavor_evidence_and_mapping_summary(ckpts):
+    r = inspect(ckpts["eagle"])
+    assert "tensor names use midlayer." in r.evidence and "config has draft_vocab_size" in r.evidence
+    assert r.config["max_position_embeddings"] == 2048 and r.config["torch_dtype"] == "float16"
+    vm = r.vocab_mapping
+    assert vm["order"] == "ascending" and vm["t2d_agrees"] is True and vm["draft_vocab_size"] == 256
+    m = inspect(ckpts["modelopt"]).vocab_mapping
+    assert m["order"] == "unordered" and m["has_t2d"] is False
+    assert any(p["code"] == "order" for p in m["problems"])
+    t = inspect(ckpts["target"])
+    assert t.vocab_mapping is None and t.config["num_hidden_layers"] == 8
+
+
+def test_text_config_and_filter(tmp_path):
+    p = build_target(tmp_path / "k25", text_config=True, max_position_embeddings=262144)
+    r = inspect(p, filter="model.layers.0.*")
+    assert r.config["hidden_size"] == 64 and r.config["sources"]["hidden_size"] == "$.text_config.hidden_size"
+    assert r.context_length == 262144
+    assert r.tensors and all(t["name"].startswith("model.layers.0.") for t in r.tensors)
+    assert r.num_tensors > len(r.tensors)
+
+
+def test_no_tensors_flag(ckpts):
+    d = json.loads(CliRunner().invoke(cli, ["inspect", str(ckpts["sglang"]), "--json", "--no-tensors"]).stdout)
+    assert "tensors" not in d and d["num_tensors"] == 15
+
+
+def test_identity_and_missing_mapping_are_reported(tmp_path):
+    from ckpttools.tiny import build_drafter
+
+    full = build_drafter(tmp_path / "full", "sglang", vocab_size=300, draft_vocab_size=300,
+                         mapping=list(range(300)))  # fmt: skip
+    assert inspect(full).vocab_mapping["identity"] is True
+    none = build_drafter(tmp_path / "none", "sglang", draft_vocab_size=256, mapping=None,
+                         config_overrides={})  # fmt: skip
+    # strip the mapping: rebuild the same drafter without d2t/t2d
+    from ckpttools.checkpoint import open_checkpoint
+    from ckpttools.tiny import write_tensors
+
+    with open_checkpoint(none) as ck:
+        tensors = {n: ck.read(n).copy() for n in ck.tensors if n not in ("d2t", "t2d")}
+        cfg = ck.config
+    bare = write_tensors(tmp_path / "bare", tensors, cfg)
+    r = inspect(bare)
+    assert r.vocab_mapping is None
+    assert any("no d2t while draft_vocab_size 256 < vocab_size 1024" in n for n in r.notes)
+
+
+TRIPWIRE = """
+import os
+open(os.environ["CKPT_TRIPWIRE"], "w").write("torch was imported")
+raise ImportError("tripwire: torch must not be imported here")
+"""
+
+
+def test_inspect_and_help_never_import_torch(ckpts, tmp_path):
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(TRIPWIRE)
+    mark = tmp_path / "tripped"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "CKPT_TRIPWIRE": str(mark)}
+    for args in (["--help"], ["inspect", str(ckpts["sglang"]), "--json"], ["inspect", str(ckpts["sharded"])],
+                 ["inspect", str(ckpts["modelopt"])]):  # fmt: skip
+        r = subprocess.run([sys.executable, "-m", "ckpttools", *args], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        assert not mark.exists(), f"ckpt {' '.join(args)} imported torch"
+
+
+def test_every_command_has_help_with_examples():
+    def walk(group, prefix):
+        for name, cmd in group.commands.items():
+            yield [*prefix, name], cmd
+            if hasattr(cmd, "commands"):
+                yield from walk(cmd, [*prefix, name])
+
+    for path, cmd in walk(cli, []):
+        r = CliRunner().invoke(cli, [*path, "--help"])
+        assert r.exit_code == 0, path
+        assert cmd.help and len(cmd.help.strip()) > 20, f"ckpt {' '.join(path)} has no help"
+        if not hasattr(cmd, "commands") and path[0] not in ("demo",):
+            assert "Example" in cmd.help, f"ckpt {' '.join(path)} has no example"
