@@ -86,6 +86,77 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
         click.echo(render_inspect(report))
 
 
+# ---------------------------------------------------------------------------- vocab
+@cli.command("diff-vocab", epilog=EXIT_CODES_HELP)
+@click.argument("a")
+@click.argument("b")
+@click.option("--tokenizer", type=click.Path(exists=True), help="HF tokenizer.json (or its directory) for token strings.")
+@click.option("--frequencies", type=click.Path(exists=True),
+              help="Token counts: JSON {id: count}, .npy of counts, or JSONL of token-id lists.")  # fmt: skip
+@click.option("--show", default=10, show_default=True, help="How many differing slots and one-sided tokens to list.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | None, show: int, as_json: bool) -> None:
+    """Compare two vocabulary mappings: slots that agree, and tokens shared.
+
+    A and B are each a drafter checkpoint or a mapping file (.safetensors, .npy, .json,
+    .pt). Slots count positions; shared tokens count what a remap of A into B's space
+    would carry over.
+
+    \b
+    Examples:
+      ckpt diff-vocab ./drafter-k2 ./drafter-k25
+      ckpt diff-vocab ./drafter mapping.safetensors --tokenizer ./target --show 20
+    """
+    from .vocabdiff import diff_vocab
+
+    d = diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show)
+    if as_json:
+        from .output import emit_json
+
+        emit_json(d.to_dict())
+    else:
+        from .render import render_diff_vocab
+
+        click.echo(render_diff_vocab(d))
+
+
+@cli.group("vocab")
+def vocab_group() -> None:
+    """Build vocabulary mappings (d2t/t2d) from token frequencies."""
+
+
+@vocab_group.command("build", epilog=EXIT_CODES_HELP)
+@click.option("--frequencies", required=True, type=click.Path(exists=True),
+              help="JSON {id: count}, .npy of counts, or JSONL of token-id lists (counted streaming).")  # fmt: skip
+@click.option("--draft-vocab-size", required=True, type=click.IntRange(min=1), help="Vd: how many tokens to keep.")
+@click.option("--vocab-size", type=click.IntRange(min=1), help="Target vocab size V (t2d's length); needed for JSON/JSONL.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output .safetensors (d2t + t2d).")
+@click.option("--force", is_flag=True, help="Replace the output if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | None, out: str, force: bool,
+                    as_json: bool) -> None:  # fmt: skip
+    """Keep the top-N tokens by frequency (ties: lower id), in ascending id order.
+
+    Writes d2t (int64 offsets) and t2d (bool) to a .safetensors file, as SpecForge,
+    EAGLE and speculators do.
+
+    \b
+    Example:
+      ckpt vocab build --frequencies counts.jsonl --vocab-size 163840 --draft-vocab-size 32000 -o map.safetensors
+    """
+    from .vocabdiff import build_vocab
+
+    r = build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force)
+    if as_json:
+        from .output import emit_json
+
+        emit_json(r.to_dict())
+    else:
+        from .render import render_build
+
+        click.echo(render_build(r))
+
+
 # ---------------------------------------------------------------------------- example
 @cli.group("example")
 def example_group() -> None:

@@ -120,10 +120,9 @@ def inspect(
     elif flavor.is_drafter and ess is not None:
         vd, v = ess.draft_vocab_size, ess.vocab_size
         if isinstance(vd, int) and isinstance(v, int) and vd < v:
-            notes.append(
-                f"no d2t while draft_vocab_size {vd} < vocab_size {v}: SGLang will treat draft ids as "
-                "target ids and vLLM will use the first Vd target ids; acceptance collapses silently"
-            )
+            from .vocab import missing_mapping_message
+
+            notes.append(missing_mapping_message(vd, v))
 
     rows = None
     if tensors:

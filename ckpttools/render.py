@@ -6,7 +6,7 @@ from typing import Any
 
 from .output import human_bytes, human_count, table
 
-__all__ = ["render_inspect"]
+__all__ = ["render_inspect", "render_diff_vocab", "render_build"]
 
 _CONFIG_ROWS = (
     "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -75,3 +75,47 @@ def render_inspect(r: Any) -> str:
                            human_bytes(t["bytes"]), t["shard"]) for t in r.tensors],
                          ("name", "dtype", "shape", "size", "shard")))  # fmt: skip
     return "\n".join(out)
+
+
+def render_diff_vocab(d: Any) -> str:
+    out = ["mappings:"]
+    out.append(table([(k, s["source"], f"{s['draft_vocab_size']:,}", _fmt(s["target_vocab_size"]), s["order"])
+                      for k, s in (("A", d.a), ("B", d.b))], ("", "source", "Vd", "V", "order")))  # fmt: skip
+    if d.target_vocab_note:
+        out.append(f"note: {d.target_vocab_note}")
+    rows = [
+        ("slots that agree (same token at the same draft id)", f"{d.slots_agree:,} of {d.slots_total:,}"),
+        ("slots that differ", f"{d.slots_differ:,}"),
+        ("tokens shared", f"{d.shared_tokens:,}"),
+        ("tokens only in A", f"{d.only_a:,}"),
+        ("tokens only in B", f"{d.only_b:,}"),
+        ("Jaccard index", f"{d.jaccard:.4f}"),
+        ("remap A -> B: rows carried", f"{d.remap_rows_carried:,}"),
+        ("remap A -> B: rows to initialize", f"{d.remap_rows_to_initialize:,}"),
+    ]
+    if d.frequency:
+        f = d.frequency
+        rows += [("token mass covered by A", f"{f['mass_a']:.2%}"), ("token mass covered by B", f"{f['mass_b']:.2%}"),
+                 ("mass only in A (lost moving A -> B)", f"{f['mass_only_a']:.2%}"),
+                 ("mass only in B (new to A's head)", f"{f['mass_only_b']:.2%}")]  # fmt: skip
+    out.append(table(rows, ("measure", "value")))
+    if d.differing_slots:
+        out.append(f"first {len(d.differing_slots)} differing slots:")
+        out.append(table([(r["slot"], r["a"], _tok(r["a_token"]), r["b"], _tok(r["b_token"]))
+                          for r in d.differing_slots], ("slot", "A id", "A token", "B id", "B token")))  # fmt: skip
+    for label, rows_ in (("only in A", d.only_a_tokens), ("only in B", d.only_b_tokens)):
+        if rows_:
+            out.append(f"tokens {label} (first {len(rows_)}): " + ", ".join(
+                f"{r['id']}" + (f" {_tok(r['token'])}" if r["token"] is not None else "") for r in rows_))
+    out.append(f"verdict: {d.verdict}")
+    return "\n".join(out)
+
+
+def _tok(t: str | None) -> str:
+    return "-" if t is None else repr(t)
+
+
+def render_build(r: Any) -> str:
+    return (f"wrote {r.output}: Vd {r.draft_vocab_size:,} of V {r.target_vocab_size:,}, ascending order; "
+            f"covers {r.mass_covered:.2%} of the token mass ({r.tokens_seen:,} distinct tokens seen"
+            + (f"; {r.zero_count_tokens:,} chosen tokens were never seen" if r.zero_count_tokens else "") + ")")

@@ -19,12 +19,20 @@ from .errors import CheckpointNotFoundError, MappingError, PickleRefusedError
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
 
-__all__ = ["VocabMapping", "MappingProblem", "load_mapping", "MAPPING_FILE_SUFFIXES"]
+__all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_message", "MAPPING_FILE_SUFFIXES"]
 
 MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
 _D2T_KEYS = ("d2t", "draft_id_to_target_id", "hot_token_id")
 _T2D_KEYS = ("t2d",)
 _IDS_KEYS = ("ids", "target_ids", "token_ids", "draft_to_target_ids")
+
+
+def missing_mapping_message(draft_vocab_size: int, vocab_size: int) -> str:
+    """What the engines do, silently, with a reduced head and no d2t."""
+    return (
+        f"no d2t while draft_vocab_size {draft_vocab_size} < vocab_size {vocab_size}: SGLang will treat draft "
+        "ids as target ids and vLLM will use the first Vd target ids; acceptance collapses with no error"
+    )
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,11 @@ class VocabMapping:
                 return cls.from_ids(ck.read(names[k]), vocab, **kw)
         if allow_missing:
             return None
+        vd = ess.draft_vocab_size
+        why = (f"; {missing_mapping_message(vd, vocab)}"
+               if isinstance(vd, int) and isinstance(vocab, int) and vd < vocab else "")  # fmt: skip
         raise MappingError(
-            f"{ck.source}: holds no vocabulary mapping (no d2t, t2d or ids tensor)",
+            f"{ck.source}: holds no vocabulary mapping (no d2t, t2d or ids tensor){why}",
             path=str(ck.source),
             hint="give a drafter with d2t/t2d, or a mapping file (.safetensors/.npy/.json/.pt)",
         )
