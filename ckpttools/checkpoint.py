@@ -102,6 +102,7 @@ class Checkpoint:
         self.tensors: dict[str, TensorInfo] = {}
         self._shard_paths: dict[str, Path] = {}
         self._maps: dict[str, Any] = {}
+        self._fds: dict[str, int] = {}
         for p in shards:
             name = p.name if p.parent == root else str(p.relative_to(root))
             hdr = read_header(p, name)
@@ -166,6 +167,60 @@ class Checkpoint:
             t, t.start + start * row_bytes, t.start + stop * row_bytes, (stop - start, *t.shape[1:])
         )
 
+    def iter_chunks(self, name: str, chunk_bytes: int = 32 << 20):
+        """Yield a tensor as arrays of whole rows, at most ~``chunk_bytes`` each.
+
+        Reads with ``os.pread`` into fresh buffers rather than through the memory map,
+        so the resident memory of a scan stays bounded by the chunk size.
+        """
+        import numpy as np
+
+        t = self.info(name)
+        dt = numpy_dtype(t.dtype)
+        rows = t.shape[0] if t.shape else 1
+        row_shape = t.shape[1:] if t.shape else ()
+        row_bytes = t.nbytes // rows if rows else 0
+        if not row_bytes:
+            yield np.zeros(t.shape, dtype=dt)
+            return
+        step = max(1, chunk_bytes // row_bytes)
+        fd = self._fd(t.shard)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            buf = os.pread(fd, (r1 - r0) * row_bytes, t.start + r0 * row_bytes)
+            if len(buf) != (r1 - r0) * row_bytes:
+                raise CheckpointFormatError(f"{t.shard}: short read in {name!r}", tensor=name)
+            a = np.frombuffer(buf, dtype=dt).reshape((r1 - r0, *row_shape))
+            yield a if t.shape else a.reshape(())
+
+    def read_rows_pread(self, name: str, rows: Any) -> np.ndarray:
+        """Gather the given row indices (any order) with positioned reads, no memory map."""
+        import numpy as np
+
+        t = self.info(name)
+        n = t.shape[0]
+        row_bytes = t.nbytes // n if n else 0
+        idx = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(idx), *t.shape[1:]), dtype=numpy_dtype(t.dtype))
+        flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes) if len(idx) else None
+        fd = self._fd(t.shard)
+        # coalesce runs of consecutive rows into one read each
+        i = 0
+        while i < len(idx):
+            j = i + 1
+            while j < len(idx) and idx[j] == idx[j - 1] + 1:
+                j += 1
+            buf = os.pread(fd, (j - i) * row_bytes, t.start + int(idx[i]) * row_bytes)
+            flat[i:j] = np.frombuffer(buf, dtype=np.uint8).reshape(j - i, row_bytes)
+            i = j
+        return out
+
+    def _fd(self, shard: str) -> int:
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self._shard_paths[shard], os.O_RDONLY)
+        return fd
+
     def read_bytes(self, name: str) -> memoryview:
         """The raw bytes of a tensor, as stored."""
         t = self.info(name)
@@ -183,6 +238,9 @@ class Checkpoint:
 
     def close(self) -> None:
         self._maps.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
     def __enter__(self) -> Checkpoint:
         return self

@@ -157,6 +157,49 @@ def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | N
         click.echo(render_build(r))
 
 
+# ---------------------------------------------------------------------------- validate
+@cli.command("validate", epilog=EXIT_CODES_HELP)
+@click.argument("drafter")
+@click.option("--target", help="The target: a checkpoint directory, Hub repo id, or its config.json.")
+@click.option("--deep", is_flag=True, help="Stream every tensor (bounded memory): NaN/Inf, zero or constant heads.")
+@click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
+@click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
+@click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
+@click.option("--force", is_flag=True, help="With --fix -o: replace the output if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out: str | None, in_place: bool,
+                 force: bool, as_json: bool) -> None:  # fmt: skip
+    """Check a drafter's config, tensors and mapping, optionally against its target.
+
+    DRAFTER is a checkpoint directory, a Hub repo id, or a bare config.json (config
+    checks only). Exit code 0 means no errors, 1 errors found, 2 unreadable input.
+
+    \b
+    Examples:
+      ckpt validate ./drafter --target ./target
+      ckpt validate drafter/config.json --target target/config.json --json
+      ckpt validate ./drafter --target ./target --fix -o ./drafter-fixed
+    """
+    if (out or in_place or force) and not do_fix:
+        raise click.UsageError("-o/--in-place/--force go with --fix")
+    if do_fix and bool(out) == in_place:
+        raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
+    from .output import emit_json
+    from .render import render_fix, render_validation
+
+    if do_fix:
+        from .fix import fix
+
+        res = fix(drafter, out, target=target, in_place=in_place, force=force)
+        emit_json(res.to_dict()) if as_json else click.echo(render_fix(res))
+        sys.exit(0 if res.after.ok else 1)
+    from .validate import validate
+
+    r = validate(drafter, target, deep=deep)
+    emit_json(r.to_dict()) if as_json else click.echo(render_validation(r))
+    sys.exit(0 if r.ok else 1)
+
+
 # ---------------------------------------------------------------------------- example
 @cli.group("example")
 def example_group() -> None:

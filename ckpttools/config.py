@@ -47,18 +47,40 @@ def aux_layer_ids(cfg: dict[str, Any] | None) -> tuple[list[int] | None, str | N
     return None, None
 
 
-def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
-    """The context a model covers: max_position_embeddings, or rope scaling's extension.
+#: the keys SGLang 0.5.17 reads, in order (utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS)
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 
-    Returns (length, how it was derived).
+
+def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
+    """The context length SGLang derives from a config, and how it got there.
+
+    Mirrors SGLang 0.5.17 ``get_context_length``: the first of
+    :data:`CONTEXT_LENGTH_KEYS` that is set, times rope_scaling's factor unless the
+    scaling names ``original_max_position_embeddings`` or is of type llama3; 2048 when
+    no key is set. Fields under text_config are used for multimodal wrappers.
+
+    Returns:
+        (length, derivation); (None, "no config") without a config.
     """
-    mpe, _ = lookup(cfg, "max_position_embeddings")
-    rs, _ = lookup(cfg, "rope_scaling")
-    if isinstance(mpe, int):
-        return mpe, "max_position_embeddings"
-    if isinstance(rs, dict) and rs.get("original_max_position_embeddings") and rs.get("factor"):
-        return int(rs["original_max_position_embeddings"] * rs["factor"]), "rope_scaling"
-    return None, "not stated"
+    if not cfg:
+        return None, "no config"
+    text = cfg
+    for sub in SUBCONFIG_KEYS:
+        if isinstance(cfg.get(sub), dict) and not any(k in cfg for k in CONTEXT_LENGTH_KEYS):
+            text = cfg[sub]
+            break
+    rs = text.get("rope_scaling")
+    factor = 1.0
+    if isinstance(rs, dict) and rs:
+        factor = rs.get("factor", 1) or 1
+        if "original_max_position_embeddings" in rs or rs.get("rope_type", rs.get("type")) == "llama3":
+            factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        val = text.get(key)
+        if val is not None:
+            how = key if factor == 1 else f"{key} x rope_scaling.factor {factor}"
+            return int(factor * val), how
+    return 2048, "SGLang's default (no context key set)"
 
 
 @dataclass

@@ -19,6 +19,8 @@ __all__ = [
     "sglang_loads",
     "is_training_only",
     "layer_index",
+    "FOREIGN_PREFIXES",
+    "suggest_rename",
 ]
 
 #: ordered (old prefix, new prefix); the first that matches wins, then matching restarts
@@ -49,6 +51,9 @@ SGLANG_NAME_PATTERNS: list[re.Pattern[str]] = [
         r"fc_norm\.\d+\.weight",
         r"input_norm\.weight",
         _LAYER + r"self_attn\.(q|k|v|o)_proj\.weight",
+        # MLA drafters (Eagle3DeepseekV2ForCausalLM)
+        _LAYER + r"self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight",
+        _LAYER + r"self_attn\.(q_a_layernorm|kv_a_layernorm)\.weight",
         _LAYER + r"mlp\.(gate|up|down)_proj\.weight",
         _LAYER + r"(input_layernorm|hidden_norm|post_attention_layernorm)\.weight",
         r"norm\.weight",
@@ -71,6 +76,33 @@ TRAINING_ONLY_PATTERNS: list[re.Pattern[str]] = [
         r"(draft_)?loss.*",
     )
 ]
+
+
+#: wrappers that training code adds around a drafter's names; SGLang knows none of them
+FOREIGN_PREFIXES: tuple[str, ...] = (
+    "module.", "draft_model.", "drafter.", "eagle.", "eagle_module.", "model.model.", "base_model.model.",
+)  # fmt: skip
+
+
+def suggest_rename(name: str) -> str | None:
+    """A name SGLang would load for a tensor it would drop, or None if none is known.
+
+    Example:
+        >>> suggest_rename("module.midlayer.mlp.up_proj.weight")
+        'layers.0.mlp.up_proj.weight'
+    """
+    if sglang_loads(name):
+        return None
+    stripped = name
+    changed = True
+    while changed:
+        changed = False
+        for p in FOREIGN_PREFIXES:
+            if stripped.startswith(p):
+                stripped = stripped[len(p) :]
+                changed = True
+    canon, _ = canonical_name(stripped)
+    return canon if canon != name and sglang_loads(canon) else None
 
 
 def canonical_name(name: str) -> tuple[str, list[str]]:

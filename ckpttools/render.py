@@ -6,7 +6,7 @@ from typing import Any
 
 from .output import human_bytes, human_count, table
 
-__all__ = ["render_inspect", "render_diff_vocab", "render_build"]
+__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix"]
 
 _CONFIG_ROWS = (
     "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -119,3 +119,33 @@ def render_build(r: Any) -> str:
     return (f"wrote {r.output}: Vd {r.draft_vocab_size:,} of V {r.target_vocab_size:,}, ascending order; "
             f"covers {r.mass_covered:.2%} of the token mass ({r.tokens_seen:,} distinct tokens seen"
             + (f"; {r.zero_count_tokens:,} chosen tokens were never seen" if r.zero_count_tokens else "") + ")")
+
+
+def render_validation(r: Any) -> str:
+    c = r.counts()
+    head = f"{r.drafter}" + (f" against {r.target}" if r.target else "") + f" (checked: {', '.join(r.checked)})"
+    out = [head]
+    for sev in ("error", "warning", "info"):
+        items = [f for f in r.findings if f.severity == sev]
+        if not items:
+            continue
+        out.append(f"{sev.upper()}S ({len(items)}):" if sev != "info" else f"INFO ({len(items)}):")
+        for f in items:
+            out.append(f"  [{f.id}] {f.location}: {f.message}")
+            if f.hint:
+                out.append(f"      fix: {f.hint}")
+    verdict = "OK: no errors" if r.ok else f"FAILED: {c['error']} error(s)"
+    out.append(f"{verdict}, {c['warning']} warning(s), {c['info']} note(s)")
+    return "\n".join(out)
+
+
+def render_fix(r: Any) -> str:
+    out = [f"wrote {r.output}" + (f" (original kept at {r.backup})" if r.backup else "")]
+    out.append(f"changes ({len(r.changes)}):" if r.changes else "changes: none needed")
+    out += [f"  - {c}" for c in r.changes]
+    if r.unfixed:
+        out.append("not fixable here:")
+        out += [f"  - {u}" for u in r.unfixed]
+    out.append("validate on the output:")
+    out.append(render_validation(r.after))
+    return "\n".join(out)

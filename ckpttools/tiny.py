@@ -65,6 +65,9 @@ def _st_of(dt: np.dtype) -> str:
 
 def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool,
                    mla: bool = False) -> dict[str, tuple[int, ...]]:  # fmt: skip
+    """A decoder layer's tensors. ``first`` means an EAGLE-3 drafter layer: its attention
+    takes [embedding; hidden] (2H) and it has hidden_norm. In SGLang 0.5.17 every layer
+    of a drafter is such a layer."""
     qin = 2 * H if first else H
     t: dict[str, tuple[int, ...]] = {}
     if mla:
@@ -147,7 +150,7 @@ def build_drafter(
     layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
     shapes |= _layer_tensors(layer_prefix, H, num_heads, num_kv_heads, hd, intermediate_size, True, flavor == "mla")
     for i in range(1, num_layers):
-        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
+        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, True)
     shapes["norm.weight"] = (H,)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
     shapes["lm_head.weight"] = (Vd, H)

@@ -1,0 +1,161 @@
+"""``ckpt validate --fix``: a corrected copy (config edits, tensor renames), never the input."""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint, open_checkpoint
+from .config import context_length
+from .errors import NoWeightsError, OutputExistsError
+from .manifest import MANIFEST_NAME, make_manifest
+from .names import canonical_name, suggest_rename
+from .validate import ValidationReport, load_target_config, validate
+from .writer import CheckpointWriter, TensorSpec
+
+__all__ = ["FixResult", "fix", "copy_side_files", "WEIGHT_FILE_SUFFIXES"]
+
+FIXABLE_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM")
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+@dataclass
+class FixResult:
+    """What ``--fix`` wrote, every change, and validate's verdict before and after."""
+
+    output: str
+    backup: str | None
+    changes: list[str]
+    before: ValidationReport
+    after: ValidationReport
+    unfixed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "backup": self.backup, "changes": self.changes, "unfixed": self.unfixed,
+                "before": self.before.to_dict(), "after": self.after.to_dict()}  # fmt: skip
+
+
+def copy_side_files(ck: Checkpoint, w: CheckpointWriter) -> list[str]:
+    """Copy tokenizer and other non-weight files (not config.json, the index or a manifest)."""
+    copied = []
+    for p in sorted(ck.root.iterdir()):
+        if (
+            p.is_file()
+            and p.name not in ("config.json", MANIFEST_NAME)
+            and not p.name.endswith(WEIGHT_FILE_SUFFIXES)
+            and not p.name.endswith(".index.json")
+            and not p.name.startswith(".")
+        ):
+            w.add_file(p.name, p)
+            copied.append(p.name)
+    return copied
+
+
+def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | None) -> tuple[dict, dict, list, list]:
+    cfg = copy.deepcopy(ck.config or {})
+    changes: list[str] = []
+    unfixed: list[str] = []
+    archs = cfg.get("architectures") or []
+    if archs and archs[0] in FIXABLE_ARCHS:
+        cfg["architectures"] = ["LlamaForCausalLMEagle3"]
+        changes.append(f"config: architectures {archs} -> ['LlamaForCausalLMEagle3']")
+    if tcfg is not None:
+        dctx, _ = context_length(cfg)
+        tctx, _ = context_length(tcfg)
+        if dctx is not None and tctx is not None and dctx < tctx:
+            old = cfg.get("max_position_embeddings")
+            cfg["max_position_embeddings"] = tctx
+            changes.append(f"config: max_position_embeddings {old} -> {tctx} (the target's context)")
+    if "num_hidden_layers" not in cfg:
+        n = len({canonical_name(t)[0].split(".")[1] for t in ck.tensors if canonical_name(t)[0].startswith("layers.")})
+        cfg["num_hidden_layers"] = max(n, 1)
+        changes.append(f"config: num_hidden_layers added = {cfg['num_hidden_layers']} (layers in the weights)")
+    if "draft_vocab_size" not in cfg and "speculators_config" not in cfg:
+        head = next((t for n, t in ck.tensors.items() if canonical_name(n)[0] == "lm_head.weight"), None)
+        if head is not None:
+            cfg["draft_vocab_size"] = head.shape[0]
+            changes.append(f"config: draft_vocab_size added = {head.shape[0]} (lm_head's rows)")
+    if "torch_dtype" not in cfg and "dtype" not in cfg:
+        floats = [t.dtype for t in ck.tensors.values() if t.dtype in _CFG_DTYPE]
+        if floats:
+            dt = max(set(floats), key=floats.count)
+            cfg["torch_dtype"] = _CFG_DTYPE[dt]
+            changes.append(f"config: torch_dtype added = {cfg['torch_dtype']} (the weights' dtype)")
+    renames: dict[str, str] = {}
+    for f in report.findings:
+        if f.id == "tensors.dropped":
+            new = suggest_rename(f.location)
+            if new and new not in ck.tensors:
+                renames[f.location] = new
+                changes.append(f"tensor: {f.location} -> {new}")
+    fixable = {"config.architectures", "target.context_length", "config.num_hidden_layers",
+               "config.draft_vocab_size", "config.torch_dtype", "tensors.dropped"}  # fmt: skip
+    for f in report.errors:
+        if f.id not in fixable or (f.id == "config.architectures" and not (archs and archs[0] in FIXABLE_ARCHS)):
+            unfixed.append(f"{f.id} at {f.location}: {f.message}")
+    return cfg, renames, changes, unfixed
+
+
+def fix(
+    drafter: str | Path,
+    out: str | Path | None = None,
+    *,
+    target: str | Path | None = None,
+    in_place: bool = False,
+    force: bool = False,
+) -> FixResult:
+    """Write a corrected copy of a drafter and validate it.
+
+    Config edits: architectures (LlamaForCausalLM / Eagle3LlamaForCausalLM ->
+    LlamaForCausalLMEagle3), max_position_embeddings raised to the target's context,
+    missing num_hidden_layers / draft_vocab_size / torch_dtype filled from the weights.
+    Tensor renames: names SGLang would drop that have a known loadable name. Tensor bytes
+    are copied unchanged. The input is never modified; with ``in_place`` the original
+    directory is kept as a backup beside it and the fixed copy takes its place.
+
+    Raises:
+        NoWeightsError: a config.json alone cannot be fixed into a checkpoint.
+        OutputExistsError: ``out`` exists and ``force`` is not set.
+    """
+    if in_place == (out is not None):
+        raise ValueError("give exactly one of an output path or in_place=True")
+    src = Path(drafter)
+    ck = open_checkpoint(drafter)
+    if ck.config is None:
+        raise NoWeightsError(f"{drafter}: --fix needs a drafter directory with config.json and weights", path=src)
+    before = validate(ck, target)
+    tcfg = load_target_config(target)[0] if target is not None else None
+    cfg, renames, changes, unfixed = _plan_fix(ck, before, tcfg)
+
+    if in_place:
+        dest = src.parent / f".{src.name}.fixing-{os.getpid()}"
+        backup = src.parent / f"{src.name}.bak-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    else:
+        dest, backup = Path(out), None  # type: ignore[arg-type]
+        if dest.exists() and not force:
+            raise OutputExistsError(f"{dest} already exists", path=dest)
+    plan = [[TensorSpec(renames.get(n, n), t.dtype, t.shape) for n, t in h.tensors.items()] for h in ck.headers.values()]
+    specs = [s for shard in plan for s in shard]
+    manifest = make_manifest("validate --fix", {"target": str(target) if target else None, "changes": changes},
+                             {"drafter": ck.files()})  # fmt: skip
+    with CheckpointWriter(dest, specs, plan=plan, force=force) as w:
+        for h in ck.headers.values():
+            for n, t in h.tensors.items():
+                w.copy_range(renames.get(n, n), h.path, t.start)
+        w.add_json("config.json", cfg)
+        copy_side_files(ck, w)
+        w.add_json(MANIFEST_NAME, manifest)
+    ck.close()
+    if in_place:
+        os.rename(src, backup)
+        os.rename(dest, src)
+        dest = src
+    after = validate(dest, target)
+    return FixResult(str(dest), str(backup) if backup else None, changes, before, after, unfixed)
+
+

@@ -1,0 +1,420 @@
+"""``ckpt validate``: catch before serve time what SGLang and vLLM would get wrong.
+
+Every check yields :class:`Finding` objects (id, severity, location, message, hint).
+Config-level checks run on a config.json alone; tensor checks when weights are there;
+target checks with ``target=``; ``deep=True`` streams every tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint, load_config, open_checkpoint
+from .config import aux_layer_ids, context_length, essentials, lookup
+from .errors import ConfigError, MappingError, NoWeightsError
+from .names import canonical_name, is_training_only, sglang_loads, suggest_rename
+
+__all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sglang_default_aux_ids", "SEVERITIES"]
+
+SEVERITIES = ("error", "warning", "info")
+SGLANG_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
+ARCH_MESSAGES = {
+    "LlamaForCausalLM": (
+        "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
+        "(seen on 0.5.17: AssertionError: self.org_vocab_size=... loaded_weight.shape[output_dim]=...)"
+    ),
+    "Eagle3LlamaForCausalLM": (
+        "this is vLLM's (and AngelSlim's) name: vLLM loads it, but SGLang has no EAGLE-3 class under it "
+        "and will not build LlamaForCausalLMEagle3"
+    ),
+    "Eagle3Speculator": (
+        "this is the vllm-project/speculators format (nested config): vLLM loads it, SGLang does not"
+    ),
+}
+
+
+@dataclass
+class Finding:
+    """One result of one check."""
+
+    id: str
+    severity: str
+    location: str
+    message: str
+    hint: str | None = None
+
+
+@dataclass
+class ValidationReport:
+    """The findings of :func:`validate`, plus what was checked."""
+
+    drafter: str
+    target: str | None
+    checked: list[str]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drafter": self.drafter, "target": self.target, "checked": self.checked, "ok": self.ok,
+                "counts": self.counts(), "findings": [asdict(f) for f in self.findings]}  # fmt: skip
+
+
+@lru_cache(maxsize=None)
+def schema(name: str) -> dict[str, Any]:
+    """A JSON Schema shipped in ckpttools.schemas (the top-level schemas/ folder)."""
+    return json.loads(resources.files("ckpttools.schemas").joinpath(name).read_text(encoding="utf-8"))
+
+
+def sglang_default_aux_ids(num_target_layers: int) -> list[int]:
+    """SGLang's default captures, as eagle_aux_hidden_state_layer_ids.
+
+    SGLang captures the input of layers [2, L//2, L-3] by default and, for ids given in
+    the config, the input of layer id+1 (the output of layer id). The same captures
+    written as ids are therefore [1, L//2 - 1, L - 4].
+    """
+    L = num_target_layers
+    return [1, L // 2 - 1, L - 4]
+
+
+def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any], str]:
+    """A target's config from a config.json, a directory holding one, or a checkpoint/repo id."""
+    if isinstance(target, Checkpoint):
+        if target.config is None:
+            raise ConfigError(f"{target.source}: the target has no config.json", path=target.source)
+        return target.config, str(target.source)
+    p = Path(target)
+    if p.is_file() and p.suffix == ".json":
+        return load_config(p), str(p)
+    if p.is_dir() and (p / "config.json").is_file():
+        return load_config(p / "config.json"), str(p)
+    with open_checkpoint(target) as ck:
+        if ck.config is None:
+            raise ConfigError(f"{target}: the target has no config.json", path=str(target))
+        return ck.config, str(target)
+
+
+def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
+    if isinstance(drafter, Checkpoint):
+        return drafter.config, drafter, str(drafter.source)
+    p = Path(drafter)
+    if p.is_file() and p.suffix == ".json":
+        return load_config(p), None, str(p)
+    try:
+        ck = open_checkpoint(drafter)
+    except NoWeightsError:
+        if p.is_dir() and (p / "config.json").is_file():
+            return load_config(p / "config.json"), None, str(p)
+        raise
+    return ck.config, ck, str(drafter)
+
+
+# ------------------------------------------------------------------------ config checks
+def check_config(cfg: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema("eagle3-drafter-config.schema.json"))
+    for err in sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path)):
+        out.append(Finding("config.schema", "error", err.json_path, err.message,
+                           "fix config.json to match schemas/eagle3-drafter-config.schema.json"))  # fmt: skip
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if arch is not None and arch not in SGLANG_ARCHS:
+        msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
+        fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
+        out.append(Finding("config.architectures", "error", "$.architectures[0]", msg,
+                           f"set architectures to [\"LlamaForCausalLMEagle3\"] ({fix} does it)"))  # fmt: skip
+    if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
+        if "draft_vocab_size" not in cfg:
+            out.append(Finding("config.draft_vocab_size", "error", "$.draft_vocab_size",
+                               "draft_vocab_size is missing: SGLang reads it to size lm_head and fails without it",
+                               "set it to lm_head's rows, or null for a full-vocabulary head"))  # fmt: skip
+        elif cfg["draft_vocab_size"] is None:
+            out.append(Finding("config.draft_vocab_size", "info", "$.draft_vocab_size",
+                               "draft_vocab_size is null: SGLang serves a full-vocabulary head taken from the target"))  # fmt: skip
+    if lookup(cfg, "num_hidden_layers")[1] is None:
+        out.append(Finding("config.num_hidden_layers", "error", "$.num_hidden_layers",
+                           "num_hidden_layers is missing: transformers' default (32) makes SGLang build 32 layers, "
+                           "31 of them random", "set it to the number of decoder layers in the weights (usually 1)"))  # fmt: skip
+    act, where = lookup(cfg, "hidden_act")
+    if where and act != "silu":
+        out.append(Finding("config.hidden_act", "error", where, f"hidden_act is {act!r}; EAGLE-3 drafters use silu",
+                           "set hidden_act to silu unless the drafter was really trained otherwise"))  # fmt: skip
+    ess = essentials(cfg)
+    if ess.torch_dtype is None:
+        out.append(Finding("config.torch_dtype", "warning", "$.torch_dtype",
+                           "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
+                           "set torch_dtype to the dtype the weights are in (bfloat16 or float16)"))  # fmt: skip
+    elif ess.torch_dtype == "float32":
+        out.append(Finding("config.torch_dtype", "warning", ess.sources.get("torch_dtype", "$.torch_dtype"),
+                           "torch_dtype is float32: SGLang serves it as float16 under --dtype auto",
+                           "export to bf16 (ckpt export --dtype bf16) and say so in torch_dtype"))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------ tensor checks
+def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    ess = essentials(cfg)
+    H, V = ess.hidden_size, ess.vocab_size
+    if not isinstance(H, int):
+        return {}
+    Ht = ess.target_hidden_size or H
+    ids, _ = aux_layer_ids(cfg)
+    n = len(ids) if isinstance(ids, list) and ids else 3
+    heads, kv = ess.num_attention_heads, ess.num_key_value_heads or ess.num_attention_heads
+    hd = ess.head_dim or (H // heads if isinstance(heads, int) and heads else None)
+    inter = ess.intermediate_size
+    exp: dict[str, tuple[int, ...]] = {"fc.weight": (H, n * Ht), "norm.weight": (H,)}
+    vd = ess.draft_vocab_size if ess.draft_vocab_size_present else None
+    if vd is not None or "lm_head.weight" in canon:
+        exp["lm_head.weight"] = (vd if vd is not None else V, H)
+    if "embed_tokens.weight" in canon and isinstance(V, int):
+        exp["embed_tokens.weight"] = (V, H)
+    if (ess.architectures or [None])[0] == "Eagle3DeepseekV2ForCausalLM":
+        return exp  # MLA projections have their own shapes; the rest still applies
+    L = ess.num_hidden_layers if isinstance(ess.num_hidden_layers, int) else 1
+    for i in range(L):
+        p = f"layers.{i}."
+        if isinstance(heads, int) and isinstance(hd, int):
+            exp[p + "self_attn.q_proj.weight"] = (heads * hd, 2 * H)
+            exp[p + "self_attn.k_proj.weight"] = (kv * hd, 2 * H)
+            exp[p + "self_attn.v_proj.weight"] = (kv * hd, 2 * H)
+            exp[p + "self_attn.o_proj.weight"] = (H, heads * hd)
+        if isinstance(inter, int):
+            exp[p + "mlp.gate_proj.weight"] = (inter, H)
+            exp[p + "mlp.up_proj.weight"] = (inter, H)
+            exp[p + "mlp.down_proj.weight"] = (H, inter)
+        for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+            exp[p + norm + ".weight"] = (H,)
+    return exp
+
+
+def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
+    out: list[Finding] = []
+    canon: dict[str, Any] = {}
+    for name, t in ck.tensors.items():
+        c, rules = canonical_name(name)
+        canon[c] = t
+        if not sglang_loads(name):
+            if is_training_only(name):
+                out.append(Finding("tensors.training_only", "info", name,
+                                   "a training-only tensor: SGLang drops it, as it should",
+                                   "ckpt export drops it from the output"))  # fmt: skip
+                continue
+            new = suggest_rename(name)
+            out.append(Finding(
+                "tensors.dropped", "error" if new else "warning", name,
+                "SGLang does not know this name and drops the tensor without a word",
+                f"rename it to {new!r} (ckpt validate --fix does)" if new else "remove it, or rename it to a name SGLang loads",
+            ))  # fmt: skip
+    if cfg is None:
+        return out
+    ess = essentials(cfg)
+    for name, shape in _expected_shapes(cfg, canon).items():
+        t = canon.get(name)
+        if t is None:
+            if name == "lm_head.weight":
+                out.append(Finding("tensors.lm_head_missing", "error", "lm_head.weight",
+                                   f"draft_vocab_size is {ess.draft_vocab_size} but there is no lm_head: SGLang keeps "
+                                   "a random head and accept length falls to 1.00 with no error",
+                                   "add the trained lm_head, or set draft_vocab_size to null to use the target's"))  # fmt: skip
+            elif name != "embed_tokens.weight":
+                out.append(Finding("tensors.missing", "error", name,
+                                   "expected tensor is missing: SGLang leaves it at random init",
+                                   "add the tensor, or check num_hidden_layers and the names"))  # fmt: skip
+        elif tuple(t.shape) != shape:
+            out.append(Finding("tensors.shape", "error", t.name,
+                               f"shape {list(t.shape)} but the config implies {list(shape)}",
+                               "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size"))  # fmt: skip
+    # the vocabulary mapping
+    vd, v = ess.draft_vocab_size, ess.vocab_size
+    from .vocab import VocabMapping, missing_mapping_message
+
+    if "d2t" in canon or "t2d" in canon:
+        try:
+            m = VocabMapping.from_checkpoint(ck)
+        except MappingError as e:
+            out.append(Finding("mapping.unreadable", "error", "d2t", str(e), e.hint))
+        else:
+            assert m is not None
+            for p in m.problems():
+                out.append(Finding(f"mapping.{p.code}", p.severity, p.location, p.message,
+                                   "rebuild the mapping (ckpt vocab build) or remap (ckpt remap)"
+                                   if p.severity == "error" else None))  # fmt: skip
+    elif isinstance(vd, int) and isinstance(v, int) and vd < v:
+        out.append(Finding("mapping.missing", "error", "d2t", missing_mapping_message(vd, v),
+                           "add the d2t/t2d the drafter was trained with (ckpt remap --to MAPPING)"))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------ target checks
+def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None) -> list[Finding]:
+    out: list[Finding] = []
+    import jsonschema
+
+    tv = jsonschema.Draft202012Validator(schema("target-config.schema.json"))
+    terrs = list(tv.iter_errors(tcfg))
+    if terrs:
+        for e in terrs:
+            out.append(Finding("target.schema", "error", e.json_path, f"target config: {e.message}",
+                               "give the target's own config.json"))  # fmt: skip
+        return out
+    d, t = essentials(cfg), essentials(tcfg)
+    # vocab
+    if isinstance(d.vocab_size, int) and d.vocab_size != t.vocab_size:
+        top = None
+        if ck is not None:
+            from .vocab import VocabMapping
+
+            try:
+                m = VocabMapping.from_checkpoint(ck, allow_missing=True)
+                top = int(m.ids.max()) if m is not None and m.draft_vocab_size else None
+            except MappingError:
+                top = None
+        if top is not None and top < t.vocab_size:
+            out.append(Finding("target.vocab_size", "warning", "$.vocab_size",
+                               f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}: padded vocabularies of "
+                               f"one tokenizer? every draft token (max id {top}) is inside the target's vocabulary",
+                               f"set vocab_size to {t.vocab_size} (t2d's length follows it)"))  # fmt: skip
+        else:
+            out.append(Finding("target.vocab_size", "error", "$.vocab_size",
+                               f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}",
+                               "this drafter was made for another tokenizer: remap it (ckpt remap)"))  # fmt: skip
+    ht = d.target_hidden_size or d.hidden_size
+    if isinstance(ht, int) and ht != t.hidden_size:
+        field_ = "target_hidden_size" if d.target_hidden_size else "hidden_size"
+        out.append(Finding("target.hidden_size", "error", f"$.{field_}",
+                           f"the drafter expects target hidden states of size {ht} but the target's hidden_size is "
+                           f"{t.hidden_size}: fc cannot take them", "this drafter was trained for another target"))  # fmt: skip
+    L = t.num_hidden_layers
+    ids, where = aux_layer_ids(cfg)
+    if ids is None:
+        out.append(Finding("target.aux_layer_ids", "info", "$.eagle_config.eagle_aux_hidden_state_layer_ids",
+                           f"no aux layer ids: SGLang captures its default for a {L}-layer target, the outputs of "
+                           f"layers {sglang_default_aux_ids(L)}; vLLM's default may differ",
+                           "write them explicitly (ckpt export --target does) so every engine agrees"))  # fmt: skip
+    else:
+        bad = [i for i in ids if not isinstance(i, int) or i < 0 or i >= L - 1]
+        if bad:
+            out.append(Finding("target.aux_layer_ids", "error", where or "$",
+                               f"aux layer id(s) {bad} out of range for a {L}-layer target: each must be < {L - 1} "
+                               "(SGLang captures the output of layer id, i.e. the input of layer id+1)",
+                               "use the ids the drafter was trained with, each below num_hidden_layers - 1"))  # fmt: skip
+        if len(set(ids)) != len(ids):
+            out.append(Finding("target.aux_layer_ids", "warning", where or "$",
+                               f"aux layer ids {ids} repeat a layer", "check the training config"))  # fmt: skip
+    dctx, dhow = context_length(cfg)
+    tctx, thow = context_length(tcfg)
+    if dctx is not None and tctx is not None and dctx < tctx:
+        out.append(Finding("target.context_length", "error", "$.max_position_embeddings",
+                           f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} "
+                           f"({thow}): SGLang refuses to launch (\"Target model's context_length ({tctx}) is greater "
+                           f"than the derived context_length ({dctx})\"), and past {dctx:,} tokens acceptance drops",
+                           f"raise max_position_embeddings to {tctx} (ckpt validate --fix --target does)"))  # fmt: skip
+    if d.rope_theta is not None and t.rope_theta is not None and float(d.rope_theta) != float(t.rope_theta):
+        out.append(Finding("target.rope", "info", "$.rope_theta",
+                           f"rope_theta {d.rope_theta} differs from the target's {t.rope_theta}: fine if the drafter "
+                           "was trained so, as it usually is"))  # fmt: skip
+    dtype_ = (d.rope_scaling or {}).get("rope_type") if isinstance(d.rope_scaling, dict) else None
+    ttype = (t.rope_scaling or {}).get("rope_type") if isinstance(t.rope_scaling, dict) else None
+    if dtype_ != ttype:
+        out.append(Finding("target.rope", "info", "$.rope_scaling",
+                           f"rope scaling type {dtype_ or 'none'} differs from the target's {ttype or 'none'}"))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------ deep checks
+def check_deep(ck: Checkpoint, chunk_bytes: int = 32 << 20) -> list[Finding]:
+    """Stream every float tensor in bounded chunks: NaN/Inf anywhere, zero/constant heads."""
+    import numpy as np
+
+    out: list[Finding] = []
+    for name, t in ck.tensors.items():
+        if not t.dtype.startswith(("F", "BF")):
+            continue
+        nonfinite = 0
+        lo, hi = np.inf, -np.inf
+        for chunk in ck.iter_chunks(name, chunk_bytes):
+            f = chunk.astype(np.float32)
+            fin = np.isfinite(f)
+            nonfinite += int(f.size - np.count_nonzero(fin))
+            if fin.any():
+                lo, hi = min(lo, float(f[fin].min())), max(hi, float(f[fin].max()))
+        if nonfinite:
+            out.append(Finding("deep.nonfinite", "error", name, f"{nonfinite:,} NaN/Inf value(s)",
+                               "the checkpoint is damaged or training diverged"))  # fmt: skip
+        c, _ = canonical_name(name)
+        if c in ("lm_head.weight", "fc.weight") and t.numel:
+            if lo == 0 and hi == 0:
+                out.append(Finding("deep.zero", "error", name, "all zeros: the drafter predicts nothing useful",
+                                   "this tensor was never trained or saved"))  # fmt: skip
+            elif lo == hi:
+                out.append(Finding("deep.constant", "error", name, f"every value is {lo}: untrained",
+                                   "this tensor was never trained or saved"))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------ entry point
+def validate(
+    drafter: str | Path | Checkpoint,
+    target: str | Path | Checkpoint | None = None,
+    *,
+    deep: bool = False,
+) -> ValidationReport:
+    """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
+
+    Args:
+        drafter: a drafter checkpoint, a directory with config.json, or a config.json.
+        target: the target's checkpoint, directory, repo id, or config.json.
+        deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
+
+    Returns:
+        a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
+
+    Raises:
+        CkptError subclasses (exit 2) when an input cannot be read at all.
+
+    Example:
+        >>> r = validate("./drafter", target="./target/config.json")  # doctest: +SKIP
+        >>> [f.id for f in r.errors]
+    """
+    cfg, ck, name = _open_drafter(drafter)
+    checked = []
+    findings: list[Finding] = []
+    if cfg is None:
+        findings.append(Finding("config.missing", "error", "config.json",
+                                "no config.json: SGLang cannot load the drafter", "add the drafter's config.json"))  # fmt: skip
+    else:
+        checked.append("config")
+        findings += check_config(cfg)
+    if ck is not None:
+        checked.append("tensors")
+        findings += check_tensors(cfg, ck)
+    else:
+        findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
+    tname = None
+    if target is not None and cfg is not None:
+        tcfg, tname = load_target_config(target)
+        checked.append("target")
+        findings += check_target(cfg, tcfg, ck)
+    if deep and ck is not None:
+        checked.append("deep")
+        findings += check_deep(ck)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: order[f.severity])
+    return ValidationReport(name, tname, checked, findings)
