@@ -200,6 +200,54 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
     sys.exit(0 if r.ok else 1)
 
 
+# ---------------------------------------------------------------------------- remap
+@cli.command("remap", epilog=EXIT_CODES_HELP)
+@click.argument("drafter")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory (written atomically).")
+@click.option("--to", "to", help="Destination mapping: another drafter, a mapping file, or a target (full vocabulary).")
+@click.option("--frequencies", type=click.Path(exists=True), help="Build the destination from token counts instead.")
+@click.option("--draft-vocab-size", type=click.IntRange(min=1), help="With --frequencies: how many tokens to keep.")
+@click.option("--fill", type=click.Choice(["zero", "mean", "target"]), default="zero", show_default=True,
+              help="Rows for tokens new to the drafter: zeros, the mean of carried rows, or the target's lm_head rows.")  # fmt: skip
+@click.option("--target", help="The target model (for --fill target, and embed_tokens rows across tokenizers).")
+@click.option("--source-tokenizer", type=click.Path(exists=True), help="The drafter's tokenizer.json, when tokenizers differ.")
+@click.option("--target-tokenizer", type=click.Path(exists=True), help="The destination's tokenizer.json.")
+@click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, draft_vocab_size: int | None,
+              fill: str, target: str | None, source_tokenizer: str | None, target_tokenizer: str | None,
+              max_shard_size: str | None, force: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
+    """Move a drafter into another vocabulary mapping: lm_head rows follow their tokens.
+
+    \b
+    Examples:
+      ckpt remap ./drafter-k2 --to ./mapping-k25.safetensors -o ./drafter-k25
+      ckpt remap ./drafter --frequencies counts.jsonl --draft-vocab-size 32000 --fill mean -o ./out
+      ckpt remap ./drafter --to ./other --source-tokenizer a/tokenizer.json --target-tokenizer b/tokenizer.json -o ./out
+    """
+    if (to is None) == (frequencies is None):
+        raise click.UsageError("give exactly one of --to or --frequencies")
+    if frequencies and not draft_vocab_size:
+        raise click.UsageError("--frequencies needs --draft-vocab-size")
+    try:
+        from .writer import parse_size
+
+        parse_size(max_shard_size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
+    from .output import byte_progress, emit_json
+    from .remap import remap
+    from .render import render_remap
+
+    with byte_progress("remap", quiet) as bar:
+        r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
+                  target=target, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
+                  max_shard_size=max_shard_size, force=force, progress=bar)  # fmt: skip
+    emit_json(r.to_dict()) if as_json else click.echo(render_remap(r))
+
+
 # ---------------------------------------------------------------------------- example
 @cli.group("example")
 def example_group() -> None:

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["human_bytes", "human_count", "table", "emit_json"]
+__all__ = ["human_bytes", "human_count", "table", "emit_json", "byte_progress"]
 
 
 def human_bytes(n: int | None) -> str:
@@ -60,3 +60,32 @@ def _default(o: Any) -> Any:
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class byte_progress:
+    """A tqdm bar on stderr fed by ``progress(done, total, name)`` callbacks.
+
+    Off when stderr is not a terminal or ``quiet`` is set.
+    """
+
+    def __init__(self, desc: str, quiet: bool = False) -> None:
+        self.bar = None
+        self.desc = desc
+        self.enabled = not quiet and sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.desc, unit="B", unit_scale=True, file=sys.stderr, leave=False)
+        self.bar.set_postfix_str(name[-40:], refresh=False)
+        self.bar.update(done - self.bar.n)
+
+    def __enter__(self) -> "byte_progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -6,7 +6,7 @@ from typing import Any
 
 from .output import human_bytes, human_count, table
 
-__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix"]
+__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap"]
 
 _CONFIG_ROWS = (
     "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -149,3 +149,28 @@ def render_fix(r: Any) -> str:
     out.append("validate on the output:")
     out.append(render_validation(r.after))
     return "\n".join(out)
+
+
+def render_remap(r: Any) -> str:
+    rows = [
+        ("source", r.source),
+        ("destination mapping", r.destination),
+        ("draft vocab", f"{r.draft_vocab_size_before:,} -> {r.draft_vocab_size_after:,}"),
+        ("target vocab", f"{_fmt(r.vocab_size_before)} -> {_fmt(r.vocab_size_after)}"),
+        ("lm_head rows carried (trained rows kept)", f"{r.rows_carried:,}"),
+        ("lm_head rows filled", f"{r.rows_filled:,} with {r.fill}"),
+        ("embed_tokens", r.embed_tokens),
+        ("other tensors copied byte for byte", f"{r.tensors_copied}"),
+        ("written", f"{human_bytes(r.bytes_written)} in {r.seconds:.2f} s"),
+    ]
+    if r.token_match:
+        tm = r.token_match
+        rows.insert(4, ("tokens matched by bytes", f"{tm['exact_matches']:,} exact, {tm['unmatched']:,} unmatched "
+                                                  f"({tm['source_style']} -> {tm['target_style']})"))  # fmt: skip
+    if r.token_mass:
+        m = r.token_mass
+        rows += [("token mass: new mapping covers", f"{m['covered_by_new_mapping']:.2%}"),
+                 ("token mass: on carried rows", f"{m['covered_by_carried_rows']:.2%}"),
+                 ("token mass: on filled rows", f"{m['covered_by_filled_rows']:.2%}")]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    return f"wrote {r.output}\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)

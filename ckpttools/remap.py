@@ -1,0 +1,410 @@
+"""``ckpt remap``: move a drafter into another vocabulary mapping's space.
+
+Row j of the output lm_head is the input's row for the same target token; tokens new
+to the drafter are filled (zeros, the mean of the carried rows, or the target model's
+own lm_head row). d2t, t2d and draft_vocab_size are written new; every other tensor is
+copied byte for byte, in the kernel where the OS allows. Memory stays bounded: lm_head
+rows move in chunks through positioned reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from .config import essentials
+from .errors import CkptError, MappingError
+from .fix import copy_side_files
+from .manifest import MANIFEST_NAME, file_sha256, make_manifest
+from .names import canonical_name
+from .vocab import VocabMapping, load_mapping
+from .writer import CheckpointWriter, TensorSpec, parse_size
+
+__all__ = ["RemapReport", "remap", "FILL_POLICIES"]
+
+FILL_POLICIES = ("zero", "mean", "target")
+_CHUNK_BYTES = 64 << 20
+_HASH_LIMIT = 64 << 20  # secondary inputs larger than this are recorded by size, not hashed
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class RemapReport:
+    """What :func:`remap` did. Counts are rows of the output lm_head unless said otherwise."""
+
+    output: str
+    source: str
+    destination: str
+    draft_vocab_size_before: int
+    draft_vocab_size_after: int
+    vocab_size_before: int | None
+    vocab_size_after: int | None
+    rows_carried: int
+    rows_filled: int
+    fill: str
+    embed_tokens: str
+    token_match: dict[str, Any] | None
+    token_mass: dict[str, float] | None
+    tensors_copied: int
+    bytes_written: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _find(ck: Checkpoint, canon: str) -> str | None:
+    return next((n for n in ck.tensors if canonical_name(n)[0] == canon), None)
+
+
+def _source_mapping(ck: Checkpoint) -> VocabMapping:
+    m = VocabMapping.from_checkpoint(ck, allow_missing=True)
+    ess = essentials(ck.config)
+    if m is not None:
+        return m.check()
+    v = ess.vocab_size
+    head = _find(ck, "lm_head.weight")
+    rows = ck.tensors[head].shape[0] if head else None
+    if isinstance(v, int) and (ess.draft_vocab_size is None or ess.draft_vocab_size == v) and rows in (None, v):
+        return VocabMapping.identity(v, source=f"{ck.source} (full vocabulary)")
+    raise MappingError(
+        f"{ck.source}: no d2t/t2d and the head is reduced ({rows} rows of {v}): which token each row "
+        "belongs to is unknown",
+        hint="give the drafter's original mapping, or remap the checkpoint it was trained with",
+    )
+
+
+def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab_size: int) -> tuple[VocabMapping, np.ndarray | None, str]:
+    counts = None
+    if frequencies is not None:
+        from .vocabdiff import load_frequencies
+
+        counts = load_frequencies(frequencies, vocab_size)
+        if not draft_vocab_size or draft_vocab_size > vocab_size:
+            raise MappingError(f"--draft-vocab-size must be between 1 and {vocab_size}")
+        order = np.lexsort((np.arange(vocab_size), -counts))
+        ids = np.sort(order[:draft_vocab_size])
+        return VocabMapping.from_ids(ids, vocab_size, source=f"top {draft_vocab_size} of {frequencies}"), counts, str(frequencies)
+    try:
+        m = load_mapping(to)
+    except MappingError:
+        # a target checkpoint's own full vocabulary
+        with open_checkpoint(to) as ck:
+            if VocabMapping.from_checkpoint(ck, allow_missing=True) is not None:
+                raise
+            v = essentials(ck.config).vocab_size
+            if not isinstance(v, int):
+                raise
+            m = VocabMapping.identity(v, source=f"{to} (full vocabulary)")
+    if m.target_vocab_size is None:
+        m.target_vocab_size = vocab_size
+    return m.check(), None, str(to)
+
+
+def _target_head(target: Any, hidden: int) -> tuple[Checkpoint, str]:
+    ck = open_checkpoint(target)
+    name = _find(ck, "lm_head.weight") or _find(ck, "embed_tokens.weight")
+    if name is None:
+        raise MappingError(f"{target}: no lm_head (or tied embed_tokens) to fill rows from", path=str(target))
+    h = ck.tensors[name].shape[1]
+    if h != hidden:
+        raise MappingError(
+            f"--fill target needs equal hidden sizes: the drafter's is {hidden}, the target's lm_head has {h}",
+            hint="use --fill mean or --fill zero",
+        )
+    return ck, name
+
+
+def _gather(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Rows of a tensor in the given order (positioned reads, runs coalesced), cast to ``dtype``."""
+    if not len(rows):
+        return np.empty((0, ck.tensors[name].shape[1]), dtype=dtype)
+    order = np.argsort(rows, kind="stable")
+    got = ck.read_rows_pread(name, rows[order])
+    out = np.empty_like(got)
+    out[order] = got
+    return out if out.dtype == dtype else out.astype(np.float32).astype(dtype)
+
+
+def _rows_from(
+    src: Checkpoint | None, src_name: str | None, src_rows: np.ndarray, fill_rows: np.ndarray | None,
+    fill_vec: np.ndarray | None, tgt: tuple[Checkpoint, str] | None, tgt_rows: np.ndarray,
+    hidden: int, dtype: np.dtype, row_bytes: int,
+) -> Iterator[np.ndarray]:  # fmt: skip
+    """Yield the output tensor in chunks: carried rows from ``src``, the rest filled."""
+    n = len(src_rows)
+    step = max(1, _CHUNK_BYTES // max(1, row_bytes))
+    for j0 in range(0, n, step):
+        sl = src_rows[j0 : j0 + step]
+        chunk = np.zeros((len(sl), hidden), dtype=dtype)
+        have = sl >= 0
+        if have.any() and src is not None and src_name is not None:
+            chunk[have] = _gather(src, src_name, sl[have], dtype)
+        miss = ~have
+        if miss.any():
+            if tgt is not None:
+                t_rows = tgt_rows[j0 : j0 + step][miss]
+                chunk[miss] = _gather(tgt[0], tgt[1], t_rows, dtype)
+            elif fill_vec is not None:
+                chunk[miss] = fill_vec
+        yield chunk
+
+
+def _mean_rows(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The mean of the given rows, computed in float64 streaming in chunks."""
+    h = ck.tensors[name].shape[1]
+    acc = np.zeros(h, dtype=np.float64)
+    rows = np.sort(rows[rows >= 0])
+    step = max(1, _CHUNK_BYTES // (h * 4))
+    for i in range(0, len(rows), step):
+        acc += ck.read_rows_pread(name, rows[i : i + step]).astype(np.float64).sum(axis=0)
+    return (acc / max(1, len(rows))).astype(np.float32).astype(dtype)
+
+
+def remap(
+    drafter: str | Path,
+    out: str | Path,
+    *,
+    to: str | Path | None = None,
+    frequencies: str | Path | None = None,
+    draft_vocab_size: int | None = None,
+    fill: str = "zero",
+    target: str | Path | None = None,
+    source_tokenizer: str | Path | None = None,
+    target_tokenizer: str | Path | None = None,
+    max_shard_size: int | str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> RemapReport:
+    """Rewrite a drafter into another vocabulary mapping's space.
+
+    Args:
+        drafter: the drafter checkpoint (read only).
+        out: the output directory (written atomically; refused if it exists unless ``force``).
+        to: the destination mapping: another drafter, a mapping file, or a target
+            checkpoint (its full vocabulary).
+        frequencies, draft_vocab_size: instead of ``to``, build the destination mapping
+            from token counts (top N, ties by lower id, ascending).
+        fill: ``zero``, ``mean`` (of the carried rows) or ``target`` (the target's lm_head
+            row for that token; needs ``target`` and equal hidden sizes).
+        target: the target model, for ``fill="target"`` and for embed_tokens rows that
+            the tokenizer matching cannot supply.
+        source_tokenizer, target_tokenizer: HF tokenizer.json of the drafter's and the
+            destination's tokenizers, when they differ: tokens are matched by bytes.
+        max_shard_size: e.g. ``"5GB"``; default one file.
+        progress: called as ``progress(bytes_done, bytes_total, tensor_name)``.
+
+    Returns:
+        a :class:`RemapReport`.
+
+    Raises:
+        MappingError, OutputExistsError, and the checkpoint errors (all exit 2).
+
+    Example:
+        >>> remap("drafter-k2", "drafter-k2-in-m2", to="mapping-m2.safetensors")  # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    if fill not in FILL_POLICIES:
+        raise ValueError(f"fill must be one of {FILL_POLICIES}")
+    if (to is None) == (frequencies is None):
+        raise MappingError("give exactly one of a destination mapping (to=) or frequencies=")
+    if fill == "target" and target is None:
+        raise MappingError("--fill target needs --target", hint="add --target TARGET, or use --fill mean")
+    if (source_tokenizer is None) != (target_tokenizer is None):
+        raise MappingError("cross-tokenizer remap needs both --source-tokenizer and --target-tokenizer")
+    shard_size = parse_size(max_shard_size)
+
+    ck = open_checkpoint(drafter)
+    hasher = ThreadPoolExecutor(max_workers=1)  # hashes the inputs while the copy runs
+    hashes = {str(p): hasher.submit(file_sha256, p) for p in ck.files()}
+    try:
+        return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, source_tokenizer,
+                      target_tokenizer, shard_size, force, progress, hashes, t0)  # fmt: skip
+    finally:
+        hasher.shutdown(wait=True, cancel_futures=True)
+        ck.close()
+
+
+def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_tokenizer, target_tokenizer,
+           shard_size, force, progress, hashes, t0) -> RemapReport:  # fmt: skip
+    ess = essentials(ck.config)
+    src_map = _source_mapping(ck)
+    v_src = src_map.target_vocab_size or ess.vocab_size
+
+    # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
+    v_default = v_src
+    if target is not None:
+        from .validate import load_target_config
+
+        tv = essentials(load_target_config(target)[0]).vocab_size
+        v_default = tv if isinstance(tv, int) else v_default
+    token_match = None
+    if source_tokenizer is not None:
+        from .tokenmatch import load_vocab, match_tokens
+
+        old_vocab, new_vocab = load_vocab(source_tokenizer), load_vocab(target_tokenizer)
+        if target is None:
+            v_default = new_vocab.size
+        tm = match_tokens(old_vocab, new_vocab, prefer=src_map.t2d(max(v_src or 0, old_vocab.size)))
+        n2o = tm.new_to_old
+        token_match = tm.to_dict()
+    else:
+        n2o = np.arange(v_src, dtype=np.int64)
+    dst_map, counts, dest_desc = _dest_mapping(to, frequencies, draft_vocab_size, v_default)
+    v_new = dst_map.target_vocab_size or v_default
+    if max(v_new, int(dst_map.ids.max(initial=-1)) + 1) > len(n2o):
+        n2o = np.pad(n2o, (0, max(v_new, int(dst_map.ids.max()) + 1) - len(n2o)), constant_values=-1)
+
+    # which source slot feeds each output row
+    slot_of = np.full(max(len(n2o), int(src_map.ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
+    slot_of[src_map.ids] = np.arange(src_map.draft_vocab_size)
+    old_ids = n2o[dst_map.ids]
+    src_rows = np.where(old_ids >= 0, slot_of[np.clip(old_ids, 0, None)], -1)
+    src_rows[old_ids >= len(slot_of)] = -1
+
+    head = _find(ck, "lm_head.weight")
+    hidden = ess.hidden_size if head is None else ck.tensors[head].shape[1]
+    if head is None and fill != "target":
+        raise MappingError(f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
+                           hint="use --fill target --target TARGET to cut the target's head down")  # fmt: skip
+    if head is None:
+        src_rows[:] = -1
+    head_dtype = numpy_dtype(ck.tensors[head].dtype) if head else None
+    tgt = _target_head(target, hidden) if fill == "target" else None
+    if tgt is not None and int(dst_map.ids.max(initial=-1)) >= tgt[0].tensors[tgt[1]].shape[0]:
+        raise MappingError(f"{target}: its lm_head has fewer rows than the destination mapping's largest id")
+    if head_dtype is None:
+        head_dtype = numpy_dtype(tgt[0].tensors[tgt[1]].dtype)  # type: ignore[index]
+    fill_vec = None
+    if fill == "mean" and head is not None:
+        fill_vec = _mean_rows(ck, head, src_rows, head_dtype)
+    elif fill == "zero":
+        fill_vec = np.zeros(hidden, dtype=head_dtype)
+
+    # embed_tokens: same tokenizer -> copied; otherwise rebuilt by the same matching
+    emb = _find(ck, "embed_tokens.weight")
+    emb_note = "absent"
+    emb_rows = None
+    if emb is not None:
+        if source_tokenizer is None and ck.tensors[emb].shape[0] == v_new:
+            emb_note = "copied unchanged (same tokenizer)"
+        else:
+            emb_rows = n2o[:v_new].copy()
+            emb_rows[emb_rows >= ck.tensors[emb].shape[0]] = -1
+            matched = int(np.count_nonzero(emb_rows >= 0))
+            emb_note = f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} " + (
+                "from the target's embed_tokens" if target is not None else "zeros")
+
+    # the plan: source order, with the vocab-dependent tensors replaced
+    d2t_name = _find(ck, "d2t") or "d2t"
+    t2d_name = _find(ck, "t2d") or "t2d"
+    new_specs: list[TensorSpec] = []
+    for n, t in ck.tensors.items():
+        if n == head:
+            new_specs.append(TensorSpec(n, t.dtype, (dst_map.draft_vocab_size, hidden)))
+        elif n == d2t_name:
+            new_specs.append(TensorSpec(n, "I64", (dst_map.draft_vocab_size,)))
+        elif n == t2d_name:
+            new_specs.append(TensorSpec(n, "BOOL", (v_new,)))
+        elif n == emb and emb_rows is not None:
+            new_specs.append(TensorSpec(n, t.dtype, (v_new, t.shape[1])))
+        else:
+            new_specs.append(TensorSpec(n, t.dtype, t.shape))
+    if head is None:
+        st = {"BF16": "BF16", "F16": "F16"}.get(tgt[0].tensors[tgt[1]].dtype, "BF16")  # type: ignore[index]
+        new_specs.append(TensorSpec("lm_head.weight", st, (dst_map.draft_vocab_size, hidden)))
+    if d2t_name not in ck.tensors:
+        new_specs.append(TensorSpec("d2t", "I64", (dst_map.draft_vocab_size,)))
+    if t2d_name not in ck.tensors:
+        new_specs.append(TensorSpec("t2d", "BOOL", (v_new,)))
+    total = sum(s.nbytes for s in new_specs)
+    done = 0
+
+    cfg = dict(ck.config or {})
+    cfg["draft_vocab_size"] = dst_map.draft_vocab_size
+    if v_new != ess.vocab_size:
+        cfg["vocab_size"] = v_new
+    params = {"to": str(to) if to else None, "frequencies": str(frequencies) if frequencies else None,
+              "draft_vocab_size": dst_map.draft_vocab_size, "fill": fill, "target": str(target) if target else None,
+              "source_tokenizer": str(source_tokenizer) if source_tokenizer else None,
+              "target_tokenizer": str(target_tokenizer) if target_tokenizer else None,
+              "max_shard_size": shard_size}  # fmt: skip
+    tgt_rows = dst_map.ids
+    with CheckpointWriter(out, new_specs, max_shard_size=shard_size, force=force) as w:
+        for spec in new_specs:
+            n = spec.name
+            if n in (head, "lm_head.weight") and (n == head or head is None):
+                row_bytes = spec.nbytes // max(1, spec.shape[0])
+                w.write_chunks(n, _rows_from(ck, head, src_rows, None, fill_vec, tgt if fill == "target" else None,
+                                             tgt_rows, hidden, head_dtype, row_bytes))  # fmt: skip
+            elif n == d2t_name or (n == "d2t" and d2t_name not in ck.tensors):
+                w.write(n, dst_map.d2t)
+            elif n == t2d_name or (n == "t2d" and t2d_name not in ck.tensors):
+                w.write(n, dst_map.t2d(v_new))
+            elif n == emb and emb_rows is not None:
+                et = ck.tensors[emb]
+                edt = numpy_dtype(et.dtype)
+                emb_tgt = None
+                if target is not None:
+                    tck = open_checkpoint(target)
+                    tname = _find(tck, "embed_tokens.weight")
+                    if tname and tck.tensors[tname].shape[1] == et.shape[1]:
+                        emb_tgt = (tck, tname)
+                w.write_chunks(n, _rows_from(ck, emb, emb_rows, None, np.zeros(et.shape[1], edt), emb_tgt,
+                                             np.arange(v_new), et.shape[1], edt, et.nbytes // et.shape[0]))  # fmt: skip
+            else:
+                t = ck.tensors[n]
+                w.copy_range(n, ck.shard_paths[t.shard], t.start)
+            done += spec.nbytes
+            if progress:
+                progress(done, total, n)
+        w.add_json("config.json", cfg)
+        copy_side_files(ck, w)
+        sources = {"drafter": ck.files()}
+        small = []
+        if to is not None and Path(to).is_file():
+            small.append(Path(to))
+        if frequencies is not None:
+            small.append(Path(frequencies))
+        for tok in (source_tokenizer, target_tokenizer):
+            if tok is not None:
+                p = Path(tok)
+                small.append(p / "tokenizer.json" if p.is_dir() else p)
+        if small:
+            sources["inputs"] = small
+        done_hashes = {k: f.result() for k, f in hashes.items()}
+        for p in small:
+            if p.stat().st_size <= _HASH_LIMIT:
+                done_hashes[str(p)] = file_sha256(p)
+            else:
+                done_hashes[str(p)] = "not hashed (larger than 64 MiB and read only in part)"
+        extra = {"note": "a --to or --target checkpoint directory is read only in part and is not hashed"}
+        w.add_json(MANIFEST_NAME, make_manifest("remap", params, sources, hashes=done_hashes, extra=extra))
+
+    carried = int(np.count_nonzero(src_rows >= 0))
+    mass = None
+    if counts is not None:
+        tot = float(counts.sum()) or 1.0
+        mass = {"covered_by_new_mapping": float(counts[dst_map.ids].sum() / tot),
+                "covered_by_carried_rows": float(counts[dst_map.ids[src_rows >= 0]].sum() / tot),
+                "covered_by_filled_rows": float(counts[dst_map.ids[src_rows < 0]].sum() / tot),
+                "covered_by_old_mapping": float(counts[src_map.ids[src_map.ids < len(counts)]].sum() / tot)
+                if source_tokenizer is None else float("nan")}  # fmt: skip
+    fill_desc = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}[fill]
+    return RemapReport(
+        output=str(out), source=str(ck.source), destination=dest_desc,
+        draft_vocab_size_before=src_map.draft_vocab_size, draft_vocab_size_after=dst_map.draft_vocab_size,
+        vocab_size_before=v_src, vocab_size_after=v_new, rows_carried=carried,
+        rows_filled=dst_map.draft_vocab_size - carried, fill=f"{fill} ({fill_desc})", embed_tokens=emb_note,
+        token_match=token_match, token_mass=mass,
+        tensors_copied=sum(1 for s in new_specs if s.name not in (head, d2t_name, t2d_name, emb, "lm_head.weight")),
+        bytes_written=total, seconds=time.perf_counter() - t0,
+    )  # fmt: skip

@@ -1,0 +1,160 @@
+"""Matching tokens of two tokenizers by their bytes.
+
+Hugging Face tokenizer.json vocabularies spell tokens differently: byte-level BPE
+(GPT-2, Llama-3, Qwen) maps each byte to a printable character; SentencePiece-style
+vocabularies (Llama-2, TinyLlama) write a space as "▁" and bytes as "<0xNN>". Both are
+normalised here to the bytes a token stands for; special tokens match only special
+tokens with the same content.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CheckpointNotFoundError, MappingError
+
+__all__ = ["TokenizerVocab", "load_vocab", "match_tokens", "TokenMatch", "bytes_to_unicode"]
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (byte-level BPE)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+@dataclass
+class TokenizerVocab:
+    """Token id -> the bytes it stands for (special tokens as ``b"\\xffSPECIAL:" + content``)."""
+
+    path: str
+    style: str  # "byte-level" | "sentencepiece" | "plain"
+    token_bytes: list[bytes | None]
+    byte_fallback: set[int] | None = None  # ids of <0xNN> tokens (used only when no piece exists)
+
+    @property
+    def size(self) -> int:
+        return len(self.token_bytes)
+
+
+def _styles(tok: dict[str, Any]) -> str:
+    def types(node: Any) -> list[str]:
+        if not isinstance(node, dict):
+            return []
+        out = [node.get("type", "")]
+        for key in ("pretokenizers", "decoders", "normalizers"):
+            for sub in node.get(key) or []:
+                out += types(sub)
+        return out
+
+    kinds = types(tok.get("pre_tokenizer")) + types(tok.get("decoder"))
+    if "ByteLevel" in kinds:
+        return "byte-level"
+    vocab = (tok.get("model") or {}).get("vocab")
+    pieces = vocab.keys() if isinstance(vocab, dict) else [p[0] for p in vocab or []]
+    if "ByteFallback" in kinds or "Metaspace" in kinds or any(p.startswith("▁") for p in list(pieces)[:5000]):
+        return "sentencepiece"
+    return "plain"
+
+
+def load_vocab(path: str | Path) -> TokenizerVocab:
+    """Read an HF tokenizer.json (or a directory holding one) into token bytes."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise CheckpointNotFoundError(f"{p}: no tokenizer.json here", path=p)
+    try:
+        tok = json.loads(p.read_text(encoding="utf-8"))
+        model = tok["model"]
+        vocab = model["vocab"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise MappingError(f"{p}: not a Hugging Face tokenizer.json (no model.vocab)", path=p) from None
+    items: list[tuple[str, int]] = (
+        list(vocab.items()) if isinstance(vocab, dict) else [(piece[0], i) for i, piece in enumerate(vocab)]
+    )
+    added = {a["id"]: a for a in tok.get("added_tokens") or []}
+    size = max([i for _, i in items] + list(added) + [-1]) + 1
+    style = _styles(tok)
+    out: list[bytes | None] = [None] * size
+    fallback: set[int] = set()
+    if style == "byte-level":
+        dec = {c: b for b, c in bytes_to_unicode().items()}
+        for s, i in items:
+            try:
+                out[i] = bytes(dec[c] for c in s)
+            except KeyError:
+                out[i] = s.encode("utf-8")
+    else:
+        for s, i in items:
+            if style == "sentencepiece" and len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+                try:
+                    out[i] = bytes([int(s[3:5], 16)])
+                    fallback.add(i)
+                    continue
+                except ValueError:
+                    pass
+            out[i] = s.replace("▁", " ").encode("utf-8") if style == "sentencepiece" else s.encode("utf-8")
+    for i, a in added.items():
+        if a.get("special"):
+            out[i] = b"\xffSPECIAL:" + a["content"].encode("utf-8")
+        elif out[i] is None:
+            out[i] = a["content"].encode("utf-8")
+    return TokenizerVocab(str(p), style, out, fallback)
+
+
+@dataclass
+class TokenMatch:
+    """For each token of the new tokenizer, the old tokenizer's id with the same bytes (or -1)."""
+
+    new_to_old: np.ndarray
+    exact_matches: int
+    unmatched: int
+    source_style: str
+    target_style: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exact_matches": self.exact_matches, "unmatched": self.unmatched,
+                "source_style": self.source_style, "target_style": self.target_style}  # fmt: skip
+
+
+def match_tokens(old: TokenizerVocab, new: TokenizerVocab, prefer: np.ndarray | None = None) -> TokenMatch:
+    """Match every token of ``new`` to a token of ``old`` with the same bytes.
+
+    Args:
+        prefer: a bool mask over old ids. When several old tokens share the bytes (e.g.
+            "!" and its byte-fallback "<0x21>"), one in the mask wins, then a real piece
+            over a byte-fallback token (which a tokenizer emits only when no piece
+            exists), then the lowest id.
+    """
+    fb = old.byte_fallback or set()
+
+    def rank(i: int) -> tuple[bool, bool, int]:
+        return (not (prefer is not None and i < len(prefer) and prefer[i]), i in fb, i)
+
+    by_bytes: dict[bytes, int] = {}
+    for i, b in enumerate(old.token_bytes):
+        if b is None:
+            continue
+        cur = by_bytes.get(b)
+        if cur is None or rank(i) < rank(cur):
+            by_bytes[b] = i
+    n2o = np.full(new.size, -1, dtype=np.int64)
+    for j, b in enumerate(new.token_bytes):
+        if b is not None and b in by_bytes:
+            n2o[j] = by_bytes[b]
+    matched = int(np.count_nonzero(n2o >= 0))
+    return TokenMatch(n2o, matched, new.size - matched, old.style, new.style)
