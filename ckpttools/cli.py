@@ -214,11 +214,12 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
 @click.option("--target-tokenizer", type=click.Path(exists=True), help="The destination's tokenizer.json.")
 @click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename (power-loss safe).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, draft_vocab_size: int | None,
               fill: str, target: str | None, source_tokenizer: str | None, target_tokenizer: str | None,
-              max_shard_size: str | None, force: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
+              max_shard_size: str | None, force: bool, fsync: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
     """Move a drafter into another vocabulary mapping: lm_head rows follow their tokens.
 
     \b
@@ -244,7 +245,7 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     with byte_progress("remap", quiet) as bar:
         r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
                   target=target, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-                  max_shard_size=max_shard_size, force=force, progress=bar)  # fmt: skip
+                  max_shard_size=max_shard_size, force=force, fsync=fsync, progress=bar)  # fmt: skip
     emit_json(r.to_dict()) if as_json else click.echo(render_remap(r))
 
 

@@ -22,7 +22,7 @@ from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from .config import essentials
 from .errors import CkptError, MappingError
 from .fix import copy_side_files
-from .manifest import MANIFEST_NAME, file_sha256, make_manifest
+from .manifest import MANIFEST_NAME, file_digest, make_manifest
 from .names import canonical_name
 from .vocab import VocabMapping, load_mapping
 from .writer import CheckpointWriter, TensorSpec, parse_size
@@ -124,38 +124,74 @@ def _target_head(target: Any, hidden: int) -> tuple[Checkpoint, str]:
 
 
 def _gather(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Rows of a tensor in the given order (positioned reads, runs coalesced), cast to ``dtype``."""
+    """Rows of a tensor in the given order, as raw bytes of ``dtype`` (uint8, one row per row).
+
+    Positioned reads, runs of consecutive rows coalesced; rows move as bytes, and are
+    cast only when the tensor's dtype differs from ``dtype``.
+    """
+    t = ck.tensors[name]
     if not len(rows):
-        return np.empty((0, ck.tensors[name].shape[1]), dtype=dtype)
-    order = np.argsort(rows, kind="stable")
-    got = ck.read_rows_pread(name, rows[order])
-    out = np.empty_like(got)
-    out[order] = got
-    return out if out.dtype == dtype else out.astype(np.float32).astype(dtype)
+        return np.empty((0, t.shape[1] * dtype.itemsize), dtype=np.uint8)
+    ascending = bool(np.all(np.diff(rows) > 0))
+    order = None if ascending else np.argsort(rows, kind="stable")
+    got = ck.read_rows_pread(name, rows if ascending else rows[order])
+    if got.dtype != dtype:
+        got = got.astype(np.float32).astype(dtype)
+    raw = got.reshape(len(rows), -1).view(np.uint8)
+    if order is None:
+        return raw
+    out = np.empty_like(raw)
+    out[order] = raw
+    return out
 
 
 def _rows_from(
-    src: Checkpoint | None, src_name: str | None, src_rows: np.ndarray, fill_rows: np.ndarray | None,
-    fill_vec: np.ndarray | None, tgt: tuple[Checkpoint, str] | None, tgt_rows: np.ndarray,
-    hidden: int, dtype: np.dtype, row_bytes: int,
+    src: Checkpoint | None, src_name: str | None, src_rows: np.ndarray, fill_vec: np.ndarray | None,
+    tgt: tuple[Checkpoint, str] | None, tgt_rows: np.ndarray, hidden: int, dtype: np.dtype,
 ) -> Iterator[np.ndarray]:  # fmt: skip
-    """Yield the output tensor in chunks: carried rows from ``src``, the rest filled."""
+    """Yield the output tensor in chunks of raw rows: carried rows from ``src``, the rest filled."""
     n = len(src_rows)
+    row_bytes = hidden * dtype.itemsize
+    fill_raw = np.zeros(row_bytes, np.uint8) if fill_vec is None else fill_vec.astype(dtype).view(np.uint8)
     step = max(1, _CHUNK_BYTES // max(1, row_bytes))
     for j0 in range(0, n, step):
         sl = src_rows[j0 : j0 + step]
-        chunk = np.zeros((len(sl), hidden), dtype=dtype)
         have = sl >= 0
+        if have.all() and src is not None and src_name is not None:
+            yield _gather(src, src_name, sl, dtype)
+            continue
+        chunk = np.empty((len(sl), row_bytes), dtype=np.uint8)
         if have.any() and src is not None and src_name is not None:
             chunk[have] = _gather(src, src_name, sl[have], dtype)
         miss = ~have
-        if miss.any():
-            if tgt is not None:
-                t_rows = tgt_rows[j0 : j0 + step][miss]
-                chunk[miss] = _gather(tgt[0], tgt[1], t_rows, dtype)
-            elif fill_vec is not None:
-                chunk[miss] = fill_vec
+        if tgt is not None:
+            chunk[miss] = _gather(tgt[0], tgt[1], tgt_rows[j0 : j0 + step][miss], dtype)
+        else:
+            chunk[miss] = fill_raw
         yield chunk
+
+
+def _row_segments(ck: Checkpoint, name: str, src_rows: np.ndarray, fill_raw: np.ndarray) -> Iterator[Any]:
+    """The output tensor as segments: each run of consecutive source rows is one kernel
+    copy, each run of rows to fill is written from memory. Same dtype in and out."""
+    t = ck.tensors[name]
+    row_bytes = t.nbytes // t.shape[0]
+    path = ck.shard_paths[t.shard]
+    n = len(src_rows)
+    if not n:
+        return
+    have = src_rows >= 0
+    # a run breaks where carried/filled switches, or where source rows stop being consecutive
+    brk = np.flatnonzero((have[1:] != have[:-1]) | (have[1:] & (src_rows[1:] != src_rows[:-1] + 1))) + 1
+    starts = np.concatenate([[0], brk])
+    ends = np.concatenate([brk, [n]])
+    max_fill_rows = max(1, _CHUNK_BYTES // row_bytes)
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        if have[a]:
+            yield ("copy", path, t.start + int(src_rows[a]) * row_bytes, (b - a) * row_bytes)
+        else:
+            for c in range(a, b, max_fill_rows):
+                yield np.broadcast_to(fill_raw, (min(b, c + max_fill_rows) - c, row_bytes))
 
 
 def _mean_rows(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -182,6 +218,7 @@ def remap(
     target_tokenizer: str | Path | None = None,
     max_shard_size: int | str | None = None,
     force: bool = False,
+    fsync: bool = False,
     progress: Progress | None = None,
 ) -> RemapReport:
     """Rewrite a drafter into another vocabulary mapping's space.
@@ -200,6 +237,8 @@ def remap(
         source_tokenizer, target_tokenizer: HF tokenizer.json of the drafter's and the
             destination's tokenizers, when they differ: tokens are matched by bytes.
         max_shard_size: e.g. ``"5GB"``; default one file.
+        fsync: flush every output file to disk before the final rename (survives power
+            loss, costs the writeback time; the rename is atomic either way).
         progress: called as ``progress(bytes_done, bytes_total, tensor_name)``.
 
     Returns:
@@ -224,17 +263,17 @@ def remap(
 
     ck = open_checkpoint(drafter)
     hasher = ThreadPoolExecutor(max_workers=1)  # hashes the inputs while the copy runs
-    hashes = {str(p): hasher.submit(file_sha256, p) for p in ck.files()}
+    hashes = {str(p): hasher.submit(file_digest, p) for p in ck.files()}
     try:
         return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, source_tokenizer,
-                      target_tokenizer, shard_size, force, progress, hashes, t0)  # fmt: skip
+                      target_tokenizer, shard_size, force, fsync, progress, hashes, t0)  # fmt: skip
     finally:
         hasher.shutdown(wait=True, cancel_futures=True)
         ck.close()
 
 
 def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_tokenizer, target_tokenizer,
-           shard_size, force, progress, hashes, t0) -> RemapReport:  # fmt: skip
+           shard_size, force, fsync, progress, hashes, t0) -> RemapReport:  # fmt: skip
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
@@ -336,15 +375,17 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
               "draft_vocab_size": dst_map.draft_vocab_size, "fill": fill, "target": str(target) if target else None,
               "source_tokenizer": str(source_tokenizer) if source_tokenizer else None,
               "target_tokenizer": str(target_tokenizer) if target_tokenizer else None,
-              "max_shard_size": shard_size}  # fmt: skip
+              "max_shard_size": shard_size, "fsync": fsync}  # fmt: skip
     tgt_rows = dst_map.ids
-    with CheckpointWriter(out, new_specs, max_shard_size=shard_size, force=force) as w:
+    with CheckpointWriter(out, new_specs, max_shard_size=shard_size, force=force, fsync=fsync) as w:
         for spec in new_specs:
             n = spec.name
             if n in (head, "lm_head.weight") and (n == head or head is None):
-                row_bytes = spec.nbytes // max(1, spec.shape[0])
-                w.write_chunks(n, _rows_from(ck, head, src_rows, None, fill_vec, tgt if fill == "target" else None,
-                                             tgt_rows, hidden, head_dtype, row_bytes))  # fmt: skip
+                if fill != "target":  # rows move in the kernel, fills are written
+                    fill_raw = (fill_vec if fill_vec is not None else np.zeros(hidden, head_dtype)).view(np.uint8)
+                    w.write_segments(n, _row_segments(ck, head, src_rows, fill_raw))
+                else:
+                    w.write_chunks(n, _rows_from(ck, head, src_rows, fill_vec, tgt, tgt_rows, hidden, head_dtype))
             elif n == d2t_name or (n == "d2t" and d2t_name not in ck.tensors):
                 w.write(n, dst_map.d2t)
             elif n == t2d_name or (n == "t2d" and t2d_name not in ck.tensors):
@@ -358,8 +399,8 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
                     tname = _find(tck, "embed_tokens.weight")
                     if tname and tck.tensors[tname].shape[1] == et.shape[1]:
                         emb_tgt = (tck, tname)
-                w.write_chunks(n, _rows_from(ck, emb, emb_rows, None, np.zeros(et.shape[1], edt), emb_tgt,
-                                             np.arange(v_new), et.shape[1], edt, et.nbytes // et.shape[0]))  # fmt: skip
+                w.write_chunks(n, _rows_from(ck, emb, emb_rows, np.zeros(et.shape[1], edt), emb_tgt,
+                                             np.arange(v_new), et.shape[1], edt))  # fmt: skip
             else:
                 t = ck.tensors[n]
                 w.copy_range(n, ck.shard_paths[t.shard], t.start)
@@ -383,9 +424,9 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
         done_hashes = {k: f.result() for k, f in hashes.items()}
         for p in small:
             if p.stat().st_size <= _HASH_LIMIT:
-                done_hashes[str(p)] = file_sha256(p)
+                done_hashes[str(p)] = file_digest(p)
             else:
-                done_hashes[str(p)] = "not hashed (larger than 64 MiB and read only in part)"
+                done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
         extra = {"note": "a --to or --target checkpoint directory is read only in part and is not hashed"}
         w.add_json(MANIFEST_NAME, make_manifest("remap", params, sources, hashes=done_hashes, extra=extra))
 

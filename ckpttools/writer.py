@@ -135,6 +135,8 @@ class SafetensorsFileWriter:
         self.path = Path(path)
         self.specs = list(specs)
         self._next = 0
+        self._src_fds: dict[str, int] = {}
+        self._kernel_copy = True
         self._f = open(self.path, "wb")
         self._f.write(_header_bytes(self.specs, metadata))
 
@@ -169,29 +171,53 @@ class SafetensorsFileWriter:
     def copy_range(self, name: str, src: str | Path, offset: int) -> None:
         """Write the next tensor by copying its bytes from ``src`` at ``offset``."""
         spec = self._expect(name)
+        self._copy(src, offset, spec.nbytes, name)
+
+    def _copy(self, src: str | Path, offset: int, length: int, name: str) -> None:
         self._f.flush()
-        left = spec.nbytes
-        with open(src, "rb") as s:
-            sfd, dfd = s.fileno(), self._f.fileno()
-            pos = offset
-            if hasattr(os, "copy_file_range"):
-                try:
-                    while left:
-                        n = os.copy_file_range(sfd, dfd, min(left, 1 << 30), pos)
-                        if n == 0:
-                            break
-                        pos += n
-                        left -= n
-                except OSError:
-                    pass  # e.g. across file systems that refuse it: fall through to reads
-            self._f.seek(0, os.SEEK_END)
-            while left:
-                chunk = os.pread(sfd, min(left, _COPY_CHUNK), pos)
-                if not chunk:
-                    raise CheckpointFormatError(f"{src}: ended early while copying {name!r}", path=src, tensor=name)
-                self._f.write(chunk)
-                pos += len(chunk)
-                left -= len(chunk)
+        left = length
+        fd = self._src_fds.get(str(src))
+        if fd is None:
+            fd = self._src_fds[str(src)] = os.open(src, os.O_RDONLY)
+        dfd = self._f.fileno()
+        pos = offset
+        if hasattr(os, "copy_file_range") and self._kernel_copy:
+            try:
+                while left:
+                    n = os.copy_file_range(fd, dfd, min(left, 1 << 30), pos)
+                    if n == 0:
+                        break
+                    pos += n
+                    left -= n
+            except OSError:
+                self._kernel_copy = False  # e.g. a file system that refuses it: plain reads from now on
+        self._f.seek(0, os.SEEK_END)
+        while left:
+            chunk = os.pread(fd, min(left, _COPY_CHUNK), pos)
+            if not chunk:
+                raise CheckpointFormatError(f"{src}: ended early while copying {name!r}", path=src, tensor=name)
+            self._f.write(chunk)
+            pos += len(chunk)
+            left -= len(chunk)
+
+    def write_segments(self, name: str, segments: Iterable[tuple[str, Any, int, int] | Any]) -> None:
+        """Write the next tensor from segments, in order: ``("copy", src, offset, length)``
+        copies a byte range of another file in the kernel; anything else is data (an
+        array or bytes) written as is. Used to move runs of lm_head rows without
+        bringing them into memory."""
+        spec = self._expect(name)
+        n = 0
+        for seg in segments:
+            if isinstance(seg, tuple) and seg and seg[0] == "copy":
+                _, src, offset, length = seg
+                self._copy(src, offset, length, name)
+                n += length
+            else:
+                buf = _as_bytes(seg)
+                self._f.write(buf)
+                n += buf.nbytes
+        if n != spec.nbytes:
+            raise ValueError(f"tensor {name!r}: got {n} bytes, declared {spec.nbytes}")
 
     def skip(self, name: str) -> None:
         """Leave the next tensor's bytes as a hole (sparse file; reads as zeros)."""
@@ -209,10 +235,16 @@ class SafetensorsFileWriter:
                 )
             self._f.truncate(self._f.tell())
         finally:
-            self._f.close()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self._f.close()
+        for fd in self._src_fds.values():
+            os.close(fd)
+        self._src_fds.clear()
 
     def abort(self) -> None:
-        self._f.close()
+        self._close_files()
 
     def __enter__(self) -> SafetensorsFileWriter:
         return self
@@ -248,6 +280,7 @@ class CheckpointWriter:
         metadata: dict[str, str] | None = None,
         force: bool = False,
         plan: list[list[TensorSpec]] | None = None,
+        fsync: bool = False,
     ) -> None:
         self.out = Path(out)
         if self.out.exists() and not force:
@@ -256,6 +289,7 @@ class CheckpointWriter:
         if len(set(names)) != len(names):
             raise ValueError("duplicate tensor names in the output")
         self.force = force
+        self.fsync = fsync
         self.metadata = {"format": "pt", **(metadata or {})}
         self.plan = plan if plan is not None else plan_shards(specs, max_shard_size)
         if [s.name for shard in self.plan for s in shard] != names:
@@ -293,6 +327,9 @@ class CheckpointWriter:
     def copy_range(self, name: str, src: str | Path, offset: int) -> None:
         self._writer_for(name).copy_range(name, src, offset)
 
+    def write_segments(self, name: str, segments: Iterable[Any]) -> None:
+        self._writer_for(name).write_segments(name, segments)
+
     def skip(self, name: str) -> None:
         self._writer_for(name).skip(name)
 
@@ -317,12 +354,13 @@ class CheckpointWriter:
             self.add_json(
                 "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": wm}
             )
-        for p in self.tmp.iterdir():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self.fsync:  # durability across power loss; the rename below is atomic either way
+            for p in [*self.tmp.iterdir(), self.tmp]:
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         if self.out.exists():
             if not self.force:
                 raise OutputExistsError(f"{self.out} appeared while writing", path=self.out)

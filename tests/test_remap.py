@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -196,25 +195,33 @@ def test_output_is_atomic_refuses_overwrite_and_has_a_manifest(tmp_path):
     assert "model.safetensors.index.json" in files and "tokenizer.json" in files
     man = json.loads((tmp_path / "o" / "ckpttools-manifest.json").read_text())
     assert man["operation"] == "remap" and man["parameters"]["fill"] == "zero"
-    src = {Path(f["path"]).name: f["sha256"] for f in man["sources"]["drafter"]}
-    assert src["model.safetensors"] == hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
+    src = {Path(f["path"]).name: f["digest"] for f in man["sources"]["drafter"]}
+    import xxhash
+
+    assert src["model.safetensors"]["xxh3_128"] == xxhash.xxh3_128((d / "model.safetensors").read_bytes()).hexdigest()
     assert r.embed_tokens == "copied unchanged (same tokenizer)"
     assert all_bytes(d) == all_bytes(tmp_path / "o")
 
 
 def test_kill_9_during_remap_leaves_nothing_at_out(tmp_path):
-    d = build_drafter(tmp_path / "d", hidden_size=512, num_heads=8, num_kv_heads=8, intermediate_size=2048,
-                      vocab_size=100_000, draft_vocab_size=30_000, embed_tokens=True)  # ~150 MB  # fmt: skip
-    save_mapping(VocabMapping.from_ids(np.arange(1, 30_001), 100_000), tmp_path / "m.safetensors")
+    d = build_drafter(tmp_path / "d", hidden_size=256, num_heads=4, num_kv_heads=4, intermediate_size=1024,
+                      vocab_size=50_000, draft_vocab_size=20_000, embed_tokens=True)  # fmt: skip
+    save_mapping(VocabMapping.from_ids(np.arange(1, 20_001), 50_000), tmp_path / "m.safetensors")
     before = tree_digest(d)
     out = tmp_path / "out"
-    code = ("import sys; from ckpttools.remap import remap; "
-            f"remap({str(d)!r}, {str(out)!r}, to={str(tmp_path / 'm.safetensors')!r}, fill='mean')")  # fmt: skip
+    # the progress callback (public API) sleeps after each tensor, so the kill lands mid-write
+    code = ("import time; from ckpttools.remap import remap; "
+            f"remap({str(d)!r}, {str(out)!r}, to={str(tmp_path / 'm.safetensors')!r}, fill='mean', "
+            "progress=lambda done, total, name: time.sleep(0.3))")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 60
-    while time.time() < deadline and not any(p.name.startswith(".out.tmp-") for p in tmp_path.iterdir()):
-        time.sleep(0.002)
-    time.sleep(0.05)
+    tmps: list[Path] = []
+    while time.time() < deadline and not tmps:
+        tmps = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-") and any(p.iterdir())]
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert proc.poll() is None, "remap finished before the kill"
+    assert tmps and (tmps[0] / "model.safetensors").stat().st_size > 0  # it really was writing
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
