@@ -24,6 +24,7 @@ from .errors import CkptError, MappingError
 from .fix import copy_side_files
 from .manifest import MANIFEST_NAME, file_digest, make_manifest
 from .names import canonical_name
+from .safetensors_header import DTYPE_SIZES
 from .vocab import VocabMapping, load_mapping
 from .writer import CheckpointWriter, TensorSpec, parse_size
 
@@ -316,17 +317,17 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
                            hint="use --fill target --target TARGET to cut the target's head down")  # fmt: skip
     if head is None:
         src_rows[:] = -1
-    head_dtype = numpy_dtype(ck.tensors[head].dtype) if head else None
     tgt = _target_head(target, hidden) if fill == "target" else None
     if tgt is not None and int(dst_map.ids.max(initial=-1)) >= tgt[0].tensors[tgt[1]].shape[0]:
         raise MappingError(f"{target}: its lm_head has fewer rows than the destination mapping's largest id")
-    if head_dtype is None:
-        head_dtype = numpy_dtype(tgt[0].tensors[tgt[1]].dtype)  # type: ignore[index]
-    fill_vec = None
+    head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
+    fill_raw = np.zeros(hidden * DTYPE_SIZES[head_st], np.uint8)  # zeros: no element dtype needed
+    head_dtype = fill_vec = None
+    if fill != "zero":  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
+        head_dtype = numpy_dtype(head_st)
     if fill == "mean" and head is not None:
         fill_vec = _mean_rows(ck, head, src_rows, head_dtype)
-    elif fill == "zero":
-        fill_vec = np.zeros(hidden, dtype=head_dtype)
+        fill_raw = fill_vec.view(np.uint8)
 
     # embed_tokens: same tokenizer -> copied; otherwise rebuilt by the same matching
     emb = _find(ck, "embed_tokens.weight")
@@ -382,7 +383,6 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
             n = spec.name
             if n in (head, "lm_head.weight") and (n == head or head is None):
                 if fill != "target":  # rows move in the kernel, fills are written
-                    fill_raw = (fill_vec if fill_vec is not None else np.zeros(hidden, head_dtype)).view(np.uint8)
                     w.write_segments(n, _row_segments(ck, head, src_rows, fill_raw))
                 else:
                     w.write_chunks(n, _rows_from(ck, head, src_rows, fill_vec, tgt, tgt_rows, hidden, head_dtype))
