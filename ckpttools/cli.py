@@ -249,6 +249,54 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     emit_json(r.to_dict()) if as_json else click.echo(render_remap(r))
 
 
+# ---------------------------------------------------------------------------- export
+@cli.command("export", epilog=EXIT_CODES_HELP)
+@click.argument("src")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory.")
+@click.option("--format", "fmt", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
+@click.option("--target", help="The target (checkpoint, repo id or config.json): aux layer ids and context length.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "keep"]), default="keep", show_default=True,
+              help="Cast floating-point weights.")  # fmt: skip
+@click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max_shard_size: str | None,
+               force: bool, fsync: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
+    """Export a drafter of any layout so SGLang (or vLLM) loads it as intended.
+
+    Reads official EAGLE, SpecForge/SGLang, vLLM/speculators, ModelOpt and fp32 training
+    outputs. What it writes is validated before it is moved to OUT; if validate finds an
+    error, export exits 1, prints the findings, and leaves nothing at OUT.
+
+    \b
+    Examples:
+      ckpt export ./EAGLE3-LLaMA3.1-8B -o ./for-sglang --target meta-llama/Llama-3.1-8B-Instruct
+      ckpt export ./speculators-drafter -o ./for-sglang --dtype bf16
+      ckpt export ./drafter -o ./for-vllm --format vllm --target ./target
+    """
+    try:
+        from .writer import parse_size
+
+        parse_size(max_shard_size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
+    from .export import ExportRejected, export
+    from .output import byte_progress, emit_json
+    from .render import render_export
+
+    try:
+        with byte_progress("export", quiet) as bar:
+            r = export(src, out, format=fmt, target=target, dtype=dtype, max_shard_size=max_shard_size,
+                       force=force, fsync=fsync, progress=bar)  # fmt: skip
+    except ExportRejected as e:
+        emit_json(e.report.to_dict()) if as_json else click.echo(render_export(e.report))
+        click.echo(f"ckpt: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    emit_json(r.to_dict()) if as_json else click.echo(render_export(r))
+
+
 # ---------------------------------------------------------------------------- example
 @cli.group("example")
 def example_group() -> None:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST_NAME", "file_digest", "make_manifest"]
+__all__ = ["MANIFEST_NAME", "file_digest", "make_manifest", "BackgroundDigests"]
 
 MANIFEST_NAME = "ckpttools-manifest.json"
 
@@ -79,3 +79,23 @@ def make_manifest(
         "sources": files,
         **(extra or {}),
     }
+
+
+class BackgroundDigests:
+    """Digest files in a worker thread while the caller copies them; :meth:`result` waits.
+
+    The copy runs in the kernel and hashing through a memory map on the other core, so
+    the manifest costs almost no wall time.
+    """
+
+    def __init__(self, paths: list[Path]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._futures = {str(p): self._pool.submit(file_digest, p) for p in paths}
+
+    def result(self) -> dict[str, dict[str, str]]:
+        return {k: f.result() for k, f in self._futures.items()}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from .config import essentials
 from .errors import CkptError, MappingError
 from .fix import copy_side_files
-from .manifest import MANIFEST_NAME, file_digest, make_manifest
+from .manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from .names import canonical_name
 from .safetensors_header import DTYPE_SIZES
 from .vocab import VocabMapping, load_mapping
@@ -263,13 +262,12 @@ def remap(
     shard_size = parse_size(max_shard_size)
 
     ck = open_checkpoint(drafter)
-    hasher = ThreadPoolExecutor(max_workers=1)  # hashes the inputs while the copy runs
-    hashes = {str(p): hasher.submit(file_digest, p) for p in ck.files()}
+    hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
     try:
         return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, source_tokenizer,
                       target_tokenizer, shard_size, force, fsync, progress, hashes, t0)  # fmt: skip
     finally:
-        hasher.shutdown(wait=True, cancel_futures=True)
+        hashes.close()
         ck.close()
 
 
@@ -421,7 +419,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
                 small.append(p / "tokenizer.json" if p.is_dir() else p)
         if small:
             sources["inputs"] = small
-        done_hashes = {k: f.result() for k, f in hashes.items()}
+        done_hashes = hashes.result()
         for p in small:
             if p.stat().st_size <= _HASH_LIMIT:
                 done_hashes[str(p)] = file_digest(p)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .output import human_bytes, human_count, table
 
-__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap"]
+__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap", "render_export"]
 
 _CONFIG_ROWS = (
     "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -174,3 +174,33 @@ def render_remap(r: Any) -> str:
                  ("token mass: on filled rows", f"{m['covered_by_filled_rows']:.2%}")]  # fmt: skip
     width = max(len(k) for k, _ in rows)
     return f"wrote {r.output}\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def render_export(r: Any) -> str:
+    out = [f"wrote {r.output}" if r.output else f"REJECTED: nothing written (export of {r.source})",
+           f"  source layout: {r.source_flavor}; format: {r.format}; dtype: {r.dtype}"]  # fmt: skip
+    for title, items in (("renamed", [f"{a} -> {b}" for a, b in r.renamed]), ("dropped", [f"{a} ({b})" for a, b in r.dropped]),
+                         ("cast", r.cast), ("built", r.built), ("config", r.config_changes), ("notes", r.notes)):  # fmt: skip
+        if items:
+            out.append(f"  {title} ({len(items)}):")
+            out += [f"    - {i}" for i in items]
+    if r.output:
+        out.append(f"  {r.tensors} tensors, {human_bytes(r.bytes_written)} in {r.seconds:.2f} s")
+    if r.validation:
+        out.append("validate on the export:")
+        out.append(render_validation(_Val(r.validation)))
+    return "\n".join(out)
+
+
+class _Val:
+    """A ValidationReport view over its dict (for rendering a report carried as data)."""
+
+    def __init__(self, d: dict[str, Any]) -> None:
+        from .validate import Finding
+
+        self.drafter, self.target, self.checked, self.ok = d["drafter"], d["target"], d["checked"], d["ok"]
+        self.findings = [Finding(**f) for f in d["findings"]]
+        self._counts = d["counts"]
+
+    def counts(self) -> dict[str, int]:
+        return self._counts

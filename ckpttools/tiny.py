@@ -207,7 +207,9 @@ def build_drafter(
     if flavor == "mla":
         layer_cfg |= {"q_lora_rank": H // 2, "kv_lora_rank": H // 4, "qk_rope_head_dim": hd // 2,
                       "qk_nope_head_dim": hd // 2, "v_head_dim": hd}  # fmt: skip
-    if aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
+    if aux_layer_ids is not None and flavor == "vllm":
+        layer_cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
+    elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
         layer_cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
     if flavor == "vllm":
         layer_cfg["norm_before_residual"] = False

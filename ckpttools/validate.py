@@ -23,6 +23,8 @@ __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sgl
 
 SEVERITIES = ("error", "warning", "info")
 SGLANG_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
+VLLM_ARCHS = ("Eagle3LlamaForCausalLM", "Eagle3DeepseekV2ForCausalLM")
+ENGINES = ("sglang", "vllm")
 ARCH_MESSAGES = {
     "LlamaForCausalLM": (
         "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
@@ -124,7 +126,7 @@ def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | No
 
 
 # ------------------------------------------------------------------------ config checks
-def check_config(cfg: dict[str, Any]) -> list[Finding]:
+def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     out: list[Finding] = []
     import jsonschema
 
@@ -134,7 +136,12 @@ def check_config(cfg: dict[str, Any]) -> list[Finding]:
                            "fix config.json to match schemas/eagle3-drafter-config.schema.json"))  # fmt: skip
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch is not None and arch not in SGLANG_ARCHS:
+    if engine == "vllm":
+        if arch is not None and arch not in VLLM_ARCHS:
+            out.append(Finding("config.architectures", "error", "$.architectures[0]",
+                               f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM",
+                               "ckpt export --format vllm writes it"))  # fmt: skip
+    elif arch is not None and arch not in SGLANG_ARCHS:
         msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
         fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
         out.append(Finding("config.architectures", "error", "$.architectures[0]", msg,
@@ -263,7 +270,8 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
 
 
 # ------------------------------------------------------------------------ target checks
-def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None) -> list[Finding]:
+def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None,
+                 engine: str = "sglang") -> list[Finding]:  # fmt: skip
     out: list[Finding] = []
     import jsonschema
 
@@ -308,6 +316,13 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
                            f"no aux layer ids: SGLang captures its default for a {L}-layer target, the outputs of "
                            f"layers {sglang_default_aux_ids(L)}; vLLM's default may differ",
                            "write them explicitly (ckpt export --target does) so every engine agrees"))  # fmt: skip
+    elif engine == "vllm":
+        bad = [i for i in ids if not isinstance(i, int) or i < 1 or i >= L]
+        if bad:
+            out.append(Finding("target.aux_layer_ids", "error", where or "$",
+                               f"aux layer id(s) {bad} out of range for a {L}-layer target: vLLM captures the input "
+                               f"of layer id, so each must be between 1 and {L - 1}",
+                               "use the ids the drafter was trained with, in vLLM's convention"))  # fmt: skip
     else:
         bad = [i for i in ids if not isinstance(i, int) or i < 0 or i >= L - 1]
         if bad:
@@ -375,6 +390,7 @@ def validate(
     target: str | Path | Checkpoint | None = None,
     *,
     deep: bool = False,
+    engine: str = "sglang",
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -382,6 +398,9 @@ def validate(
         drafter: a drafter checkpoint, a directory with config.json, or a config.json.
         target: the target's checkpoint, directory, repo id, or config.json.
         deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
+        engine: ``sglang`` (default) or ``vllm``: whose class names and aux-layer-id
+            convention to check against (SGLang captures the output of layer id; vLLM
+            the input of layer id).
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -393,6 +412,8 @@ def validate(
         >>> r = validate("./drafter", target="./target/config.json")  # doctest: +SKIP
         >>> [f.id for f in r.errors]
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}")
     cfg, ck, name = _open_drafter(drafter)
     checked = []
     findings: list[Finding] = []
@@ -401,7 +422,7 @@ def validate(
                                 "no config.json: SGLang cannot load the drafter", "add the drafter's config.json"))  # fmt: skip
     else:
         checked.append("config")
-        findings += check_config(cfg)
+        findings += check_config(cfg, engine)
     if ck is not None:
         checked.append("tensors")
         findings += check_tensors(cfg, ck)
@@ -411,7 +432,7 @@ def validate(
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += check_target(cfg, tcfg, ck)
+        findings += check_target(cfg, tcfg, ck, engine)
     if deep and ck is not None:
         checked.append("deep")
         findings += check_deep(ck)

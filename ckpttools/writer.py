@@ -300,6 +300,7 @@ class CheckpointWriter:
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
+        self._sealed = False
 
     def _writer_for(self, name: str) -> SafetensorsFileWriter:
         if name not in self._shard_of:
@@ -339,7 +340,20 @@ class CheckpointWriter:
     def add_file(self, relname: str, src: str | Path) -> None:
         shutil.copyfile(src, self.tmp / relname)
 
+    def seal(self) -> Path:
+        """Close every shard and write the index, leaving the output in the temporary
+        directory (returned) so it can be checked before the rename. Idempotent."""
+        if self._sealed:
+            return self.tmp
+        self._seal()
+        self._sealed = True
+        return self.tmp
+
     def _finish(self) -> None:
+        self.seal()
+        self._commit()
+
+    def _seal(self) -> None:
         if self._cur is None and self.plan and self.plan[0]:
             self._writer_for(self.plan[0][0].name)  # surfaces "never written"
         if self._cur is not None:
@@ -354,6 +368,8 @@ class CheckpointWriter:
             self.add_json(
                 "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": wm}
             )
+
+    def _commit(self) -> None:
         if self.fsync:  # durability across power loss; the rename below is atomic either way
             for p in [*self.tmp.iterdir(), self.tmp]:
                 fd = os.open(p, os.O_RDONLY)

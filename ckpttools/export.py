@@ -1,0 +1,305 @@
+"""``ckpt export``: turn any drafter layout into one SGLang (or vLLM) loads as intended.
+
+Names are made canonical by the rules in :mod:`ckpttools.names`; training-only and
+unknown tensors are dropped and listed; d2t becomes int64 offsets and t2d is built when
+missing; the config gets the fields the engine reads. The output is validated before it
+is moved into place: if validate finds an error, nothing appears at OUT.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from .config import aux_layer_ids, context_length, essentials
+from .errors import EXIT_FINDINGS, CkptError
+from .fix import copy_side_files
+from .flavor import detect_flavor
+from .manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
+from .names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from .validate import load_target_config, sglang_default_aux_ids, validate
+from .vocab import VocabMapping
+from .writer import CheckpointWriter, TensorSpec, parse_size
+
+__all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
+
+FORMATS = ("sglang", "vllm")
+DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None}
+_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+_FLOATS = ("F32", "F16", "BF16", "F64")
+
+#: how each source layout counts eagle_aux_hidden_state_layer_ids: "output" = the output of
+#: layer id (SGLang adds 1 to make it a capture point); "input" = the input of layer id
+#: (vLLM uses the id as the capture point as is). Read off SGLang 0.5.17 llama.py
+#: set_eagle3_layers_to_capture and vLLM's llama forward (aux_hidden_state_layers).
+AUX_ID_CONVENTION = {"sglang": "output", "eagle": "output", "modelopt": "output", "mla": "output",
+                     "eagle3-unknown": "output", "vllm": "input"}  # fmt: skip
+
+
+class ExportRejected(CkptError):
+    """validate found errors in what export wrote; nothing was put at OUT (exit 1)."""
+
+    exit_code = EXIT_FINDINGS
+    default_hint = "fix the findings listed (often: pass --target, or repair the source), then export again"
+
+    def __init__(self, message: str, report: ExportReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export` did."""
+
+    output: str | None
+    source: str
+    source_flavor: str
+    format: str
+    dtype: str
+    renamed: list[list[str]] = field(default_factory=list)
+    dropped: list[list[str]] = field(default_factory=list)
+    cast: list[str] = field(default_factory=list)
+    built: list[str] = field(default_factory=list)
+    config_changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tensors: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    validation: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _flatten_speculators(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    inner = dict(cfg.get("transformer_layer_config") or {})
+    changes = ["config: flattened speculators' transformer_layer_config to the top level"]
+    for k in ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "eagle_aux_hidden_state_layer_ids"):
+        if cfg.get(k) is not None:
+            inner[k] = cfg[k]
+    return inner, changes
+
+
+def _set(cfg: dict[str, Any], key: str, value: Any, changes: list[str]) -> None:
+    if cfg.get(key, object()) != value:
+        changes.append(f"config: {key} {cfg.get(key)!r} -> {value!r}")
+        cfg[key] = value
+
+
+def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, names: dict[str, str],
+                 target_cfg: dict[str, Any] | None, d2t_present: bool, notes: list[str]) -> tuple[dict, list[str]]:  # fmt: skip
+    src = copy.deepcopy(ck.config or {})
+    changes: list[str] = []
+    if "speculators_config" in src or "transformer_layer_config" in src:
+        src, changes = _flatten_speculators(src)
+    cfg = {k: v for k, v in src.items() if k not in ("speculators_config", "speculators_model_type",
+                                                       "speculators_version", "eagle_aux_hidden_state_layer_ids")}  # fmt: skip
+    mla = flavor == "mla"
+    arch = ("Eagle3DeepseekV2ForCausalLM" if mla else
+            "LlamaForCausalLMEagle3" if fmt == "sglang" else "Eagle3LlamaForCausalLM")  # fmt: skip
+    _set(cfg, "architectures", [arch], changes)
+    layers = {canonical_name(n)[0].split(".")[1] for n in names.values() if n.startswith("layers.")}
+    _set(cfg, "num_hidden_layers", max(1, len(layers)), changes)
+    heads = [t for n, t in ck.tensors.items() if names.get(n) == "lm_head.weight"]
+    if heads:
+        _set(cfg, "draft_vocab_size", heads[0].shape[0], changes)
+    elif "draft_vocab_size" not in cfg:
+        _set(cfg, "draft_vocab_size", None, changes)
+    floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
+    if floats:
+        dt = max(set(floats), key=floats.count)
+        _set(cfg, "torch_dtype", _CFG_DTYPE.get(dt, "bfloat16"), changes)
+        cfg.pop("dtype", None)
+    # aux layer ids, in the output engine's convention
+    ids, _ = aux_layer_ids(ck.config)
+    src_conv = AUX_ID_CONVENTION.get(flavor, "output")
+    out_ids: list[int] | None = None
+    if ids is not None:
+        out_ids = [i - 1 for i in ids] if src_conv == "input" else list(ids)  # now "output" convention
+        if src_conv == "input":
+            notes.append(f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
+                         f"as SGLang counts them (output of layer id) they are {out_ids}")  # fmt: skip
+    elif target_cfg is not None:
+        L = essentials(target_cfg).num_hidden_layers
+        out_ids = sglang_default_aux_ids(L)
+        notes.append(f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
+                     "(the captures both engines make by default)")  # fmt: skip
+    eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
+    if out_ids is not None:
+        if fmt == "sglang":
+            eagle_cfg["eagle_aux_hidden_state_layer_ids"] = out_ids
+        else:
+            eagle_cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+            cfg["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in out_ids]
+            notes.append(f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
+                         f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})")  # fmt: skip
+    if eagle_cfg:
+        cfg["eagle_config"] = eagle_cfg
+    if out_ids is not None and out_ids != ids:
+        changes.append(f"config: aux layer ids {ids} -> {out_ids} (SGLang's convention)")
+    if fmt == "vllm":
+        for k in ("norm_before_residual", "norm_before_fc"):
+            if k not in cfg:
+                _set(cfg, k, bool(src.get(k, False)), changes)
+    if target_cfg is not None:
+        dctx, _ = context_length(cfg)
+        tctx, _ = context_length(target_cfg)
+        if tctx is not None and (dctx is None or dctx < tctx):
+            _set(cfg, "max_position_embeddings", tctx, changes)
+        tv = essentials(target_cfg).vocab_size
+        if "vocab_size" not in cfg and isinstance(tv, int):
+            _set(cfg, "vocab_size", tv, changes)
+    return cfg, changes
+
+
+def export(
+    src: str | Path,
+    out: str | Path,
+    *,
+    format: str = "sglang",
+    target: str | Path | None = None,
+    dtype: str = "keep",
+    max_shard_size: int | str | None = None,
+    force: bool = False,
+    fsync: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ExportReport:
+    """Export a drafter of any detected layout to SGLang's (or vLLM's) layout.
+
+    Args:
+        src: the drafter (any flavor ``ckpt inspect`` detects; sharded, fp32, ``model.``
+            prefixes all fine).
+        out: the output directory; nothing appears there unless validate passes.
+        format: ``sglang`` or ``vllm``.
+        target: the target model; gives aux layer ids when the source has none and the
+            context length max_position_embeddings must cover.
+        dtype: ``bf16``, ``fp16`` or ``keep`` for the floating-point weights.
+
+    Returns:
+        an :class:`ExportReport` (its ``validation`` holds validate's findings).
+
+    Raises:
+        ExportRejected (exit 1): validate found errors; OUT was not written.
+        CkptError subclasses (exit 2) for unreadable input or an existing OUT.
+
+    Example:
+        >>> export("./eagle-official", "./for-sglang", target="./llama-3.1-8b")  # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
+    out_dtype = DTYPES[dtype]
+    ck = open_checkpoint(src)
+    hashes: BackgroundDigests | None = None
+    try:
+        flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
+        report = ExportReport(None, str(src), flavor, format, dtype)
+        target_cfg = load_target_config(target)[0] if target is not None else None
+
+        # names: canonical, renamed, or dropped
+        names: dict[str, str] = {}
+        for n in ck.tensors:
+            canon, rules = canonical_name(n)
+            if is_training_only(n):
+                report.dropped.append([n, "training-only"])
+            elif sglang_loads(n):
+                names[n] = canon
+            elif (new := suggest_rename(n)) is not None:
+                names[n] = new
+            else:
+                report.dropped.append([n, "no engine loads this name"])
+                continue
+            if names.get(n, n) != n:
+                report.renamed.append([n, names[n]])
+        if len(set(names.values())) != len(names):
+            raise CkptError(f"{src}: two tensors map to the same name after renaming", path=str(src))
+
+        # the mapping: int64 d2t, and t2d built when missing
+        d2t_src = next((n for n, c in names.items() if c == "d2t"), None)
+        t2d_src = next((n for n, c in names.items() if c == "t2d"), None)
+        mapping = None
+        if d2t_src is not None:
+            mapping = VocabMapping.from_checkpoint(ck)
+            if mapping is not None and mapping.order != "ascending":
+                report.notes.append("d2t is in frequency order (not ascending target ids): valid for SGLang and "
+                                    "vLLM, which read it as is, so it was kept as it is, not reordered")  # fmt: skip
+        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
+        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg,
+                                                  d2t_src is not None, report.notes)  # fmt: skip
+
+        specs: list[TensorSpec] = []
+        for n, new in names.items():
+            t = ck.tensors[n]
+            dt = t.dtype
+            if new == "d2t":
+                dt = "I64"
+            elif new == "t2d":
+                dt = "BOOL"
+            elif out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype:
+                dt = out_dtype
+            if dt != t.dtype:
+                report.cast.append(f"{n}: {t.dtype} -> {dt}")
+            specs.append(TensorSpec(new, dt, t.shape))
+        if mapping is not None and t2d_src is None:
+            vt = int(v) if isinstance(v, int) else int(mapping.ids.max()) + 1
+            specs.append(TensorSpec("t2d", "BOOL", (vt,)))
+            report.built.append(f"t2d: built from d2t over a vocabulary of {vt}")
+        src_of = {new: n for n, new in names.items()}
+
+        total = sum(s.nbytes for s in specs)
+        done = 0
+        dest = Path(out)
+        hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
+        with CheckpointWriter(dest, specs, max_shard_size=parse_size(max_shard_size), force=force, fsync=fsync) as w:
+            for s in specs:
+                n = src_of.get(s.name)
+                if n is None:  # built t2d
+                    w.write(s.name, mapping.t2d(s.shape[0]))  # type: ignore[union-attr]
+                else:
+                    t = ck.tensors[n]
+                    if s.dtype == t.dtype:
+                        w.copy_range(s.name, ck.shard_paths[t.shard], t.start)
+                    elif s.name == "d2t":
+                        w.write(s.name, ck.read(n).astype(np.int64))
+                    elif s.name == "t2d":
+                        w.write(s.name, ck.read(n).astype(bool))
+                    else:
+                        to = numpy_dtype(s.dtype)
+                        w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(n)))
+                done += s.nbytes
+                if progress:
+                    progress(done, total, s.name)
+            w.add_json("config.json", cfg)
+            copy_side_files(ck, w)
+            params = {"format": format, "target": str(target) if target else None, "dtype": dtype,
+                      "max_shard_size": max_shard_size}  # fmt: skip
+            w.add_json(MANIFEST_NAME, make_manifest("export", params, {"drafter": ck.files()}, hashes=hashes.result(),
+                                                    extra={"renamed": report.renamed, "dropped": report.dropped}))  # fmt: skip
+            # validate what was written, before it is moved into place
+            with open_checkpoint(w.seal()) as written:
+                written.source = str(dest)
+                val = validate(written, target, engine=format)
+            report.validation = val.to_dict()
+            if not val.ok:
+                raise ExportRejected(
+                    f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
+                    f"nothing was written to {dest}", report)  # fmt: skip
+        report.output = str(dest)
+        report.tensors = len(specs)
+        report.bytes_written = total
+        report.seconds = time.perf_counter() - t0
+        return report
+    finally:
+        if hashes is not None:
+            hashes.close()
+        ck.close()
+
