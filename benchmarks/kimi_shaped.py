@@ -45,10 +45,14 @@ def mappings(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def build(out: Path, dtype: str = "BF16", names=None) -> Path:
+def build(out: Path, dtype: str = "BF16", prefix: str = "") -> Path:
+    """Write the drafter; ``prefix`` (e.g. "model.") goes before every name but lm_head/d2t/t2d,
+    as training frameworks write them, so that an export has names to change."""
     ids_a, _ = mappings()
-    block = np.random.default_rng(1).integers(0, 255, size=64 << 20, dtype=np.uint8)
-    sp = specs(dtype)
+    # random bits, but never a NaN/Inf pattern for bf16/fp32 (top exponent bits kept off)
+    block = np.random.default_rng(1).integers(0, 255, size=64 << 20, dtype=np.uint8) & np.uint8(0x3F)
+    sp = [TensorSpec(prefix + s.name if s.name not in ("lm_head.weight", "d2t", "t2d") else s.name, s.dtype, s.shape)
+          for s in specs(dtype)]  # fmt: skip
     with CheckpointWriter(out, sp, force=True) as w:
         for s in sp:
             if s.name == "d2t":
@@ -57,8 +61,7 @@ def build(out: Path, dtype: str = "BF16", names=None) -> Path:
                 w.write(s.name, VocabMapping.from_ids(ids_a, V).t2d(V))
             else:
                 n = s.nbytes
-                w.write_chunks((names or {}).get(s.name, s.name) if False else s.name,
-                               (block[: min(len(block), n - i)] for i in range(0, n, len(block))))
+                w.write_chunks(s.name, (block[: min(len(block), n - i)] for i in range(0, n, len(block))))
         w.add_json("config.json", {
             "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
             "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV, "head_dim": HD,
