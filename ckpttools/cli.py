@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -295,6 +296,105 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
         click.echo(f"ckpt: error: {e}", err=True)
         sys.exit(e.exit_code)
     emit_json(r.to_dict()) if as_json else click.echo(render_export(r))
+
+
+# ---------------------------------------------------------------------------- verify
+@cli.command("verify", epilog=EXIT_CODES_HELP)
+@click.argument("drafter_arg", required=False, metavar="[DRAFTER]")
+@click.option("--host", help="A running server's URL, e.g. http://127.0.0.1:30000.")
+@click.option("--engine", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True)
+@click.option("--prompts", default="builtin", show_default=True, help="'builtin' or a JSONL file of {\"prompt\"} or {\"input_ids\"}.")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--ignore-eos", is_flag=True, help="Generate max-new-tokens every time.")
+@click.option("--baseline-host", help="The same target without speculation, for the speedup.")
+@click.option("--min-accept-len", type=float, help="The bar (tokens per verify step); below it exit code 1.")
+@click.option("--flush-cache", is_flag=True, help="POST /flush_cache first (SGLang).")
+@click.option("--tokenizer", type=click.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds.")
+@click.option("--launch", is_flag=True, help="Start the server (needs --target and the drafter), measure, stop it.")
+@click.option("--target", help="With --launch or --engine torch: the target model.")
+@click.option("--drafter", help="With --launch: the drafter (or give it as DRAFTER).")
+@click.option("--port", type=int, help="With --launch: the port (default: a free one).")
+@click.option("--tp", type=int, default=1, show_default=True, help="With --launch: tensor parallel size.")
+@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Draft steps.")
+@click.option("--topk", type=click.IntRange(min=1), default=1, show_default=True, help="With --launch sglang: EAGLE topk.")
+@click.option("--engine-arg", "engine_args", multiple=True, help="Extra server argument (repeatable), e.g. --engine-arg=--dtype=bfloat16.")
+@click.option("--engine-python", help="With --launch: the Python that has the engine installed.")
+@click.option("--log", "log_path", type=click.Path(), help="With --launch: the server log file.")
+@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="With --launch: seconds to wait for health.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="With --engine torch.")
+@click.option("--output", "output_file", type=click.Path(), help="Also write the JSON report here (kept on failure too).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: str, num_prompts: int,
+               max_new_tokens: int, concurrency: int, temperature: float, ignore_eos: bool, baseline_host: str | None,
+               min_accept_len: float | None, flush_cache: bool, tokenizer: str | None, timeout: float, launch: bool,
+               target: str | None, drafter: str | None, port: int | None, tp: int, steps: int, topk: int,
+               engine_args: tuple[str, ...], engine_python: str | None, log_path: str | None, ready_timeout: float,
+               device: str, output_file: str | None, quiet: bool, as_json: bool) -> None:  # fmt: skip
+    """Measure accept length through a real server and give a verdict.
+
+    Reports accept length in the engines' convention (tokens per verify step =
+    accepted drafts + 1) and accepted drafts per step, both labeled.
+
+    \b
+    Examples:
+      ckpt verify --host http://127.0.0.1:30000 --min-accept-len 2.5
+      ckpt verify --host http://127.0.0.1:8000 --baseline-host http://127.0.0.1:8001 --json
+      ckpt verify --launch --engine sglang --target ./target --drafter ./drafter --steps 3
+      ckpt verify --engine torch --target ./target ./drafter --steps 3
+    """
+    from .output import emit_json
+    from .render import render_verify
+
+    drafter = drafter or drafter_arg
+    if engine == "torch":
+        if not (target and drafter):
+            raise click.UsageError("--engine torch needs --target and DRAFTER")
+        from .probe import verify_torch
+
+        rep = verify_torch(target, drafter, steps=steps, prompts=prompts, num_prompts=num_prompts,
+                           max_new_tokens=max_new_tokens, min_accept_len=min_accept_len, tokenizer=tokenizer,
+                           device=device)  # fmt: skip
+    else:
+        spec = None
+        if launch:
+            if not (target and drafter) or engine == "auto":
+                raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
+            from .launch import LaunchSpec, free_port
+
+            p = port or free_port()
+            spec = LaunchSpec(engine=engine, target=target, drafter=drafter, port=p, tp=tp, steps=steps, topk=topk,
+                              engine_args=list(engine_args), python=engine_python or sys.executable,
+                              log_path=log_path or f"ckpt-verify-{engine}-{p}.log", ready_timeout=ready_timeout)  # fmt: skip
+            click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
+        elif not host:
+            raise click.UsageError("give --host URL, or --launch, or --engine torch")
+        from .verify import verify
+
+        bar = None
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=num_prompts, desc="verify", unit="req", file=sys.stderr, leave=False)
+        try:
+            rep = verify(host, engine=engine, prompts=prompts, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+                         concurrency=concurrency, temperature=temperature, ignore_eos=ignore_eos,
+                         baseline_host=baseline_host, min_accept_len=min_accept_len, flush_cache=flush_cache,
+                         tokenizer=tokenizer, timeout=timeout, launch=spec,
+                         progress=(lambda d, t: bar.update(d - bar.n)) if bar else None)  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.close()
+    if output_file:
+        import json as _json
+
+        Path(output_file).write_text(_json.dumps(rep.to_dict(), indent=2) + "\n", encoding="utf-8")
+    emit_json(rep.to_dict()) if as_json else click.echo(render_verify(rep))
+    sys.exit(rep.exit_code)
 
 
 # ---------------------------------------------------------------------------- example

@@ -6,7 +6,7 @@ from typing import Any
 
 from .output import human_bytes, human_count, table
 
-__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap", "render_export"]
+__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap", "render_export", "render_verify"]
 
 _CONFIG_ROWS = (
     "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -204,3 +204,39 @@ class _Val:
 
     def counts(self) -> dict[str, int]:
         return self._counts
+
+
+def render_verify(r: Any) -> str:
+    srv = ", ".join(f"{k}={v}" for k, v in r.server.items() if v is not None)
+    out = [f"{r.engine} at {r.url}" + (f" ({srv})" if srv else ""),
+           f"  requests: {r.completed} completed, {r.failed} failed, of {r.num_prompts}"]  # fmt: skip
+    if r.accept_length is not None:
+        out.append(f"  accept length (tokens per verify step, engine convention): {r.accept_length:.3f}")
+        out.append(f"  accepted drafts per step (bonus token not counted):       {r.accepted_drafts_per_step:.3f}")
+        if r.accept_length_ci95:
+            lo, hi = r.accept_length_ci95
+            out.append(f"  per-request 95% interval of the mean: [{lo:.3f}, {hi:.3f}]")
+        if r.per_request:
+            q = r.per_request
+            out.append(f"  per request: min {q['min']:.2f}  p25 {q['p25']:.2f}  median {q['median']:.2f}  "
+                       f"p75 {q['p75']:.2f}  max {q['max']:.2f}  (n={q['n']})")
+        if r.per_position_acceptance:
+            out.append("  acceptance by draft position: " + "  ".join(
+                f"{i + 1}: {a:.2f}" for i, a in enumerate(r.per_position_acceptance)))
+        out.append(f"  computed from: {r.fields_used}")
+    if r.server_avg_accept_length is not None:
+        out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
+    if r.log_accept_lens:
+        out.append(f"  server log 'accept len' lines: {len(r.log_accept_lens)}, last {r.log_accept_lens[-1]:.2f}")
+    if r.output_tokens_per_s is not None:
+        out.append(f"  output: {r.output_tokens} tokens, {r.output_tokens_per_s:.1f} tokens/s")
+    if r.latency_s:
+        out.append(f"  latency: mean {r.latency_s['mean']:.3f} s, p50 {r.latency_s['p50']:.3f} s, "
+                   f"p95 {r.latency_s['p95']:.3f} s")
+    if r.baseline:
+        b = r.baseline
+        out.append(f"  baseline {b['url']}: {b['output_tokens_per_s'] or 0:.1f} tokens/s")
+    for e in r.errors[:5]:
+        out.append(f"  error: {e}")
+    out.append(f"verdict: {r.verdict}")
+    return "\n".join(out)

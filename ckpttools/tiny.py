@@ -6,6 +6,8 @@ Everything is written with the project's own streaming writer, in well under a s
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ import numpy as np
 
 from .writer import CheckpointWriter, TensorSpec
 
-__all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors"]
+__all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors",
+           "build_known_pair", "known_prompts", "swap_pairs"]
 
 DRAFTER_FLAVORS = ("sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training")
 
@@ -346,3 +349,108 @@ def build_huge_sparse(
             "rope_theta": 50000.0,
         })  # fmt: skip
     return Path(out)
+
+
+# ------------------------------------------------------------------ known acceptance
+KNOWN_V, KNOWN_H, KNOWN_VD_LO, KNOWN_VD_HI = 256, 64, 64, 192
+
+
+def _known_embedding(seed: int = 3) -> np.ndarray:
+    """±1 rows: each row's dot with itself is H, with any other row far below H."""
+    rng = np.random.default_rng(seed)
+    e = rng.choice(np.array([-1.0, 1.0], np.float32), size=(KNOWN_V, KNOWN_H))
+    gram = e @ e.T
+    np.fill_diagonal(gram, -np.inf)
+    assert gram.max() < KNOWN_H * 0.75, "embedding rows not distinct enough"
+    return e
+
+
+def swap_pairs(ids: np.ndarray) -> np.ndarray:
+    """The involution 2k <-> 2k+1."""
+    return ids ^ 1
+
+
+def build_known_pair(
+    root: str | Path,
+    *,
+    target: str = "repeat",
+    drafter: str = "id",
+    drafter_flavor: str = "sglang",
+    num_layers: int = 8,
+    aux_layer_ids: Sequence[int] = (1, 3, 5),
+    force: bool = False,
+) -> tuple[Path, Path]:
+    """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
+
+    The target's layers add nothing (o_proj and down_proj are zero), so every hidden
+    state is the current token's embedding; its head is the embedding (``repeat``: the
+    next token is the last one) or the embedding with pairs 2k/2k+1 swapped (``swap``:
+    the tokens alternate). The drafter's fc passes the first aux state through and its
+    layer adds nothing, so it predicts from the embedding of the token it was given the
+    hidden state of: ``id`` predicts that token, ``swap`` its pair partner.
+
+    EAGLE aligns the target's hidden state h_t with the next token x_{t+1} to predict
+    x_{t+2}; later draft steps reuse the drafter's own hidden state. Greedy, topk 1,
+    K draft steps, prompts of tokens 64..191:
+
+    ======== ======= ========================================
+    target   drafter tokens per verify step (accept length)
+    ======== ======= ========================================
+    repeat   id      K + 1 (every draft accepted)
+    swap     id      2.0 (the first draft, x_{t+2} = x_t, only)
+    repeat   swap    1.0 (no draft accepted)
+    ======== ======= ========================================
+
+    Returns:
+        (target path, drafter path) under ``root``.
+    """
+    root = Path(root)
+    e = _known_embedding()
+    ids = np.arange(KNOWN_V)
+    head = e if target == "repeat" else e[swap_pairs(ids)]
+
+    def tw(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name == "model.embed_tokens.weight":
+            return e
+        if name == "lm_head.weight":
+            return head
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            return np.zeros(shape, np.float32)
+        if "norm" in name:
+            return np.ones(shape, np.float32)
+        return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
+
+    tpath = build_target(root / f"target-{target}", hidden_size=KNOWN_H, num_layers=num_layers, num_heads=2,
+                         num_kv_heads=2, intermediate_size=128, vocab_size=KNOWN_V, weight_fn=tw, force=force)  # fmt: skip
+    cfg = json.loads((tpath / "config.json").read_text())
+    cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
+    (tpath / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+    draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
+    pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
+    H = KNOWN_H
+
+    def dw(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name == "fc.weight":
+            w = np.zeros(shape, np.float32)
+            w[:, :H] = np.eye(H, dtype=np.float32)
+            return w
+        if name == "lm_head.weight":
+            return e[pred]
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            return np.zeros(shape, np.float32)
+        if "norm" in name or "layernorm" in name:
+            return np.ones(shape, np.float32)
+        return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
+
+    dpath = build_drafter(root / f"drafter-{drafter}-{drafter_flavor}", drafter_flavor, hidden_size=H, num_heads=2,
+                          num_kv_heads=2, intermediate_size=128, vocab_size=KNOWN_V, draft_vocab_size=len(draft_ids),
+                          mapping=draft_ids, aux_layer_ids=aux_layer_ids, weight_fn=dw,
+                          config_overrides={"bos_token_id": 0, "eos_token_id": 1}, force=force)  # fmt: skip
+    return tpath, dpath
+
+
+def known_prompts(n: int = 8, length: int = 8, seed: int = 0) -> list[list[int]]:
+    """Prompts of token ids from the known pair's draft range (64..191)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(KNOWN_VD_LO, KNOWN_VD_HI, size=length).tolist() for _ in range(n)]

@@ -1,0 +1,312 @@
+"""Talking to serving engines: SGLang's native API and vLLM's OpenAI API plus its
+Prometheus counters. Each request's acceptance is read from what the engine reports,
+and every result says which fields it was computed from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ServerError
+
+__all__ = ["Prompt", "RequestResult", "SGLangClient", "VLLMClient", "detect_engine", "parse_sglang_meta",
+           "parse_vllm_metrics"]  # fmt: skip
+
+
+@dataclass
+class Prompt:
+    """A prompt as text or token ids, with a category for the report."""
+
+    text: str | None = None
+    input_ids: list[int] | None = None
+    category: str = "custom"
+
+
+@dataclass
+class RequestResult:
+    """One request's figures. accept_length is tokens per verify step (engine convention)."""
+
+    index: int
+    category: str
+    completion_tokens: int = 0
+    verify_steps: int | None = None
+    accepted_drafts: int | None = None
+    proposed_drafts: int | None = None
+    accept_length: float | None = None
+    latency_s: float = 0.0
+    source: str = ""
+    histogram: list[int] | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# SGLang meta_info field names across releases (first present wins)
+_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_HIST = ("spec_accept_histogram", "spec_correct_drafts_histogram")
+
+
+def parse_sglang_meta(meta: dict[str, Any], r: RequestResult) -> RequestResult:
+    """Fill ``r`` from a finished /generate response's meta_info.
+
+    Tokens per verify step = 1 + accepted drafts / verify steps when the server reports
+    accepted drafts (0.5.x: spec_num_correct_drafts; late 2025: spec_accept_token_num);
+    otherwise completion_tokens / spec_verify_ct, which counts the token that prefill
+    produced and so runs slightly high on short outputs.
+    """
+    r.completion_tokens = int(meta.get("completion_tokens") or 0)
+    verify = meta.get("spec_verify_ct")
+    r.verify_steps = int(verify) if verify is not None else None
+    acc_key = next((k for k in _ACCEPTED if meta.get(k) is not None), None)
+    prop_key = next((k for k in _PROPOSED if meta.get(k) is not None), None)
+    hist_key = next((k for k in _HIST if meta.get(k) is not None), None)
+    if prop_key:
+        r.proposed_drafts = int(meta[prop_key])
+    if hist_key:
+        r.histogram = [int(x) for x in meta[hist_key]]
+    if "spec_accept_length" in meta:
+        r.extra["server_spec_accept_length"] = meta["spec_accept_length"]
+    if not r.verify_steps:
+        r.source = "no spec_verify_ct: speculative decoding did not run for this request"
+        return r
+    if acc_key:
+        r.accepted_drafts = int(meta[acc_key])
+        r.accept_length = 1 + r.accepted_drafts / r.verify_steps
+        r.source = f"1 + {acc_key} / spec_verify_ct"
+    else:
+        r.accept_length = r.completion_tokens / r.verify_steps
+        r.accepted_drafts = max(0, r.completion_tokens - r.verify_steps)
+        r.source = "completion_tokens / spec_verify_ct (includes the prefill token)"
+    return r
+
+
+def _get_json(client: Any, url: str, what: str) -> Any:
+    import httpx
+
+    try:
+        resp = client.get(url)
+    except httpx.ConnectError as e:
+        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?") from None
+    except httpx.TimeoutException:
+        raise ServerError(f"{url}: timed out waiting for {what}", url=url, hint="raise --timeout") from None
+    if resp.status_code >= 400:
+        raise ServerError(f"{url}: HTTP {resp.status_code} for {what}: {resp.text[:200]}", url=url)
+    try:
+        return resp.json()
+    except (json.JSONDecodeError, ValueError):
+        raise ServerError(f"{url}: {what} is not JSON: {resp.text[:120]!r}", url=url) from None
+
+
+def _post_json(client: Any, url: str, body: dict[str, Any], what: str) -> Any:
+    import httpx
+
+    try:
+        resp = client.post(url, json=body)
+    except httpx.ConnectError as e:
+        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up?") from None
+    except httpx.TimeoutException:
+        raise ServerError(f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens") from None
+    if resp.status_code >= 400:
+        raise ServerError(f"{url}: HTTP {resp.status_code} for {what}: {resp.text[:300]}", url=url)
+    try:
+        return resp.json()
+    except (json.JSONDecodeError, ValueError):
+        raise ServerError(f"{url}: {what} answered with malformed JSON: {resp.text[:120]!r}", url=url) from None
+
+
+class SGLangClient:
+    """SGLang's native API: /server_info, /generate, /flush_cache."""
+
+    name = "sglang"
+
+    def __init__(self, url: str, client: Any) -> None:
+        self.url = url.rstrip("/")
+        self.client = client
+        self._info: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        if self._info is None:
+            import httpx
+
+            try:
+                resp = self.client.get(self.url + "/server_info")
+                if resp.status_code == 404:
+                    resp = self.client.get(self.url + "/get_server_info")
+            except httpx.ConnectError as e:
+                raise ServerError(f"{self.url}: cannot connect ({e})", url=self.url, hint="is the server up?") from None
+            except httpx.TimeoutException:
+                raise ServerError(f"{self.url}: timed out asking for /server_info", url=self.url) from None
+            if resp.status_code >= 400:
+                raise ServerError(f"{self.url}/server_info: HTTP {resp.status_code}", url=self.url)
+            try:
+                self._info = resp.json()
+            except ValueError:
+                raise ServerError(f"{self.url}/server_info is not JSON", url=self.url) from None
+        return self._info  # type: ignore[return-value]
+
+    def spec_settings(self) -> dict[str, Any]:
+        i = self.info()
+        keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "model_path", "speculative_draft_model_path", "skip_tokenizer_init")  # fmt: skip
+        return {k: i.get(k) for k in keys}
+
+    def spec_enabled(self) -> bool:
+        return bool(self.info().get("speculative_algorithm"))
+
+    def server_avg_accept_length(self) -> float | None:
+        import httpx
+
+        try:
+            self._info = None  # fresh figures
+            states = self.info().get("internal_states") or []
+        except ServerError:
+            return None
+        except httpx.HTTPError:
+            return None
+        vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        return float(vals[0]) if vals else None
+
+    def flush_cache(self) -> None:
+        import httpx
+
+        try:
+            self.client.post(self.url + "/flush_cache")
+        except httpx.HTTPError:
+            pass  # best effort: a busy server refuses, and the measurement does not depend on it
+
+    def run(self, i: int, p: Prompt, max_new_tokens: int, temperature: float, ignore_eos: bool) -> RequestResult:
+        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                                    "ignore_eos": ignore_eos}}  # fmt: skip
+        if p.input_ids is not None:
+            body["input_ids"] = p.input_ids
+        else:
+            body["text"] = p.text
+        r = RequestResult(i, p.category)
+        t = time.perf_counter()
+        out = _post_json(self.client, self.url + "/generate", body, "/generate")
+        r.latency_s = time.perf_counter() - t
+        if isinstance(out, list):
+            out = out[0]
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        if not isinstance(meta, dict):
+            raise ServerError(f"{self.url}/generate: no meta_info in the response", url=self.url)
+        return parse_sglang_meta(meta, r)
+
+
+# vLLM Prometheus counters (names without the _total suffix the text format adds)
+VLLM_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted": "vllm:spec_decode_num_accepted_tokens",
+    "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
+}
+
+
+def parse_vllm_metrics(text: str) -> dict[str, Any]:
+    """Sum vLLM's speculative-decoding counters over label sets (per position kept apart)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "accepted_per_pos": {},
+                           "generation_tokens": 0.0, "present": False}  # fmt: skip
+    names = {v: k for k, v in VLLM_COUNTERS.items()}
+    for fam in text_string_to_metric_families(text):
+        key = names.get(fam.name) or names.get(fam.name.removesuffix("_total"))
+        if fam.name.removesuffix("_total") == "vllm:generation_tokens":
+            for s in fam.samples:
+                if s.name.endswith("_total"):
+                    out["generation_tokens"] += s.value
+        if key is None:
+            continue
+        out["present"] = True
+        for s in fam.samples:
+            if not s.name.endswith("_total"):
+                continue
+            if key == "accepted_per_pos":
+                pos = int(s.labels.get("position", 0))
+                out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + s.value
+            else:
+                out[key] += s.value
+    return out
+
+
+class VLLMClient:
+    """vLLM's OpenAI API for requests, /metrics counters for acceptance."""
+
+    name = "vllm"
+
+    def __init__(self, url: str, client: Any) -> None:
+        self.url = url.rstrip("/")
+        self.client = client
+        self._model: str | None = None
+
+    def model(self) -> str:
+        if self._model is None:
+            d = _get_json(self.client, self.url + "/v1/models", "/v1/models")
+            try:
+                self._model = d["data"][0]["id"]
+            except (KeyError, IndexError, TypeError):
+                raise ServerError(f"{self.url}/v1/models lists no model", url=self.url) from None
+        return self._model
+
+    def metrics(self) -> dict[str, Any]:
+        import httpx
+
+        try:
+            resp = self.client.get(self.url + "/metrics")
+        except httpx.HTTPError as e:
+            raise ServerError(f"{self.url}/metrics: {e.__class__.__name__}: {e}", url=self.url) from None
+        if resp.status_code >= 400:
+            raise ServerError(f"{self.url}/metrics: HTTP {resp.status_code}", url=self.url)
+        try:
+            return parse_vllm_metrics(resp.text)
+        except ValueError as e:
+            raise ServerError(f"{self.url}/metrics is not Prometheus text ({e})", url=self.url) from None
+
+    def spec_settings(self) -> dict[str, Any]:
+        return {"model": self.model()}
+
+    def spec_enabled(self) -> bool:
+        return bool(self.metrics()["present"])
+
+    def run(self, i: int, p: Prompt, max_new_tokens: int, temperature: float, ignore_eos: bool) -> RequestResult:
+        body = {"model": self.model(), "prompt": p.input_ids if p.input_ids is not None else p.text,
+                "max_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}  # fmt: skip
+        r = RequestResult(i, p.category)
+        t = time.perf_counter()
+        out = _post_json(self.client, self.url + "/v1/completions", body, "/v1/completions")
+        r.latency_s = time.perf_counter() - t
+        try:
+            r.completion_tokens = int(out["usage"]["completion_tokens"])
+        except (KeyError, TypeError):
+            raise ServerError(f"{self.url}/v1/completions: no usage.completion_tokens", url=self.url) from None
+        r.source = "vLLM /metrics counters"
+        return r
+
+
+def detect_engine(url: str, client: Any) -> str:
+    """``sglang`` if /server_info (or /get_server_info) answers, ``vllm`` if /metrics has vllm: counters."""
+    import httpx
+
+    base = url.rstrip("/")
+    try:
+        for path in ("/server_info", "/get_server_info"):
+            resp = client.get(base + path)
+            if resp.status_code == 200:
+                try:
+                    if isinstance(resp.json(), dict):
+                        return "sglang"
+                except ValueError:
+                    pass
+        resp = client.get(base + "/metrics")
+        if resp.status_code == 200 and "vllm:" in resp.text:
+            return "vllm"
+    except httpx.ConnectError as e:
+        raise ServerError(f"{base}: cannot connect ({e})", url=base, hint="is the server up, and is the URL right?") from None
+    except httpx.TimeoutException:
+        raise ServerError(f"{base}: timed out", url=base) from None
+    raise ServerError(f"{base}: answers neither as SGLang (/server_info) nor as vLLM (/metrics)", url=base,
+                      hint="pass --engine sglang or --engine vllm")  # fmt: skip

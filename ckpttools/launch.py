@@ -1,0 +1,149 @@
+"""Starting an SGLang or vLLM server with the right speculative flags, and always stopping it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ServerError
+
+__all__ = ["LaunchSpec", "RunningServer", "build_command", "parse_sglang_accept_lens", "free_port"]
+
+_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]+)")
+
+
+@dataclass
+class LaunchSpec:
+    """What to start. ``python`` is the interpreter that has the engine installed."""
+
+    engine: str
+    target: str
+    drafter: str
+    port: int = 30000
+    host: str = "127.0.0.1"
+    tp: int = 1
+    steps: int = 3
+    topk: int = 1
+    draft_tokens: int | None = None
+    engine_args: list[str] = field(default_factory=list)
+    python: str = sys.executable
+    log_path: str | None = None
+    ready_timeout: float = 900.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def build_command(s: LaunchSpec) -> list[str]:
+    """The server command line for the spec."""
+    if s.engine == "sglang":
+        n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
+        return [s.python, "-m", "sglang.launch_server", "--model-path", s.target,
+                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", s.drafter,
+                "--speculative-num-steps", str(s.steps), "--speculative-eagle-topk", str(s.topk),
+                "--speculative-num-draft-tokens", str(n), "--tp-size", str(s.tp),
+                "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+    if s.engine == "vllm":
+        spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
+        return [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.target,
+                "--speculative-config", json.dumps(spec), "--tensor-parallel-size", str(s.tp),
+                "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+    raise ValueError(f"cannot launch engine {s.engine!r}")
+
+
+def parse_sglang_accept_lens(log_text: str) -> list[float]:
+    """The 'accept len: X' figures of SGLang's decode log lines."""
+    return [float(x) for x in _ACCEPT_LEN.findall(log_text)]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RunningServer:
+    """A server process in its own session, logging to a file; a context manager.
+
+    ``__exit__`` stops it by its process group (SIGTERM, then SIGKILL), on errors and on
+    Ctrl-C alike.
+    """
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+        self.cmd = build_command(spec)
+        self.log_path = Path(spec.log_path or f"ckpt-verify-{spec.engine}-{spec.port}.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RunningServer:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        log.write(("$ " + " ".join(self.cmd) + "\n").encode())
+        log.flush()
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **self.spec.env}, start_new_session=True)  # fmt: skip
+        log.close()
+        return self
+
+    def log_tail(self, n: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, client: Any) -> float:
+        """Poll /health until 200; raise ServerError with the log's tail if it dies or times out."""
+        import httpx
+
+        t0 = time.monotonic()
+        url = self.spec.url + "/health"
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"the {self.spec.engine} server exited with code {self.proc.returncode} before it was ready; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}",
+                    hint=f"read {self.log_path}; check the engine is installed for {self.spec.python}",
+                )
+            try:
+                if client.get(url, timeout=5).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > self.spec.ready_timeout:
+                raise ServerError(
+                    f"the {self.spec.engine} server was not ready after {self.spec.ready_timeout:.0f} s; last lines of "
+                    f"{self.log_path}:\n{self.log_tail()}",
+                    hint="raise --ready-timeout, or read the log",
+                )
+            time.sleep(1.0)
+
+    def stop(self, grace: float = 20.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=grace)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> RunningServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

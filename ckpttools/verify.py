@@ -1,0 +1,365 @@
+"""``ckpt verify``: measure accept length through a real server and give a verdict.
+
+Two conventions are in use in the field; both are reported, labeled:
+  - accept length = tokens per verify step = accepted drafts + 1 (SGLang's "accept len",
+    vLLM's "mean acceptance length");
+  - accepted drafts per step = accept length - 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .engines import Prompt, RequestResult, SGLangClient, VLLMClient, detect_engine
+from .errors import EXIT_FINDINGS, ConfigError, ServerError
+
+__all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
+
+# two-sided 95% t critical values, df 1..30 (beyond: normal 1.96)
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+
+class SpecOffError(ServerError):
+    """The server runs without speculative decoding: accept length cannot be measured."""
+
+    default_hint = "start the server with --speculative-algorithm EAGLE3 (SGLang) or --speculative-config (vLLM)"
+
+
+@dataclass
+class VerifyReport:
+    """Everything ``ckpt verify`` measured; ``to_dict`` is the JSON output."""
+
+    engine: str
+    url: str | None
+    server: dict[str, Any] = field(default_factory=dict)
+    num_prompts: int = 0
+    completed: int = 0
+    failed: int = 0
+    accept_length: float | None = None
+    accepted_drafts_per_step: float | None = None
+    accept_length_ci95: list[float] | None = None
+    per_request: dict[str, float] | None = None
+    per_position_acceptance: list[float] | None = None
+    fields_used: str = ""
+    server_avg_accept_length: float | None = None
+    log_accept_lens: list[float] | None = None
+    output_tokens: int = 0
+    output_tokens_per_s: float | None = None
+    latency_s: dict[str, float] | None = None
+    baseline: dict[str, Any] | None = None
+    speedup: float | None = None
+    min_accept_len: float | None = None
+    passed: bool | None = None
+    stopped_early: str | None = None
+    verdict: str = ""
+    errors: list[str] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDINGS if self.passed is False else 0
+
+
+# ----------------------------------------------------------------------------- prompts
+def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str | None = None) -> list[Prompt]:
+    """Prompts from the built-in set or a JSONL file of {"prompt": ...} / {"input_ids": [...]}.
+
+    With ``tokenizer`` (an HF tokenizer.json or its directory), text prompts are turned
+    into input_ids locally, for servers started without a tokenizer.
+    """
+    if source == "builtin":
+        text = resources.files("ckpttools").joinpath("data/prompts.jsonl").read_text(encoding="utf-8")
+        where = "built-in prompts"
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such prompts file", path=p, hint="give a JSONL file, or --prompts builtin")
+        text, where = p.read_text(encoding="utf-8"), str(p)
+    out: list[Prompt] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}:{n}: not JSON ({e})", hint='each line: {"prompt": "..."} or {"input_ids": [...]}') from None
+        if isinstance(row, dict) and isinstance(row.get("input_ids"), list):
+            out.append(Prompt(input_ids=[int(x) for x in row["input_ids"]], category=row.get("category", "custom")))
+        elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
+            out.append(Prompt(text=row["prompt"], category=row.get("category", "custom")))
+        else:
+            raise ConfigError(f"{where}:{n}: needs a \"prompt\" string or an \"input_ids\" list")
+    if not out:
+        raise ConfigError(f"{where}: no prompts")
+    if tokenizer is not None:
+        from tokenizers import Tokenizer
+
+        tp = Path(tokenizer)
+        tok = Tokenizer.from_file(str(tp / "tokenizer.json" if tp.is_dir() else tp))
+        out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
+    if num is not None:
+        out = (out * (num // len(out) + 1))[:num]
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics
+def _ci95(values: list[float]) -> list[float] | None:
+    if len(values) < 2:
+        return None
+    m = statistics.fmean(values)
+    sd = statistics.stdev(values)
+    t = _T95[len(values) - 2] if len(values) - 1 <= len(_T95) else 1.96
+    h = t * sd / math.sqrt(len(values))
+    return [m - h, m + h]
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarize(results: list[RequestResult], rep: VerifyReport) -> VerifyReport:
+    """Pooled accept length, per-request distribution and 95% interval, per position."""
+    ok = [r for r in results if r.error is None]
+    rep.completed, rep.failed = len(ok), len(results) - len(ok)
+    rep.errors = [f"request {r.index}: {r.error}" for r in results if r.error]
+    rep.requests = [asdict(r) for r in results]
+    rep.output_tokens = sum(r.completion_tokens for r in ok)
+    lat = [r.latency_s for r in ok]
+    if lat:
+        rep.latency_s = {"mean": statistics.fmean(lat), "p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95)}
+    measured = [r for r in ok if r.accept_length is not None and r.verify_steps]
+    if measured:
+        steps = sum(r.verify_steps or 0 for r in measured)
+        acc = sum(r.accepted_drafts or 0 for r in measured)
+        rep.accept_length = 1 + acc / steps
+        rep.accepted_drafts_per_step = acc / steps
+        vals = [r.accept_length for r in measured if r.accept_length is not None]
+        rep.accept_length_ci95 = _ci95(vals)
+        rep.per_request = {"n": len(vals), "mean": statistics.fmean(vals), "min": min(vals), "p25": _pct(vals, 0.25),
+                           "median": _pct(vals, 0.5), "p75": _pct(vals, 0.75), "max": max(vals)}  # fmt: skip
+        rep.fields_used = "; ".join(sorted({r.source for r in measured}))
+        hists = [r.histogram for r in measured if r.histogram]
+        if hists:
+            k = max(len(h) for h in hists)
+            tot = [sum(h[i] if i < len(h) else 0 for h in hists) for i in range(k)]
+            n = sum(tot)
+            rep.per_position_acceptance = [sum(tot[j] for j in range(i, k)) / n for i in range(1, k)] if n else None
+    return rep
+
+
+def _verdict(rep: VerifyReport) -> str:
+    if rep.accept_length is None:
+        return "accept length could not be measured" + (f" ({rep.errors[0]})" if rep.errors else "")
+    parts = [f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} "
+             "accepted drafts per step)"]  # fmt: skip
+    if rep.min_accept_len is not None:
+        ok = rep.accept_length >= rep.min_accept_len
+        parts.append(f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}")
+    if rep.speedup is not None:
+        if rep.speedup < 1:
+            parts.append(f"SLOWER than the same target without speculation: {rep.speedup:.2f}x its tokens/s")
+        else:
+            parts.append(f"{rep.speedup:.2f}x the tokens/s of the same target without speculation")
+    if rep.stopped_early:
+        parts.append(f"stopped early: {rep.stopped_early}")
+    return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------- measuring
+def _measure(
+    engine: Any, prompts: list[Prompt], *, max_new_tokens: int, temperature: float, ignore_eos: bool,
+    concurrency: int, min_accept_len: float | None, progress: Callable[[int, int], None] | None, per_request_metrics: bool,
+) -> tuple[list[RequestResult], float, str | None]:  # fmt: skip
+    results: list[RequestResult] = []
+    stop_reason: str | None = None
+
+    def one(i: int, p: Prompt) -> RequestResult:
+        try:
+            before = engine.metrics() if per_request_metrics else None
+            r = engine.run(i, p, max_new_tokens, temperature, ignore_eos)
+            if before is not None:
+                after = engine.metrics()
+                _vllm_delta(r, before, after)
+            return r
+        except ServerError as e:
+            return RequestResult(i, p.category, error=str(e))
+
+    def check_stop() -> str | None:
+        if min_accept_len is None:
+            return None
+        vals = [r.accept_length for r in results if r.accept_length is not None]
+        ci = _ci95(vals) if len(vals) >= 5 else None
+        if ci is not None and ci[1] < min_accept_len:
+            return (f"after {len(vals)} requests the 95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is below the bar "
+                    f"{min_accept_len:.2f}")  # fmt: skip
+        return None
+
+    t0 = time.perf_counter()
+    if concurrency <= 1:
+        for i, p in enumerate(prompts):
+            results.append(one(i, p))
+            if progress:
+                progress(len(results), len(prompts))
+            if results[-1].error and "cannot connect" in results[-1].error:
+                break
+            if (stop_reason := check_stop()) is not None:
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            futs = []
+            for i, p in enumerate(prompts):
+                futs.append(pool.submit(one, i, p))
+            for f in futs:
+                results.append(f.result())
+                if progress:
+                    progress(len(results), len(prompts))
+                if stop_reason is None and (stop_reason := check_stop()) is not None:
+                    for g in futs:
+                        g.cancel()
+                    break
+    return results, time.perf_counter() - t0, stop_reason
+
+
+def _vllm_delta(r: RequestResult, before: dict[str, Any], after: dict[str, Any]) -> None:
+    drafts = after["drafts"] - before["drafts"]
+    acc = after["accepted"] - before["accepted"]
+    r.proposed_drafts = int(after["draft_tokens"] - before["draft_tokens"])
+    if drafts > 0:
+        r.verify_steps = int(drafts)
+        r.accepted_drafts = int(acc)
+        r.accept_length = 1 + acc / drafts
+        per = sorted(after["accepted_per_pos"])
+        r.extra["accepted_per_pos"] = [after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0) for k in per]
+        r.source = "1 + vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_drafts (per-request delta)"
+
+
+def verify(
+    host: str | None = None,
+    *,
+    engine: str = "auto",
+    prompts: str = "builtin",
+    num_prompts: int | None = 16,
+    max_new_tokens: int = 256,
+    concurrency: int = 1,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+    baseline_host: str | None = None,
+    min_accept_len: float | None = None,
+    flush_cache: bool = False,
+    tokenizer: str | None = None,
+    timeout: float = 600.0,
+    launch: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Measure acceptance through a running server (``host``) or one to start (``launch``).
+
+    Args:
+        host: the server's base URL, e.g. ``http://127.0.0.1:30000``.
+        engine: ``auto`` (tell SGLang and vLLM apart by what they answer), ``sglang``, ``vllm``.
+        prompts: ``builtin`` or a JSONL file; ``num_prompts`` repeats or cuts the set.
+        baseline_host: the same target without speculation, for the speedup.
+        min_accept_len: the bar (tokens per verify step); below it the report fails
+            (exit code 1), and the run stops early once the 95% interval is below it.
+        launch: a :class:`ckpttools.launch.LaunchSpec` to start, measure, and stop.
+
+    Returns:
+        a :class:`VerifyReport` (partial results are kept when requests fail).
+
+    Raises:
+        SpecOffError: the server runs without speculative decoding.
+        ServerError: the server cannot be reached or answers badly.
+    """
+    import httpx
+
+    plist = load_prompts(prompts, num_prompts, tokenizer)
+    client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
+    server = None
+    try:
+        if launch is not None:
+            from .launch import RunningServer
+
+            server = RunningServer(launch).start()
+            server.wait_ready(client)
+            host, engine = launch.url, launch.engine
+        assert host is not None
+        if engine == "auto":
+            engine = detect_engine(host, client)
+        eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
+        rep = VerifyReport(engine=engine, url=host, num_prompts=len(plist), min_accept_len=min_accept_len)
+        rep.server = eng.spec_settings()
+        if not eng.spec_enabled():
+            raise SpecOffError(f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
+                               "measured (and is not 1.0)", url=host)  # fmt: skip
+        if engine == "sglang" and flush_cache:
+            eng.flush_cache()
+        per_req = engine == "vllm" and concurrency <= 1
+        before = eng.metrics() if engine == "vllm" else None
+        results, wall, stop = _measure(eng, plist, max_new_tokens=max_new_tokens, temperature=temperature,
+                                       ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=min_accept_len,
+                                       progress=progress, per_request_metrics=per_req)  # fmt: skip
+        summarize(results, rep)
+        rep.stopped_early = stop
+        rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
+        if engine == "vllm" and before is not None:
+            after = eng.metrics()
+            drafts = after["drafts"] - before["drafts"]
+            if drafts > 0:
+                acc = after["accepted"] - before["accepted"]
+                rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
+                rep.per_position_acceptance = [
+                    (after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0)) / drafts
+                    for k in sorted(after["accepted_per_pos"])
+                ]
+                rep.fields_used = "1 + vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_drafts (run delta)"
+        if engine == "sglang":
+            rep.server_avg_accept_length = eng.server_avg_accept_length()
+        if baseline_host is not None:
+            rep.baseline = _baseline(baseline_host, client, plist[: len(results)], max_new_tokens, temperature,
+                                     ignore_eos, concurrency)  # fmt: skip
+            if rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
+                rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
+        if min_accept_len is not None and rep.accept_length is not None:
+            rep.passed = rep.accept_length >= min_accept_len
+        elif min_accept_len is not None:
+            rep.passed = False
+        if server is not None and engine == "sglang":
+            from .launch import parse_sglang_accept_lens
+
+            rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
+        rep.verdict = _verdict(rep)
+        return rep
+    finally:
+        if server is not None:
+            server.stop()
+        client.close()
+
+
+def _baseline(url: str, client: Any, prompts: list[Prompt], max_new_tokens: int, temperature: float,
+              ignore_eos: bool, concurrency: int) -> dict[str, Any]:  # fmt: skip
+    engine = detect_engine(url, client)
+    eng: Any = SGLangClient(url, client) if engine == "sglang" else VLLMClient(url, client)
+    results, wall, _ = _measure(eng, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                                ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=None, progress=None,
+                                per_request_metrics=False)  # fmt: skip
+    toks = sum(r.completion_tokens for r in results if r.error is None)
+    return {"url": url, "engine": engine, "completed": sum(r.error is None for r in results),
+            "output_tokens": toks, "output_tokens_per_s": toks / wall if wall > 0 else None,
+            "errors": [r.error for r in results if r.error]}  # fmt: skip
+
+
