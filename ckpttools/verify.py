@@ -133,8 +133,12 @@ def _pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def summarize(results: list[RequestResult], rep: VerifyReport) -> VerifyReport:
-    """Pooled accept length, per-request distribution and 95% interval, per position."""
+def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None = None) -> VerifyReport:
+    """Pooled accept length, per-request distribution and 95% interval, per position.
+
+    ``steps`` (the server's draft steps) sizes per-position acceptance: SGLang trims its
+    histogram to the highest bucket seen (e.g. [63] when nothing was accepted).
+    """
     ok = [r for r in results if r.error is None]
     rep.completed, rep.failed = len(ok), len(results) - len(ok)
     rep.errors = [f"request {r.index}: {r.error}" for r in results if r.error]
@@ -156,7 +160,7 @@ def summarize(results: list[RequestResult], rep: VerifyReport) -> VerifyReport:
         rep.fields_used = "; ".join(sorted({r.source for r in measured}))
         hists = [r.histogram for r in measured if r.histogram]
         if hists:
-            k = max(len(h) for h in hists)
+            k = max(max(len(h) for h in hists), (steps or 0) + 1)
             tot = [sum(h[i] if i < len(h) else 0 for h in hists) for i in range(k)]
             n = sum(tot)
             rep.per_position_acceptance = [sum(tot[j] for j in range(i, k)) / n for i in range(1, k)] if n else None
@@ -313,7 +317,8 @@ def verify(
         results, wall, stop = _measure(eng, plist, max_new_tokens=max_new_tokens, temperature=temperature,
                                        ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=min_accept_len,
                                        progress=progress, per_request_metrics=per_req)  # fmt: skip
-        summarize(results, rep)
+        steps = rep.server.get("speculative_num_steps")
+        summarize(results, rep, steps if isinstance(steps, int) else None)
         rep.stopped_early = stop
         rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
         if engine == "vllm" and before is not None:

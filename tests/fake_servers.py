@@ -1,0 +1,100 @@
+"""Local HTTP servers that answer as SGLang releases do, for verify's unit tests.
+
+The 0.5.17 answers are the recorded responses in shared/data/sglang-0.5.17-responses
+(their meta_info field names and values), replayed per request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+class FakeSGLang:
+    """A real HTTP server on 127.0.0.1. ``meta_for(i, body)`` gives request i's meta_info."""
+
+    def __init__(self, meta_for: Callable[[int, dict], dict], *, spec: bool = True, old_info_path: bool = False,
+                 delay: float = 0.0, status: int = 200, raw: bytes | None = None, avg_accept: float | None = None):  # fmt: skip
+        self.meta_for, self.spec, self.old_info_path = meta_for, spec, old_info_path
+        self.delay, self.status, self.raw, self.avg_accept = delay, status, raw, avg_accept
+        self.requests: list[dict] = []
+        self.flushed = 0
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                info_path = "/get_server_info" if outer.old_info_path else "/server_info"
+                if self.path == info_path:
+                    info = {"model_path": "/models/target", "skip_tokenizer_init": True,
+                            "speculative_algorithm": "EAGLE3" if outer.spec else None,
+                            "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                            "speculative_draft_model_path": "/models/drafter",
+                            "internal_states": [{"avg_spec_accept_length": outer.avg_accept}]}  # fmt: skip
+                    self._send(200, json.dumps(info).encode())
+                elif self.path == "/health":
+                    self._send(200, b"")
+                else:
+                    self._send(404, b'{"detail":"Not Found"}')
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n) or b"{}")
+                if self.path == "/flush_cache":
+                    outer.flushed += 1
+                    self._send(200, b"Cache flushed.")
+                    return
+                if self.path != "/generate":
+                    self._send(404, b"{}")
+                    return
+                i = len(outer.requests)
+                outer.requests.append(body)
+                if outer.delay:
+                    time.sleep(outer.delay)
+                if outer.raw is not None:
+                    self._send(outer.status, outer.raw)
+                    return
+                if outer.status != 200:
+                    self._send(outer.status, b'{"error": "internal"}')
+                    return
+                meta = outer.meta_for(i, body)
+                if meta is None:  # this request fails
+                    self._send(500, b'{"error": "request failed"}')
+                    return
+                self._send(200, json.dumps({"output_ids": [20] * meta.get("completion_tokens", 0),
+                                            "meta_info": meta}).encode())  # fmt: skip
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeSGLang:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def meta_0517(completion: int, verify: int, correct: int, steps: int = 3) -> dict:
+    """meta_info with the 0.5.17 field set (as in generate-*.json), for given counts."""
+    hist = [0] * (steps + 1)
+    return {"completion_tokens": completion, "prompt_tokens": 8, "spec_verify_ct": verify,
+            "spec_num_correct_drafts": correct, "spec_accepted_drafts": correct,
+            "spec_num_proposed_drafts": verify * steps, "spec_proposed_drafts": verify * steps,
+            "spec_accept_rate": correct / (verify * steps), "spec_accept_length": completion / verify,
+            "spec_accept_histogram": hist, "spec_correct_drafts_histogram": hist,
+            "finish_reason": {"type": "length", "length": completion}}  # fmt: skip

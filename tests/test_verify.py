@@ -1,0 +1,211 @@
+"""ckpt verify against local servers that answer as SGLang releases did, and vLLM's metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ckpttools.cli import cli
+from ckpttools.engines import parse_vllm_metrics
+from ckpttools.errors import ServerError
+from ckpttools.launch import LaunchSpec, build_command, parse_sglang_accept_lens
+from ckpttools.verify import SpecOffError, load_prompts, verify
+
+from .conftest import SHARED
+from .fake_servers import FakeSGLang
+
+RESPONSES = SHARED / "data" / "sglang-0.5.17-responses"
+
+
+def recorded(name: str) -> dict:
+    p = RESPONSES / name
+    if not p.is_file():
+        pytest.skip(f"{p} not found")
+    return json.loads(p.read_text())["meta_info"]
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("\n".join(json.dumps({"input_ids": [64 + i, 65 + i, 66]}) for i in range(6)))
+    return str(p)
+
+
+def test_recorded_0517_responses_give_exactly_4_and_1(prompts_file):
+    all_acc, none_acc = recorded("generate-all-drafts-accepted.json"), recorded("generate-no-drafts-accepted.json")
+    with FakeSGLang(lambda i, b: all_acc, avg_accept=4.0) as s:
+        r = verify(s.url, prompts=prompts_file, num_prompts=3)
+    assert r.engine == "sglang" and r.completed == 3
+    assert r.accept_length == 4.0 and r.accepted_drafts_per_step == 3.0  # 1 + 48/16
+    assert r.fields_used == "1 + spec_num_correct_drafts / spec_verify_ct"
+    assert r.per_position_acceptance == [1.0, 1.0, 1.0]
+    assert r.server_avg_accept_length == 4.0 and r.server["speculative_num_steps"] == 3
+    with FakeSGLang(lambda i, b: none_acc) as s:
+        r = verify(s.url, prompts=prompts_file, num_prompts=3)
+    # the server's own spec_accept_length is 64/63 = 1.016 (it counts the prefill token); drafts say 1.0
+    assert r.accept_length == 1.0 and r.accepted_drafts_per_step == 0.0
+    assert r.requests[0]["extra"]["server_spec_accept_length"] == pytest.approx(64 / 63)
+    assert r.per_position_acceptance == [0.0, 0.0, 0.0]
+
+
+def test_mixed_requests_match_hand_computation(prompts_file):
+    # (completion, verify, correct) per request; hand-computed pooled figure:
+    rows = [(64, 16, 48), (64, 32, 32), (40, 20, 20), (10, 10, 0)]
+    hists = [[0, 0, 0, 16], [0, 32, 0, 0], [0, 20, 0, 0], [10, 0, 0, 0]]
+
+    def meta(i, body):
+        c, v, k = rows[i % 4]
+        return {"completion_tokens": c, "spec_verify_ct": v, "spec_num_correct_drafts": k,
+                "spec_num_proposed_drafts": 3 * v, "spec_accept_histogram": hists[i % 4]}  # fmt: skip
+
+    with FakeSGLang(meta) as s:
+        r = verify(s.url, prompts=prompts_file, num_prompts=4)
+    assert r.accept_length == pytest.approx(1 + 100 / 78)
+    per = [4.0, 2.0, 2.0, 1.0]
+    assert r.per_request["mean"] == pytest.approx(sum(per) / 4) and r.per_request["min"] == 1.0
+    import statistics
+
+    half = 3.182 * statistics.stdev(per) / 2  # t(0.975, 3) * sd / sqrt(4)
+    assert r.accept_length_ci95 == pytest.approx([2.25 - half, 2.25 + half])
+    # acceptance at position i = share of verify steps that accepted at least i drafts
+    tot = [10, 52, 0, 16]
+    assert r.per_position_acceptance == pytest.approx([68 / 78, 16 / 78, 16 / 78])
+    assert r.output_tokens == 178
+    _ = tot
+
+
+def test_older_releases(prompts_file):
+    # spec_verify_ct only: completion / verify, labeled as including the prefill token
+    with FakeSGLang(lambda i, b: {"completion_tokens": 33, "spec_verify_ct": 11}, old_info_path=True) as s:
+        r = verify(s.url, prompts=prompts_file, num_prompts=2)
+    assert r.accept_length == pytest.approx(3.0) and "includes the prefill token" in r.fields_used
+    # late-2025 names
+    with FakeSGLang(lambda i, b: {"completion_tokens": 30, "spec_verify_ct": 10, "spec_accept_token_num": 15,
+                                  "spec_draft_token_num": 30}) as s:  # fmt: skip
+        r = verify(s.url, prompts=prompts_file, num_prompts=2)
+    assert r.accept_length == 2.5 and r.fields_used == "1 + spec_accept_token_num / spec_verify_ct"
+
+
+def test_requests_carry_text_or_input_ids_and_flush(prompts_file, tmp_path):
+    meta = recorded("generate-all-drafts-accepted.json")
+    with FakeSGLang(lambda i, b: meta) as s:
+        verify(s.url, prompts="builtin", num_prompts=2, max_new_tokens=7, temperature=0.5, flush_cache=True)
+        assert isinstance(s.requests[0]["text"], str) and s.flushed == 1
+        assert s.requests[0]["sampling_params"] == {"max_new_tokens": 7, "temperature": 0.5, "ignore_eos": False}
+    with FakeSGLang(lambda i, b: meta) as s:
+        verify(s.url, prompts=prompts_file, num_prompts=1)
+        assert s.requests[0]["input_ids"] == [64, 65, 66]
+
+
+def test_spec_off_is_said_and_never_reported_as_1(prompts_file, tmp_path):
+    with FakeSGLang(lambda i, b: {"completion_tokens": 10}, spec=False) as s:
+        with pytest.raises(SpecOffError, match="speculative decoding is off"):
+            verify(s.url, prompts=prompts_file)
+        r = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--json"])
+    assert r.exit_code == 2 and "accept length cannot be measured" in r.stderr and "1.0" not in r.stdout
+
+
+def test_faults_are_clear_and_partial_results_kept(prompts_file, tmp_path):
+    r = CliRunner().invoke(cli, ["verify", "--host", "http://127.0.0.1:9", "--prompts", prompts_file])
+    assert r.exit_code == 2 and "cannot connect" in r.stderr
+    with FakeSGLang(lambda i, b: {}, status=500) as s:
+        rep = verify(s.url, prompts=prompts_file, num_prompts=2)
+    assert rep.failed == 2 and rep.accept_length is None and "HTTP 500" in rep.errors[0]
+    assert rep.verdict.startswith("accept length could not be measured")
+    with FakeSGLang(lambda i, b: {}, raw=b"<html>oops") as s:
+        rep = verify(s.url, prompts=prompts_file, num_prompts=1)
+    assert "malformed JSON" in rep.errors[0]
+    with FakeSGLang(lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4},
+                    delay=1.5) as s:  # fmt: skip
+        out = tmp_path / "r.json"
+        res = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "2",
+                                       "--timeout", "0.5", "--output", str(out)])  # fmt: skip
+        assert res.exit_code == 0 and "timed out" in res.stdout
+        saved = json.loads(out.read_text())
+        assert saved["failed"] == 2 and saved["accept_length"] is None
+    # some requests fail, the rest still count
+    with FakeSGLang(lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4}
+                    if i % 2 == 0 else None) as s:  # fmt: skip
+        rep = verify(s.url, prompts=prompts_file, num_prompts=4)
+    assert rep.completed == 2 and rep.failed == 2 and rep.accept_length == 2.0
+
+
+def test_bar_verdict_and_early_stop(prompts_file):
+    with FakeSGLang(lambda i, b: {"completion_tokens": 10, "spec_verify_ct": 10, "spec_num_correct_drafts": i % 2}) as s:
+        rep = verify(s.url, prompts=prompts_file, num_prompts=40, min_accept_len=2.0)
+    assert rep.passed is False and rep.exit_code == 1
+    assert rep.completed == 5 and rep.stopped_early.startswith("after 5 requests the 95% interval")
+    assert "FAIL: below the bar of 2.00" in rep.verdict
+    with FakeSGLang(lambda i, b: {"completion_tokens": 40, "spec_verify_ct": 10, "spec_num_correct_drafts": 30}) as s:
+        r = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "6",
+                                     "--min-accept-len", "3.5"])  # fmt: skip
+    assert r.exit_code == 0 and "PASS: at or above the bar of 3.50" in r.stdout
+
+
+def test_baseline_speedup_said_plainly_when_below_1(prompts_file):
+    fast = {"completion_tokens": 40, "spec_verify_ct": 40, "spec_num_correct_drafts": 0}
+    with FakeSGLang(lambda i, b: fast, delay=0.2) as spec, FakeSGLang(lambda i, b: {"completion_tokens": 40},
+                                                                      spec=False, delay=0.05) as base:  # fmt: skip
+        rep = verify(spec.url, prompts=prompts_file, num_prompts=3, baseline_host=base.url)
+    assert rep.speedup is not None and rep.speedup < 1
+    assert "SLOWER than the same target without speculation" in rep.verdict
+    assert rep.baseline["completed"] == 3 and rep.baseline["engine"] == "sglang"
+
+
+def test_vllm_metrics_parsing():
+    text = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="t"} 20.0
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="t"} 60.0
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="t"} 20.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="t",position="0"} 20.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="t",position="1"} 0.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="t",position="2"} 0.0
+"""
+    m = parse_vllm_metrics(text)
+    assert m["present"] and m["drafts"] == 20 and m["accepted"] == 20 and m["draft_tokens"] == 60
+    assert m["accepted_per_pos"] == {0: 20.0, 1: 0.0, 2: 0.0}
+    assert not parse_vllm_metrics("# nothing\n")["present"]
+
+
+def test_prompts_builtin_and_files(tmp_path):
+    b = load_prompts("builtin")
+    cats = {p.category for p in b}
+    assert {"chat", "code", "math", "long-form", "multilingual"} <= cats and len(b) >= 20
+    assert len(load_prompts("builtin", 50)) == 50
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"nope": 1}\n')
+    r = CliRunner().invoke(cli, ["verify", "--host", "http://127.0.0.1:9", "--prompts", str(bad)])
+    assert r.exit_code == 2 and 'needs a "prompt" string' in r.stderr
+
+
+def test_launch_commands_and_log_parsing(tmp_path):
+    s = LaunchSpec("sglang", "/t", "/d", port=31000, steps=3, topk=1)
+    cmd = build_command(s)
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+    for flag, val in (("--speculative-algorithm", "EAGLE3"), ("--speculative-num-steps", "3"),
+                      ("--speculative-eagle-topk", "1"), ("--speculative-num-draft-tokens", "4"),
+                      ("--speculative-draft-model-path", "/d"), ("--host", "127.0.0.1")):  # fmt: skip
+        assert cmd[cmd.index(flag) + 1] == val
+    v = build_command(LaunchSpec("vllm", "/t", "/d", steps=5, engine_args=["--enforce-eager"]))
+    assert json.loads(v[v.index("--speculative-config") + 1]) == {"method": "eagle3", "model": "/d",
+                                                                   "num_speculative_tokens": 5}  # fmt: skip
+    assert v[-1] == "--enforce-eager"
+    log = (RESPONSES / "server-log-excerpt.txt")
+    if log.is_file():
+        lens = parse_sglang_accept_lens(log.read_text())
+        assert lens and all(x == 4.0 for x in lens)
+
+
+def test_launch_failure_shows_the_log(tmp_path):
+    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "sglang", "--target", "/nonexistent",
+                                 "--drafter", "/nonexistent", "--engine-python", "/bin/false",
+                                 "--log", str(tmp_path / "s.log"), "--ready-timeout", "30"])  # fmt: skip
+    assert r.exit_code == 2 and "exited with code 1 before it was ready" in r.stderr
+    assert (tmp_path / "s.log").read_text().startswith("$ /bin/false -m sglang.launch_server")
