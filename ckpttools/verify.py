@@ -149,10 +149,10 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
         rep.latency_s = {"mean": statistics.fmean(lat), "p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95)}
     measured = [r for r in ok if r.accept_length is not None and r.verify_steps]
     if measured:
-        steps = sum(r.verify_steps or 0 for r in measured)
+        verify_total = sum(r.verify_steps or 0 for r in measured)
         acc = sum(r.accepted_drafts or 0 for r in measured)
-        rep.accept_length = 1 + acc / steps
-        rep.accepted_drafts_per_step = acc / steps
+        rep.accept_length = 1 + acc / verify_total
+        rep.accepted_drafts_per_step = acc / verify_total
         vals = [r.accept_length for r in measured if r.accept_length is not None]
         rep.accept_length_ci95 = _ci95(vals)
         rep.per_request = {"n": len(vals), "mean": statistics.fmean(vals), "min": min(vals), "p25": _pct(vals, 0.25),
