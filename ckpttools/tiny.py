@@ -67,10 +67,10 @@ def _st_of(dt: np.dtype) -> str:
 
 
 def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool,
-                   mla: bool = False) -> dict[str, tuple[int, ...]]:  # fmt: skip
-    """A decoder layer's tensors. ``first`` means an EAGLE-3 drafter layer: its attention
-    takes [embedding; hidden] (2H) and it has hidden_norm. In SGLang 0.5.17 every layer
-    of a drafter is such a layer."""
+                   mla: bool = False, drafter: bool = True) -> dict[str, tuple[int, ...]]:  # fmt: skip
+    """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang 0.5.17) the ``first``
+    layer's attention takes [embedding; hidden] (2H) and uses input_layernorm on the
+    embedding; every drafter layer has hidden_norm (later layers fuse the residual into it)."""
     qin = 2 * H if first else H
     t: dict[str, tuple[int, ...]] = {}
     if mla:
@@ -93,10 +93,11 @@ def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int
         f"{prefix}mlp.gate_proj.weight": (inter, H),
         f"{prefix}mlp.up_proj.weight": (inter, H),
         f"{prefix}mlp.down_proj.weight": (H, inter),
-        f"{prefix}input_layernorm.weight": (H,),
         f"{prefix}post_attention_layernorm.weight": (H,),
     }
-    if first:
+    if first or not drafter:
+        t[f"{prefix}input_layernorm.weight"] = (H,)
+    if drafter:
         t[f"{prefix}hidden_norm.weight"] = (H,)
     return t
 
@@ -153,7 +154,7 @@ def build_drafter(
     layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
     shapes |= _layer_tensors(layer_prefix, H, num_heads, num_kv_heads, hd, intermediate_size, True, flavor == "mla")
     for i in range(1, num_layers):
-        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, True)
+        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
     shapes["norm.weight"] = (H,)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
     shapes["lm_head.weight"] = (Vd, H)
@@ -268,7 +269,8 @@ def build_target(
     rng = np.random.default_rng(seed)
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
     for i in range(num_layers):
-        shapes |= _layer_tensors(f"model.layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
+        shapes |= _layer_tensors(f"model.layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False,
+                                 drafter=False)
     shapes["model.norm.weight"] = (H,)
     if not tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab_size, H)

@@ -194,19 +194,22 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tu
         exp["embed_tokens.weight"] = (V, H)
     if (ess.architectures or [None])[0] == "Eagle3DeepseekV2ForCausalLM":
         return exp  # MLA projections have their own shapes; the rest still applies
+    # SGLang 0.5.17: layer 0 attends over [norm(embedding); norm(hidden)] (2H) and uses
+    # input_layernorm; later layers take H and fuse the residual into hidden_norm
     L = ess.num_hidden_layers if isinstance(ess.num_hidden_layers, int) else 1
     for i in range(L):
         p = f"layers.{i}."
+        qin = 2 * H if i == 0 else H
         if isinstance(heads, int) and isinstance(hd, int):
-            exp[p + "self_attn.q_proj.weight"] = (heads * hd, 2 * H)
-            exp[p + "self_attn.k_proj.weight"] = (kv * hd, 2 * H)
-            exp[p + "self_attn.v_proj.weight"] = (kv * hd, 2 * H)
+            exp[p + "self_attn.q_proj.weight"] = (heads * hd, qin)
+            exp[p + "self_attn.k_proj.weight"] = (kv * hd, qin)
+            exp[p + "self_attn.v_proj.weight"] = (kv * hd, qin)
             exp[p + "self_attn.o_proj.weight"] = (H, heads * hd)
         if isinstance(inter, int):
             exp[p + "mlp.gate_proj.weight"] = (inter, H)
             exp[p + "mlp.up_proj.weight"] = (inter, H)
             exp[p + "mlp.down_proj.weight"] = (H, inter)
-        for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+        for norm in (("input_layernorm",) if i == 0 else ()) + ("hidden_norm", "post_attention_layernorm"):
             exp[p + norm + ".weight"] = (H,)
     return exp
 

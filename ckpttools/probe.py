@@ -1,0 +1,297 @@
+"""``ckpt verify --engine torch``: accept length offline, with no server.
+
+The target runs through transformers (hidden states out, KV cache cropped after each
+verify). The drafter is a PyTorch EAGLE-3 forward written after SGLang 0.5.17's
+LlamaForCausalLMEagle3:
+
+- the first draft pass sees fc(concat of the target's aux states), the aux state of
+  layer id being that layer's output (HF ``hidden_states[id + 1]``);
+- layer 0 attends over [input_layernorm(embedding); hidden_norm(hidden)] with RoPE and
+  its own KV cache; later layers fuse the residual into hidden_norm;
+- MLP, final norm, lm_head over the draft vocabulary, d2t to target ids;
+- later draft steps feed back the drafter's own pre-norm hidden state.
+
+EAGLE's alignment: the target's hidden state at position t goes with token x_{t+1} and
+predicts x_{t+2}. Chain drafting of K tokens, greedy verification; accept length is
+tokens per verify step (accepted drafts + 1), as SGLang and vLLM count it.
+
+torch and transformers are imported here only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import open_checkpoint
+from .config import aux_layer_ids, essentials
+from .engines import RequestResult
+from .errors import CkptError
+from .flavor import detect_flavor
+from .names import canonical_name
+from .validate import sglang_default_aux_ids
+from .verify import VerifyReport, _verdict, load_prompts, summarize
+
+__all__ = ["Eagle3Drafter", "TorchSpeculator", "verify_torch"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise CkptError("--engine torch needs torch and transformers",
+                        hint="pip install 'ckpttools[torch]' (or torch and transformers)") from None  # fmt: skip
+    return torch
+
+
+def _rms(x, w, eps):
+    torch = _torch()
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+class Eagle3Drafter:
+    """An EAGLE-3 drafter (SGLang 0.5.17 semantics) with its own KV cache, batch size 1."""
+
+    def __init__(self, path: str | Path, target_embed: Any, num_target_layers: int, device: str = "cpu",
+                 dtype: Any = None) -> None:  # fmt: skip
+        torch = _torch()
+        with open_checkpoint(path) as ck:
+            cfg = ck.config or {}
+            flavor = detect_flavor(cfg, ck.tensors.keys()).kind
+            self.dtype = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+                essentials(cfg).torch_dtype or "", torch.float32)
+            w = {}
+            for n in ck.tensors:
+                c = canonical_name(n)[0]
+                a = ck.read(n)
+                if c in ("d2t", "t2d"):
+                    w[c] = torch.from_numpy(a.astype("int64") if c == "d2t" else a.astype(bool))
+                else:
+                    w[c] = torch.from_numpy(a.astype("float32")).to(device=device, dtype=self.dtype)
+        e = essentials(cfg)
+        self.H = e.hidden_size
+        self.heads = e.num_attention_heads
+        self.kv = e.num_key_value_heads or self.heads
+        self.hd = e.head_dim or self.H // self.heads
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.theta = float(e.rope_theta or 10000.0)
+        if isinstance(e.rope_scaling, dict) and e.rope_scaling.get("rope_type", e.rope_scaling.get("type")) not in (None, "default"):
+            self.rope_note = f"rope_scaling {e.rope_scaling} ignored: plain RoPE is used"
+        else:
+            self.rope_note = None
+        self.L = e.num_hidden_layers or 1
+        self.w = w
+        self.device = device
+        self.embed = w.get("embed_tokens.weight", target_embed.to(device=device, dtype=self.dtype))
+        vd = w["lm_head.weight"].shape[0]
+        d2t = w.get("d2t")
+        self.hot = (d2t + torch.arange(len(d2t))) if d2t is not None else torch.arange(vd)
+        ids, _ = aux_layer_ids(cfg)
+        if ids is None:
+            ids = sglang_default_aux_ids(num_target_layers)
+        elif flavor == "vllm":  # vLLM's ids name the layer whose input is captured
+            ids = [i - 1 for i in ids]
+        self.aux_ids = list(ids)
+        self.cache: list[tuple[Any, Any]] = [(None, None)] * self.L
+        inv = 1.0 / (self.theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
+        self.inv_freq = inv.to(device)
+
+    def length(self) -> int:
+        k = self.cache[0][0]
+        return 0 if k is None else int(k.shape[0])
+
+    def truncate(self, n: int) -> None:
+        self.cache = [(k[:n], v[:n]) if k is not None else (None, None) for k, v in self.cache]
+
+    def _rope(self, x, pos):
+        torch = _torch()
+        f = pos.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat([f, f], dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        x1, x2 = x[..., : self.hd // 2], x[..., self.hd // 2 :]
+        rot = torch.cat([-x2, x1], dim=-1)
+        return (x.float() * cos + rot.float() * sin).to(x.dtype)
+
+    def _attn(self, i: int, x, pos):
+        torch = _torch()
+        p = f"layers.{i}.self_attn."
+        T = x.shape[0]
+        q = (x @ self.w[p + "q_proj.weight"].T).view(T, self.heads, self.hd)
+        k = (x @ self.w[p + "k_proj.weight"].T).view(T, self.kv, self.hd)
+        v = (x @ self.w[p + "v_proj.weight"].T).view(T, self.kv, self.hd)
+        q, k = self._rope(q, pos), self._rope(k, pos)
+        ck, cv = self.cache[i]
+        k = k if ck is None else torch.cat([ck, k])
+        v = v if cv is None else torch.cat([cv, v])
+        self.cache[i] = (k, v)
+        S = k.shape[0]
+        rep = self.heads // self.kv
+        kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        scores = torch.einsum("thd,shd->hts", q.float(), kk.float()) / self.hd**0.5
+        qpos = torch.arange(S - T, S, device=x.device)
+        mask = torch.arange(S, device=x.device)[None, :] > qpos[:, None]
+        scores = scores.masked_fill(mask[None], float("-inf"))
+        out = torch.einsum("hts,shd->thd", scores.softmax(-1), vv.float()).to(x.dtype).reshape(T, -1)
+        return out @ self.w[p + "o_proj.weight"].T
+
+    def _mlp(self, i: int, x):
+        torch = _torch()
+        p = f"layers.{i}.mlp."
+        g = x @ self.w[p + "gate_proj.weight"].T
+        u = x @ self.w[p + "up_proj.weight"].T
+        return (torch.nn.functional.silu(g.float()) * u.float()).to(x.dtype) @ self.w[p + "down_proj.weight"].T
+
+    def forward(self, token_ids, hidden, pos):
+        """One pass over T positions: returns (target ids of the argmax drafts [T], pre-norm hidden [T, H])."""
+        torch = _torch()
+        w = self.w
+        embeds = self.embed[token_ids]
+        if hidden.shape[-1] != self.H:
+            if "input_norm.weight" in w:
+                hidden = _rms(hidden, w["input_norm.weight"], self.eps)
+            if "fc_norm.0.weight" in w:
+                chunks = hidden.chunk(len(self.aux_ids), dim=-1)
+                hidden = torch.cat([_rms(c, w[f"fc_norm.{j}.weight"], self.eps) for j, c in enumerate(chunks)], -1)
+            hidden = hidden @ w["fc.weight"].T + (w["fc.bias"] if "fc.bias" in w else 0)
+        residual = None
+        for i in range(self.L):
+            p = f"layers.{i}."
+            if i == 0:
+                residual = hidden
+                x = torch.cat([_rms(embeds, w[p + "input_layernorm.weight"], self.eps),
+                               _rms(hidden, w[p + "hidden_norm.weight"], self.eps)], dim=-1)  # fmt: skip
+            else:
+                residual = hidden + residual
+                x = _rms(residual, w[p + "hidden_norm.weight"], self.eps)
+            a = self._attn(i, x, pos)
+            residual = a + residual
+            hidden = self._mlp(i, _rms(residual, w[p + "post_attention_layernorm.weight"], self.eps))
+        pre = hidden + residual
+        logits = _rms(pre, w["norm.weight"], self.eps).float() @ w["lm_head.weight"].float().T
+        return self.hot[logits.argmax(-1).cpu()], pre
+
+
+class TorchSpeculator:
+    """Target (transformers) plus drafter: greedy chain speculation, counting accepts."""
+
+    def __init__(self, target: str | Path, drafter: str | Path, steps: int = 3, device: str = "cpu",
+                 dtype: str | None = None) -> None:  # fmt: skip
+        torch = _torch()
+        try:
+            from transformers import AutoModelForCausalLM
+        except ImportError:
+            raise CkptError("--engine torch needs transformers", hint="pip install transformers") from None
+        tcfg_dtype = essentials(open_checkpoint(target).config).torch_dtype
+        tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+        self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(str(target), dtype=self.dtype).to(device).eval()
+        self.device = device
+        self.L = self.model.config.num_hidden_layers
+        emb = self.model.get_input_embeddings().weight.detach()
+        self.drafter = Eagle3Drafter(drafter, emb, self.L, device, self.dtype)
+        self.steps = steps
+        bad = [i for i in self.drafter.aux_ids if not 0 <= i < self.L - 1]
+        if bad:
+            raise CkptError(f"aux layer ids {bad} are out of range for a {self.L}-layer target")
+
+    def _target(self, ids: list[int], cache: Any) -> tuple[Any, Any]:
+        torch = _torch()
+        x = torch.tensor([ids], device=self.device)
+        out = self.model(input_ids=x, past_key_values=cache, use_cache=True, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[i + 1][0] for i in self.drafter.aux_ids], dim=-1)
+        return out.logits[0].argmax(-1).tolist(), aux
+
+    def generate(self, prompt: list[int], max_new_tokens: int) -> dict[str, Any]:
+        """Greedy speculative generation; returns tokens and acceptance counts."""
+        torch = _torch()
+        from transformers import DynamicCache
+
+        with torch.no_grad():
+            cache = DynamicCache()
+            d = self.drafter
+            d.cache = [(None, None)] * d.L
+            preds, aux = self._target(prompt, cache)
+            last = preds[-1]
+            out = [last]
+            n = len(prompt)
+            toks, h = d.forward(torch.tensor(prompt[1:] + [last]), aux, torch.arange(n))
+            draft_tok, draft_h = int(toks[-1]), h[-1:]
+            verify_steps = accepted = 0
+            hist = [0] * (self.steps + 1)
+            while len(out) < max_new_tokens:
+                base = d.length()
+                drafts = [draft_tok]
+                for k in range(1, self.steps):
+                    t2, h2 = d.forward(torch.tensor([drafts[-1]]), draft_h, torch.tensor([base + k - 1]))
+                    drafts.append(int(t2[-1]))
+                    draft_h = h2[-1:]
+                ctx = cache.get_seq_length()
+                y, vaux = self._target([last, *drafts], cache)
+                a = 0
+                while a < len(drafts) and drafts[a] == y[a]:
+                    a += 1
+                verify_steps += 1
+                accepted += a
+                hist[a] += 1
+                new = drafts[:a] + [y[a]]
+                drop = cache.get_seq_length() - (ctx + a + 1)  # rejected drafts and the bonus position
+                if drop > 0:
+                    cache.crop(-drop)  # transformers 5 takes the number of positions to remove
+                d.truncate(base)
+                toks, h = d.forward(torch.tensor(new), vaux[: a + 1], torch.arange(base, base + a + 1))
+                draft_tok, draft_h = int(toks[-1]), h[-1:]
+                out += new
+                last = y[a]
+        return {"tokens": out[:max_new_tokens], "verify_steps": verify_steps, "accepted": accepted, "histogram": hist}
+
+
+def verify_torch(
+    target: str | Path,
+    drafter: str | Path,
+    *,
+    steps: int = 3,
+    prompts: str = "builtin",
+    num_prompts: int | None = 16,
+    max_new_tokens: int = 256,
+    min_accept_len: float | None = None,
+    tokenizer: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> VerifyReport:
+    """The same report as the server engines, measured offline in PyTorch."""
+    spec = TorchSpeculator(target, drafter, steps, device, dtype)
+    tok = tokenizer
+    if tok is None and (Path(target) / "tokenizer.json").is_file():
+        tok = str(target)
+    plist = load_prompts(prompts, num_prompts, tok)
+    if any(p.input_ids is None for p in plist):
+        raise CkptError("text prompts need a tokenizer: the target has no tokenizer.json",
+                        hint="pass --tokenizer, or prompts with input_ids")  # fmt: skip
+    rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len)
+    rep.server = {"target": str(target), "drafter": str(drafter), "steps": steps, "topk": 1, "device": device,
+                  "dtype": str(spec.dtype).removeprefix("torch."), "aux_layer_ids": spec.drafter.aux_ids}  # fmt: skip
+    results: list[RequestResult] = []
+    t0 = time.perf_counter()
+    for i, p in enumerate(plist):
+        t = time.perf_counter()
+        g = spec.generate(list(p.input_ids or []), max_new_tokens)
+        r = RequestResult(i, p.category, completion_tokens=len(g["tokens"]), verify_steps=g["verify_steps"],
+                          accepted_drafts=g["accepted"], proposed_drafts=g["verify_steps"] * steps,
+                          latency_s=time.perf_counter() - t, histogram=g["histogram"],
+                          source="torch probe: 1 + accepted drafts / verify steps")  # fmt: skip
+        r.accept_length = 1 + r.accepted_drafts / r.verify_steps if r.verify_steps else None
+        r.extra["tokens"] = g["tokens"]
+        results.append(r)
+    summarize(results, rep, steps)
+    wall = time.perf_counter() - t0
+    rep.output_tokens_per_s = rep.output_tokens / wall if wall else None
+    if min_accept_len is not None:
+        rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
+    if spec.drafter.rope_note:
+        rep.errors.append(spec.drafter.rope_note)
+    rep.verdict = _verdict(rep)
+    return rep
+
+
