@@ -1,0 +1,96 @@
+"""The real SGLang 0.5.17 on the GPU machine (marker gpu; skipped unless CKPT_GPU_TESTS=1).
+
+Run there with the bundle from shared/device/sglang unpacked on PYTHONPATH (README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ckpttools.cli import cli
+from ckpttools.export import export
+from ckpttools.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.tiny import build_known_pair, known_prompts
+from ckpttools.validate import validate
+
+pytestmark = pytest.mark.gpu
+STEPS = 3
+SGL_ARGS = ["--attention-backend=triton", "--sampling-backend=pytorch", "--grammar-backend=none",
+            "--disable-cuda-graph", "--skip-tokenizer-init", "--mem-fraction-static=0.3"]  # fmt: skip
+LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    p = tmp_path_factory.mktemp("p") / "prompts.jsonl"
+    p.write_text("\n".join(json.dumps({"input_ids": x}) for x in known_prompts(6)))
+    return p
+
+
+def launch_verify(target: Path, drafter: Path, prompts: Path, log: str) -> tuple[int, dict | None, str]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "sglang", "--target", str(target),
+                                 "--drafter", str(drafter), "--steps", str(STEPS), "--prompts", str(prompts),
+                                 "--num-prompts", "6", "--max-new-tokens", "32", "--ignore-eos", "--json", "--quiet",
+                                 "--engine-python", sys.executable, "--log", str(LOGS / log), "--ready-timeout", "400",
+                                 *[f"--engine-arg={a}" for a in SGL_ARGS]])  # fmt: skip
+    print(f"\n--- ckpt verify --launch ({log}): exit {r.exit_code}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    return r.exit_code, (json.loads(r.stdout) if r.exit_code in (0, 1) and r.stdout.strip() else None), r.stderr
+
+
+def test_export_proven_and_verify_launch_and_host(tmp_path, prompts):
+    # the drafter in the official EAGLE layout: LlamaForCausalLM, midlayer., max_position_embeddings 2048
+    tp, original = build_known_pair(tmp_path, target="repeat", drafter="id", drafter_flavor="eagle")
+    assert json.loads((original / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    exported = Path(export(original, tmp_path / "exported", target=tp).output)
+    assert validate(exported, tp).ok
+    # 1. ckpt verify --launch on the exported drafter: SGLang's own figures, steps + 1
+    code, rep, _ = launch_verify(tp, exported, prompts, "exported-launch.log")
+    assert code == 0 and rep is not None
+    assert rep["accept_length"] == STEPS + 1.0
+    assert all(q["extra"]["server_spec_accept_length"] == STEPS + 1.0 for q in rep["requests"])
+    assert rep["log_accept_lens"] and all(x == STEPS + 1.0 for x in rep["log_accept_lens"])
+    assert rep["per_position_acceptance"] == [1.0, 1.0, 1.0]
+    print(f"exported drafter: accept length {rep['accept_length']}, server avg {rep['server_avg_accept_length']}, "
+          f"log {rep['log_accept_lens']}")
+    # 2. the same figures from an already running server, with --host
+    spec = LaunchSpec("sglang", str(tp), str(exported), port=free_port(), steps=STEPS, engine_args=SGL_ARGS,
+                      python=sys.executable, log_path=str(LOGS / "exported-host.log"), ready_timeout=400)  # fmt: skip
+    import httpx
+
+    with RunningServer(spec) as srv, httpx.Client() as c:
+        srv.wait_ready(c)
+        r = CliRunner().invoke(cli, ["verify", "--host", spec.url, "--prompts", str(prompts), "--num-prompts", "6",
+                                     "--max-new-tokens", "32", "--ignore-eos", "--json"])  # fmt: skip
+    print(f"--- ckpt verify --host: exit {r.exit_code}\n{r.stdout[-1500:]}")
+    assert r.exit_code == 0
+    host = json.loads(r.stdout)
+    assert host["engine"] == "sglang" and host["accept_length"] == rep["accept_length"]
+    assert host["per_position_acceptance"] == rep["per_position_acceptance"]
+    assert host["server_avg_accept_length"] in (None, STEPS + 1.0)
+    # 3. the unexported original fails to load, or serves at 1.00
+    code, orig, err = launch_verify(tp, original, prompts, "original-launch.log")
+    print(f"unexported original: exit {code}; accept length {orig and orig['accept_length']}")
+    assert (code == 2 and "before it was ready" in err) or (orig is not None and orig["accept_length"] <= 1.05)
+
+
+@pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
+def test_torch_probe_matches_sglang(pair, tmp_path, prompts):
+    from ckpttools.probe import verify_torch
+
+    tp, dp = build_known_pair(tmp_path, target=pair[0], drafter=pair[1])
+    code, rep, _ = launch_verify(tp, dp, prompts, f"{pair[0]}-{pair[1]}.log")
+    assert code == 0 and rep is not None
+    torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32,
+                             device="cuda")  # fmt: skip
+    print(f"{pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}; "
+          f"torch {torch_rep.accept_length} per position {torch_rep.per_position_acceptance}")
+    assert rep["accept_length"] == EXPECTED[pair] == torch_rep.accept_length
+    assert rep["per_position_acceptance"] == torch_rep.per_position_acceptance
