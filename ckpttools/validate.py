@@ -78,8 +78,16 @@ class ValidationReport:
 
 @lru_cache(maxsize=None)
 def schema(name: str) -> dict[str, Any]:
-    """A JSON Schema shipped in ckpttools.schemas (the top-level schemas/ folder)."""
-    return json.loads(resources.files("ckpttools.schemas").joinpath(name).read_text(encoding="utf-8"))
+    """A JSON Schema shipped in ckpttools.schemas (the top-level schemas/ folder).
+
+    Installed, the folder is the package ``ckpttools.schemas``; run from a source
+    checkout, it is read from ``schemas/`` beside the package.
+    """
+    try:
+        text = resources.files("ckpttools.schemas").joinpath(name).read_text(encoding="utf-8")
+    except ModuleNotFoundError:
+        text = (Path(__file__).resolve().parents[1] / "schemas" / name).read_text(encoding="utf-8")
+    return json.loads(text)
 
 
 def sglang_default_aux_ids(num_target_layers: int) -> list[int]:
