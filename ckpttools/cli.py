@@ -256,8 +256,8 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory.")
 @click.option("--format", "fmt", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
 @click.option("--target", help="The target (checkpoint, repo id or config.json): aux layer ids and context length.")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "keep"]), default="keep", show_default=True,
-              help="Cast floating-point weights.")  # fmt: skip
+@click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "keep"]), default="auto", show_default=True,
+              help="Cast floating-point weights; auto = the target's dtype with --target, else keep.")  # fmt: skip
 @click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename.")

@@ -31,7 +31,8 @@ from .writer import CheckpointWriter, TensorSpec, parse_size
 __all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
 
 FORMATS = ("sglang", "vllm")
-DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None}
+DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
+_FROM_CFG = {"bfloat16": "BF16", "float16": "F16"}
 _CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 _FLOATS = ("F32", "F16", "BF16", "F64")
 
@@ -165,7 +166,7 @@ def export(
     *,
     format: str = "sglang",
     target: str | Path | None = None,
-    dtype: str = "keep",
+    dtype: str = "auto",
     max_shard_size: int | str | None = None,
     force: bool = False,
     fsync: bool = False,
@@ -180,7 +181,9 @@ def export(
         format: ``sglang`` or ``vllm``.
         target: the target model; gives aux layer ids when the source has none and the
             context length max_position_embeddings must cover.
-        dtype: ``bf16``, ``fp16`` or ``keep`` for the floating-point weights.
+        dtype: ``bf16``, ``fp16``, ``keep``, or ``auto`` (the default): the target's dtype
+            when ``target`` states one (SGLang crashes on a drafter whose dtype differs
+            from its target's), else keep.
 
     Returns:
         an :class:`ExportReport` (its ``validation`` holds validate's findings).
@@ -198,12 +201,15 @@ def export(
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
     out_dtype = DTYPES[dtype]
+    target_cfg_early = load_target_config(target)[0] if target is not None else None
+    if dtype == "auto" and target_cfg_early is not None:
+        out_dtype = _FROM_CFG.get(essentials(target_cfg_early).torch_dtype or "")
     ck = open_checkpoint(src)
     hashes: BackgroundDigests | None = None
     try:
         flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
-        report = ExportReport(None, str(src), flavor, format, dtype)
-        target_cfg = load_target_config(target)[0] if target is not None else None
+        report = ExportReport(None, str(src), flavor, format, dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})")
+        target_cfg = target_cfg_early
 
         # names: canonical, renamed, or dropped
         names: dict[str, str] = {}

@@ -344,6 +344,18 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
         if len(set(ids)) != len(ids):
             out.append(Finding("target.aux_layer_ids", "warning", where or "$",
                                f"aux layer ids {ids} repeat a layer", "check the training config"))  # fmt: skip
+    # dtype: SGLang (0.5.17, --dtype auto) runs the drafter in its own torch_dtype (float32 is
+    # served as float16) and feeds it the target's hidden states; seen on the GPU machine:
+    # a float16 drafter behind a bfloat16 target dies at fc on its first request
+    def served(dt: str | None) -> str | None:
+        return "float16" if dt == "float32" else dt
+
+    if d.torch_dtype and t.torch_dtype and served(d.torch_dtype) != served(t.torch_dtype):
+        out.append(Finding("target.dtype", "error" if engine == "sglang" else "warning", "$.torch_dtype",
+                           f"the drafter is {d.torch_dtype} (served as {served(d.torch_dtype)}) but the target is "
+                           f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
+                           "request (\"expected mat1 and mat2 to have the same dtype\")",
+                           f"export with --target (casts to {t.torch_dtype}), or launch with --dtype {t.torch_dtype}"))  # fmt: skip
     dctx, dhow = context_length(cfg)
     tctx, thow = context_length(tcfg)
     if dctx is not None and tctx is not None and dctx < tctx:

@@ -47,11 +47,18 @@ def test_every_flavor_exports_to_sglang_with_bytes_preserved(flavor, tmp_path, t
     assert (tmp_path / "out" / "tokenizer.json").read_text() == (src / "tokenizer.json").read_text()
     a, b = tensor_bytes(src), tensor_bytes(tmp_path / "out")
     dropped = {n for n, _ in rep["dropped"]}
-    for n, data in a.items():
-        if n in dropped:
-            continue
-        new = canonical_name(n)[0]
-        assert b[new] == data, n  # byte for byte after the renames
+    cast = {c.split(":")[0] for c in rep["cast"]}
+    # eagle (fp16) and training (fp32) are cast to the bf16 target's dtype (--dtype auto)
+    assert bool(cast) == (flavor in ("eagle", "training"))
+    with open_checkpoint(src) as ck:
+        for n, data in a.items():
+            if n in dropped:
+                continue
+            new = canonical_name(n)[0]
+            if n in cast:  # exactly ml_dtypes' round-to-nearest-even of the source values
+                assert b[new] == ck.read(n).astype(np.float32).astype(ml_dtypes.bfloat16).tobytes(), n
+            else:
+                assert b[new] == data, n  # byte for byte after the renames
     if flavor == "training":
         assert dropped == {"model.layers.0.self_attn.rotary_emb.inv_freq"}
         assert [x for x, _ in rep["renamed"]][:1] == ["model.embed_tokens.weight"]
@@ -94,13 +101,15 @@ def test_official_eagle_config_gets_architectures_and_context_fixed(tmp_path):
     t_cfg = json.loads((REAL / "meta-llama--Llama-3.1-8B-Instruct.config.json").read_text()) | {"hidden_size": 64}
     target = tmp_path / "llama-3.1-8b-instruct.config.json"
     target.write_text(json.dumps(t_cfg))
-    assert {f.id for f in validate(src, target).errors} == {"config.architectures", "target.context_length"}
+    assert {f.id for f in validate(src, target).errors} == {"config.architectures", "target.context_length",
+                                                            "target.dtype"}  # fmt: skip
     r = export(src, tmp_path / "out", target=target)
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
     assert cfg["max_position_embeddings"] == 131072
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 15, 28]
-    assert cfg["torch_dtype"] == "float16" and cfg["draft_vocab_size"] == 32000
+    assert cfg["torch_dtype"] == "bfloat16" and cfg["draft_vocab_size"] == 32000  # cast to the target's dtype
+    assert any(c.endswith("F16 -> BF16") for c in r.cast)
     assert ["midlayer.self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight"] in r.renamed
     assert validate(tmp_path / "out", target).ok
 
@@ -151,6 +160,13 @@ def test_int32_d2t_becomes_int64(tmp_path):
     assert "d2t: I32 -> I64" in r.cast
     with open_checkpoint(src) as a, open_checkpoint(tmp_path / "out") as b:
         assert b.tensors["d2t"].dtype == "I64" and np.array_equal(a.read("d2t"), b.read("d2t"))
+
+
+def test_dtype_keep_against_a_bf16_target_is_rejected(tmp_path, target8):
+    src = build_drafter(tmp_path / "src", "eagle")  # float16
+    r = CliRunner().invoke(cli, ["export", str(src), "-o", str(tmp_path / "out"), "--target", str(target8),
+                                 "--dtype", "keep"])  # fmt: skip
+    assert r.exit_code == 1 and "[target.dtype]" in r.stdout and not (tmp_path / "out").exists()
 
 
 def test_refuses_existing_output(tmp_path):

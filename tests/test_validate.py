@@ -19,10 +19,11 @@ REAL = Path(__file__).parent / "data" / "real-configs"
 
 # drafter config -> (target config or None, the errors a careful engineer expects)
 REAL_PAIRS = {
+    # float16 drafters behind bfloat16 Llama-3.1 targets: SGLang 0.5.17 crashes at fc under --dtype auto
     "SafeAILab-EAGLE--traineagle3-llama3.1-8b": ("meta-llama--Llama-3.1-8B-Instruct",
-                                                  {"config.architectures", "target.context_length"}),
-    "SpecForge--llama3-8B-eagle3": ("meta-llama--Llama-3.1-8B-Instruct", {"target.context_length"}),
-    "SpecForge--llama3-70B-eagle3": ("meta-llama--Llama-3.1-70B", {"target.context_length"}),
+                                                  {"config.architectures", "target.context_length", "target.dtype"}),
+    "SpecForge--llama3-8B-eagle3": ("meta-llama--Llama-3.1-8B-Instruct", {"target.context_length", "target.dtype"}),
+    "SpecForge--llama3-70B-eagle3": ("meta-llama--Llama-3.1-70B", {"target.context_length", "target.dtype"}),
     "SpecForge--qwen3-8b-eagle3": ("Qwen--Qwen3-8B", set()),
     "SpecForge--gpt-oss-20B-eagle3": ("openai--gpt-oss-20b", {"target.context_length"}),
     "speculators--research-llama3-8B": ("meta-llama--Llama-3.1-8B-Instruct", {"config.architectures"}),
@@ -229,6 +230,23 @@ def test_target_checks(tmp_path):
     assert "target.schema" in _ids(validate(ok, bad_t), "error")
 
 
+def test_dtype_against_target(tmp_path):
+    t = build_target(tmp_path / "t")  # bfloat16
+    fp16 = build_drafter(tmp_path / "fp16", dtype="fp16")
+    f = next(f for f in validate(fp16, t).errors if f.id == "target.dtype")
+    assert "expected mat1 and mat2 to have the same dtype" in f.message and "--dtype bfloat16" in f.hint
+    assert next(f for f in validate(fp16, t, engine="vllm").findings if f.id == "target.dtype").severity == "warning"
+    assert validate(build_drafter(tmp_path / "bf16"), t).ok
+
+
+def test_multi_layer_drafter_shapes(tmp_path):
+    d = build_drafter(tmp_path / "d", num_layers=2)
+    assert validate(d).ok  # layer 1 takes H, as SGLang 0.5.17 builds it
+    wide = rewrite(d, tmp_path / "wide", replace={"layers.1.self_attn.q_proj.weight": lambda a: np.zeros((64, 128), a.dtype)})
+    bad = next(f for f in validate(wide).errors if f.id == "tensors.shape")
+    assert bad.location == "layers.1.self_attn.q_proj.weight" and "[64, 64]" in bad.message
+
+
 def test_deep_checks(tmp_path):
     d = build_drafter(tmp_path / "d")
     nan = rewrite(d, tmp_path / "nan", replace={"layers.0.mlp.up_proj.weight": lambda a: np.where(
@@ -270,8 +288,9 @@ def test_cli_human_output_groups_by_severity(tmp_path):
     t = build_target(tmp_path / "t", max_position_embeddings=131072)
     r = CliRunner().invoke(cli, ["validate", str(d), "--target", str(t)])
     assert r.exit_code == 1
-    assert r.stdout.index("ERRORS (2):") < r.stdout.index("INFO (1):")
-    assert "FAILED: 2 error(s), 0 warning(s), 1 note(s)" in r.stdout
+    assert r.stdout.index("ERRORS (3):") < r.stdout.index("INFO (1):")
+    assert "[target.dtype]" in r.stdout  # the official layout is float16, the target bfloat16
+    assert "FAILED: 3 error(s), 0 warning(s), 1 note(s)" in r.stdout
     ok = build_drafter(tmp_path / "ok")
     r = CliRunner().invoke(cli, ["validate", str(ok), "--target", str(build_target(tmp_path / "t2"))])
     assert r.exit_code == 0 and "OK: no errors" in r.stdout
