@@ -147,6 +147,7 @@ class Eagle3Drafter:
         """One pass over T positions: returns (target ids of the argmax drafts [T], pre-norm hidden [T, H])."""
         torch = _torch()
         w = self.w
+        token_ids, pos = token_ids.to(self.device), pos.to(self.device)
         embeds = self.embed[token_ids]
         if hidden.shape[-1] != self.H:
             if "input_norm.weight" in w:
