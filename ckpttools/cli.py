@@ -452,15 +452,19 @@ def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int,
 # ---------------------------------------------------------------------------- demo
 @cli.command("demo")
 @click.option("--workdir", type=click.Path(), help="Keep the demo's files here (default: a temporary directory).")
-def demo_cmd(workdir: str | None) -> None:
-    """Run the built-in example end to end (no network, no GPU).
+@click.option("--engine", type=click.Choice(["torch", "vllm", "sglang"]), default="torch", show_default=True,
+              help="Where to measure: the PyTorch probe (no server), or a real server per step.")  # fmt: skip
+@click.option("--engine-python", help="With vllm/sglang: the Python that has the engine installed.")
+def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> None:
+    """Replay the project's story on a shipped trained pair (no network, no GPU).
 
-    Builds a tiny target and drafter, then runs each ckpttools step on them and prints
-    what it found.
+    A drafter trained for target A; the pipeline wants it in another vocabulary mapping
+    (the naive d2t swap collapses, ckpt remap restores it); then the same drafter on
+    target B, target A trained further: every check passes, acceptance drops.
     """
     from .demo import run_demo
 
-    code = run_demo(workdir, echo=click.echo)
+    code = run_demo(workdir, echo=click.echo, engine=engine, engine_python=engine_python)
     sys.exit(code)
 
 

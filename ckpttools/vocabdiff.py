@@ -241,7 +241,7 @@ class BuildResult:
 def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | None = None,
                  force: bool = False, metadata: dict[str, str] | None = None) -> Path:  # fmt: skip
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
-    from .writer import SafetensorsFileWriter, TensorSpec
+    from .writer import SafetensorsFileWriter, TensorSpec, umask_mode
 
     out = Path(out)
     if out.exists() and not force:
@@ -252,6 +252,7 @@ def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | N
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     os.close(fd)
+    os.chmod(tmp, umask_mode())  # mkstemp makes it 0600
     try:
         with SafetensorsFileWriter(tmp, specs, metadata) as w:
             w.write("d2t", m.d2t)

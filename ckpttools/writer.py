@@ -27,6 +27,7 @@ from .errors import CheckpointFormatError, OutputExistsError
 from .safetensors_header import DTYPE_SIZES
 
 __all__ = [
+    "umask_mode",
     "TensorSpec",
     "plan_shards",
     "shard_file_names",
@@ -111,6 +112,17 @@ def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) 
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
     return struct.pack("<Q", len(raw)) + raw
+
+
+def umask_mode(mode: int = 0o666) -> int:
+    """``mode`` as the process umask would leave it (for files made with mkstemp/mkdtemp)."""
+    return mode & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _as_bytes(data: Any) -> memoryview:
@@ -297,6 +309,7 @@ class CheckpointWriter:
         self.files = shard_file_names(len(self.plan))
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        os.chmod(self.tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; the output gets the usual mode
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1

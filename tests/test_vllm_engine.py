@@ -56,6 +56,9 @@ def vllm_env(tmp_path_factory):
         os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
+VLLM_FIGURES: dict = {}  # filled by the launch tests, read by the torch agreement test
+
+
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path):
     (tp, dp), prompts = pairs[0][pair], pairs[1]
@@ -71,6 +74,43 @@ def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path
     assert rep["per_position_acceptance"] == PER_POSITION[pair]
     assert all(q["accept_length"] == EXPECTED[pair] for q in rep["requests"])  # per request, from counter deltas
     assert rep["completed"] == 6 and rep["output_tokens"] == 6 * 32
+    VLLM_FIGURES[pair] = rep
+
+
+def test_torch_probe_agrees_with_vllm_exactly(pairs):
+    pytest.importorskip("transformers")
+    from ckpttools.probe import verify_torch
+
+    if len(VLLM_FIGURES) != len(EXPECTED):
+        pytest.skip("runs after the vLLM launch tests, which record the figures")
+    for pair, rep in VLLM_FIGURES.items():
+        tp, dp = pairs[0][pair]
+        t = verify_torch(tp, dp, steps=STEPS, prompts=str(pairs[1]), num_prompts=6, max_new_tokens=32)
+        assert t.accept_length == rep["accept_length"], pair
+        assert t.per_position_acceptance == rep["per_position_acceptance"], pair
+        assert [q["accept_length"] for q in t.to_dict()["requests"]] == [q["accept_length"] for q in rep["requests"]]
+
+
+def test_torch_probe_within_005_of_vllm_on_the_trained_pair(tmp_path):
+    pytest.importorskip("transformers")
+    from ckpttools.demo import story_dir
+    from ckpttools.probe import verify_torch
+
+    s = story_dir()
+    vp = export(s / "drafter", tmp_path / "drafter-vllm", format="vllm", target=s / "target-a").output
+    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "vllm", "--target", str(s / "target-a"),
+                                 "--drafter", vp, "--steps", str(STEPS), "--prompts", str(s / "prompts.jsonl"),
+                                 "--num-prompts", "12", "--max-new-tokens", "64", "--ignore-eos",
+                                 "--engine-python", VLLM_PY, "--log", str(tmp_path / "vllm.log"), "--json", "--quiet",
+                                 *[f"--engine-arg={a}" for a in ARGS]])  # fmt: skip
+    assert r.exit_code == 0, r.output + (tmp_path / "vllm.log").read_text()[-3000:]
+    v = json.loads(r.stdout)
+    t = verify_torch(s / "target-a", s / "drafter", steps=STEPS, prompts=str(s / "prompts.jsonl"), num_prompts=12,
+                     max_new_tokens=64)  # fmt: skip
+    print(f"trained pair: vLLM {v['accept_length']:.4f} per position {v['per_position_acceptance']}; "
+          f"torch {t.accept_length:.4f} per position {t.per_position_acceptance}")
+    assert abs(t.accept_length - v["accept_length"]) <= 0.05
+    assert v["accept_length"] > 2.5  # a trained, matched pair
 
 
 @pytest.fixture(scope="module")

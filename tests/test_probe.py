@@ -1,0 +1,145 @@
+"""The PyTorch probe (verify --engine torch) against a slow reference and known figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ckpttools.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
+from ckpttools.tiny import build_known_pair, known_prompts  # noqa: E402
+
+STEPS = 3
+
+
+def reference_generate(spec: TorchSpeculator, prompt: list[int], max_new: int) -> dict:
+    """The same speculation with no cache anywhere: the target re-runs the whole sequence with
+    use_cache=False; the drafter is recomputed over its whole input sequence each step with
+    full-sequence attention (SDPA, causal), from its own weights."""
+    d, model = spec.drafter, spec.model
+    w = d.w
+
+    def target_all(seq):
+        out = model(input_ids=torch.tensor([seq]), use_cache=False, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[i + 1][0] for i in d.aux_ids], -1)
+        return out.logits[0].argmax(-1).tolist(), aux
+
+    def rope(x, pos):
+        f = pos.float()[:, None] * d.inv_freq[None]
+        emb = torch.cat([f, f], -1)
+        h = d.hd // 2
+        return (x.float() * emb.cos()[:, None] + torch.cat([-x[..., h:], x[..., :h]], -1).float() * emb.sin()[:, None]).to(x.dtype)
+
+    def drafter_all(tokens, hidden_in):
+        """hidden_in[i]: a 3H aux row (goes through fc) or an H row (the drafter's own)."""
+        hs = torch.stack([h @ w["fc.weight"].T if h.shape[-1] != d.H else h for h in hidden_in])
+        T = len(tokens)
+        pos = torch.arange(T)
+        e = d.embed[torch.tensor(tokens)]
+        x = torch.cat([_rms(e, w["layers.0.input_layernorm.weight"], d.eps), _rms(hs, w["layers.0.hidden_norm.weight"], d.eps)], -1)
+        p = "layers.0.self_attn."
+        q = rope((x @ w[p + "q_proj.weight"].T).view(T, d.heads, d.hd), pos)
+        k = rope((x @ w[p + "k_proj.weight"].T).view(T, d.kv, d.hd), pos)
+        v = (x @ w[p + "v_proj.weight"].T).view(T, d.kv, d.hd)
+        rep = d.heads // d.kv
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1).float(), k.repeat_interleave(rep, 1).transpose(0, 1).float(),
+            v.repeat_interleave(rep, 1).transpose(0, 1).float(), is_causal=True)  # fmt: skip
+        res = a.transpose(0, 1).reshape(T, -1).to(x.dtype) @ w[p + "o_proj.weight"].T + hs
+        y = _rms(res, w["layers.0.post_attention_layernorm.weight"], d.eps)
+        m = "layers.0.mlp."
+        out = (torch.nn.functional.silu((y @ w[m + "gate_proj.weight"].T).float()) * (y @ w[m + "up_proj.weight"].T).float()).to(y.dtype) @ w[m + "down_proj.weight"].T
+        pre = out + res
+        logits = _rms(pre, w["norm.weight"], d.eps).float() @ w["lm_head.weight"].float().T
+        return d.hot[logits.argmax(-1)], pre
+
+    with torch.no_grad():
+        seq = list(prompt)
+        preds, aux = target_all(seq)
+        seq.append(preds[-1])
+        produced = [preds[-1]]
+        # committed drafter inputs: (token x_{t+1}, target aux at t) for t = 0 .. len-2
+        c_tok, c_hid = seq[1:], [aux[t] for t in range(len(prompt))]
+        steps = accepted = 0
+        while len(produced) < max_new:
+            toks, hid = list(c_tok), list(c_hid)
+            drafts = []
+            for _ in range(STEPS):
+                ids, pre = drafter_all(toks, hid)
+                drafts.append(int(ids[-1]))
+                toks.append(drafts[-1])
+                hid.append(pre[-1])
+            y, aux = target_all(seq + drafts)
+            base = len(seq) - 1
+            a = 0
+            while a < STEPS and drafts[a] == y[base + a]:
+                a += 1
+            new = drafts[:a] + [y[base + a]]
+            steps += 1
+            accepted += a
+            c_tok += new
+            c_hid += [aux[base + j] for j in range(a + 1)]
+            seq += new
+            produced += new
+    return {"tokens": produced[:max_new], "verify_steps": steps, "accepted": accepted}
+
+
+def story():
+    from ckpttools.demo import story_dir
+
+    p = story_dir()
+    if not (p / "drafter" / "model.safetensors").is_file():
+        pytest.skip("the story pair is not built (examples/build_story_pair.py)")
+    return p
+
+
+@pytest.mark.parametrize("target", ["target-a", "target-b"])
+def test_probe_matches_the_slow_reference(target):
+    s = story()
+    spec = TorchSpeculator(s / target, s / "drafter", STEPS, dtype="float32")
+    prompts = [json.loads(line)["input_ids"] for line in (s / "prompts.jsonl").read_text().splitlines()][:4]
+    total = 0
+    for p in prompts:
+        fast = spec.generate(p, 40)
+        slow = reference_generate(spec, p, 40)
+        assert fast["tokens"] == slow["tokens"]
+        assert (fast["verify_steps"], fast["accepted"]) == (slow["verify_steps"], slow["accepted"])
+        total += fast["accepted"]
+    assert total > 0  # the accepting path was exercised
+
+
+def test_known_pairs_give_exact_figures(tmp_path):
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(4)))
+    expected = {("repeat", "id"): 4.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
+    for (t, d), want in expected.items():
+        tp, dp = build_known_pair(tmp_path / f"{t}-{d}", target=t, drafter=d)
+        r = verify_torch(tp, dp, steps=STEPS, prompts=str(pf), num_prompts=4, max_new_tokens=32)
+        assert r.accept_length == want and r.engine == "torch"
+        assert r.per_position_acceptance == {4.0: [1.0] * 3, 2.0: [1.0, 0.0, 0.0], 1.0: [0.0] * 3}[want]
+
+
+def test_vllm_layout_drafter_gives_the_same_figures(tmp_path):
+    from ckpttools.export import export
+
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(2)))
+    tp, dp = build_known_pair(tmp_path, target="swap", drafter="id")
+    vp = export(dp, tmp_path / "vllm", format="vllm", target=tp).output
+    a = verify_torch(tp, dp, prompts=str(pf), num_prompts=2, max_new_tokens=24)
+    b = verify_torch(tp, vp, prompts=str(pf), num_prompts=2, max_new_tokens=24)
+    assert a.accept_length == b.accept_length == 2.0  # aux ids read in each layout's convention
+    assert a.server["aux_layer_ids"] == b.server["aux_layer_ids"] == [1, 3, 5]
+
+
+def test_text_prompts_need_a_tokenizer(tmp_path):
+    from ckpttools.errors import CkptError
+
+    tp, dp = build_known_pair(tmp_path)
+    with pytest.raises(CkptError, match="text prompts need a tokenizer"):
+        verify_torch(tp, dp, prompts="builtin", num_prompts=1, max_new_tokens=4)
