@@ -83,30 +83,14 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult) -> RequestResult:
     return r
 
 
-def _get_json(client: Any, url: str, what: str) -> Any:
+def _request(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
+    """One JSON request; every failure becomes a ServerError saying what went wrong."""
     import httpx
 
     try:
-        resp = client.get(url)
+        resp = client.request(method, url, json=body)
     except httpx.ConnectError as e:
         raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?") from None
-    except httpx.TimeoutException:
-        raise ServerError(f"{url}: timed out waiting for {what}", url=url, hint="raise --timeout") from None
-    if resp.status_code >= 400:
-        raise ServerError(f"{url}: HTTP {resp.status_code} for {what}: {resp.text[:200]}", url=url)
-    try:
-        return resp.json()
-    except (json.JSONDecodeError, ValueError):
-        raise ServerError(f"{url}: {what} is not JSON: {resp.text[:120]!r}", url=url) from None
-
-
-def _post_json(client: Any, url: str, body: dict[str, Any], what: str) -> Any:
-    import httpx
-
-    try:
-        resp = client.post(url, json=body)
-    except httpx.ConnectError as e:
-        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up?") from None
     except httpx.TimeoutException:
         raise ServerError(f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens") from None
     if resp.status_code >= 400:
@@ -187,7 +171,7 @@ class SGLangClient:
             body["text"] = p.text
         r = RequestResult(i, p.category)
         t = time.perf_counter()
-        out = _post_json(self.client, self.url + "/generate", body, "/generate")
+        out = _request(self.client, "POST", self.url + "/generate", "/generate", body)
         r.latency_s = time.perf_counter() - t
         if isinstance(out, list):
             out = out[0]
@@ -245,7 +229,7 @@ class VLLMClient:
 
     def model(self) -> str:
         if self._model is None:
-            d = _get_json(self.client, self.url + "/v1/models", "/v1/models")
+            d = _request(self.client, "GET", self.url + "/v1/models", "/v1/models")
             try:
                 self._model = d["data"][0]["id"]
             except (KeyError, IndexError, TypeError):
@@ -277,7 +261,7 @@ class VLLMClient:
                 "max_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}  # fmt: skip
         r = RequestResult(i, p.category)
         t = time.perf_counter()
-        out = _post_json(self.client, self.url + "/v1/completions", body, "/v1/completions")
+        out = _request(self.client, "POST", self.url + "/v1/completions", "/v1/completions", body)
         r.latency_s = time.perf_counter() - t
         try:
             r.completion_tokens = int(out["usage"]["completion_tokens"])

@@ -66,6 +66,21 @@ def _st_of(dt: np.dtype) -> str:
     return table[dt.name]
 
 
+def _make_weights(shapes: dict[str, tuple[int, ...]], npdt: np.dtype, rng: np.random.Generator,
+                  weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None, norm_jitter: float) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each tensor from ``weight_fn`` (float32), else norms near 1 and the rest N(0, 0.02)."""
+    out: dict[str, np.ndarray] = {}
+    for name, shape in shapes.items():
+        if weight_fn is not None:
+            a = np.asarray(weight_fn(name, shape), dtype=np.float32)
+        elif "norm" in name:
+            a = np.ones(shape, np.float32) + (rng.normal(0, norm_jitter, shape).astype(np.float32) if norm_jitter else 0)
+        else:
+            a = rng.normal(0, 0.02, shape).astype(np.float32)
+        out[name] = a.astype(npdt)
+    return out
+
+
 def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool,
                    mla: bool = False, drafter: bool = True) -> dict[str, tuple[int, ...]]:  # fmt: skip
     """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang 0.5.17) the ``first``
@@ -161,16 +176,7 @@ def build_drafter(
     if flavor == "training":
         shapes["layers.0.self_attn.rotary_emb.inv_freq"] = (hd // 2,)
 
-    tensors: dict[str, np.ndarray] = {}
-    npdt = _np_dtype(st)
-    for name, shape in shapes.items():
-        if weight_fn is not None:
-            a = np.asarray(weight_fn(name, shape), dtype=np.float32)
-        elif name.endswith("norm.weight") or "layernorm" in name:
-            a = np.ones(shape, np.float32) + rng.normal(0, 0.01, shape).astype(np.float32)
-        else:
-            a = rng.normal(0, 0.02, shape).astype(np.float32)
-        tensors[name] = a.astype(npdt)
+    tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.01)
 
     if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
         ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
@@ -275,16 +281,7 @@ def build_target(
     if not tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab_size, H)
     st = _ST[dtype]
-    npdt = _np_dtype(st)
-    tensors = {}
-    for name, shape in shapes.items():
-        if weight_fn is not None:
-            a = np.asarray(weight_fn(name, shape), dtype=np.float32)
-        elif "norm" in name:
-            a = np.ones(shape, np.float32)
-        else:
-            a = rng.normal(0, 0.02, shape).astype(np.float32)
-        tensors[name] = a.astype(npdt)
+    tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.0)
     text = {
         "model_type": "llama",
         "hidden_size": H,

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import CheckpointNotFoundError, MappingError
 
-__all__ = ["TokenizerVocab", "load_vocab", "match_tokens", "TokenMatch", "bytes_to_unicode"]
+__all__ = ["TokenizerVocab", "load_vocab", "match_tokens", "TokenMatch", "bytes_to_unicode", "tokenizer_json"]
 
 
 @lru_cache(maxsize=1)
@@ -70,13 +70,19 @@ def _styles(tok: dict[str, Any]) -> str:
     return "plain"
 
 
-def load_vocab(path: str | Path) -> TokenizerVocab:
-    """Read an HF tokenizer.json (or a directory holding one) into token bytes."""
+def tokenizer_json(path: str | Path) -> Path:
+    """The tokenizer.json a path names: the file itself, or the one in a directory."""
     p = Path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
     if not p.is_file():
         raise CheckpointNotFoundError(f"{p}: no tokenizer.json here", path=p)
+    return p
+
+
+def load_vocab(path: str | Path) -> TokenizerVocab:
+    """Read an HF tokenizer.json (or a directory holding one) into token bytes."""
+    p = tokenizer_json(path)
     try:
         tok = json.loads(p.read_text(encoding="utf-8"))
         model = tok["model"]

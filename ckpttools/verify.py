@@ -107,8 +107,9 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
     if tokenizer is not None:
         from tokenizers import Tokenizer
 
-        tp = Path(tokenizer)
-        tok = Tokenizer.from_file(str(tp / "tokenizer.json" if tp.is_dir() else tp))
+        from .tokenmatch import tokenizer_json
+
+        tok = Tokenizer.from_file(str(tokenizer_json(tokenizer)))
         out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
     if num is not None:
         out = (out * (num // len(out) + 1))[:num]

@@ -60,11 +60,9 @@ def token_strings(tokenizer: str | Path | None):
         return None
     from tokenizers import Tokenizer
 
-    p = Path(tokenizer)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise CheckpointNotFoundError(f"{p}: no tokenizer.json here", path=p)
+    from .tokenmatch import tokenizer_json
+
+    p = tokenizer_json(tokenizer)
     try:
         tok = Tokenizer.from_file(str(p))
     except Exception as e:  # the tokenizers library raises a bare Exception on bad files
