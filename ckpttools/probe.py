@@ -182,8 +182,10 @@ class TorchSpeculator:
         torch = _torch()
         try:
             from transformers import AutoModelForCausalLM
+            from transformers.utils import logging as hf_logging
         except ImportError:
             raise CkptError("--engine torch needs transformers", hint="pip install transformers") from None
+        hf_logging.disable_progress_bar()  # the report is the output; no per-load bars on stderr
         tcfg_dtype = essentials(open_checkpoint(target).config).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
         self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
@@ -199,8 +201,12 @@ class TorchSpeculator:
 
     def _target(self, ids: list[int], cache: Any) -> tuple[Any, Any]:
         torch = _torch()
+        import warnings
+
         x = torch.tensor([ids], device=self.device)
-        out = self.model(input_ids=x, past_key_values=cache, use_cache=True, output_hidden_states=True)
+        with warnings.catch_warnings():  # transformers 5.2x renames past_key_values; older 5.x lack the new name
+            warnings.simplefilter("ignore", FutureWarning)
+            out = self.model(input_ids=x, past_key_values=cache, use_cache=True, output_hidden_states=True)
         aux = torch.cat([out.hidden_states[i + 1][0] for i in self.drafter.aux_ids], dim=-1)
         return out.logits[0].argmax(-1).tolist(), aux
 
