@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def run_timed(cmd: list[str], repeat: int = 5, env: dict | None = None) -> tuple[float, float]:
@@ -40,8 +40,33 @@ def run_peak_rss(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
     return wall, ru.ru_maxrss * 1024
 
 
-def drop_caches_hint() -> str:
-    return "page cache warm (files were just written); cp and ckpt see the same cache state"
+def interleaved(cmds: dict[str, list[str]], repeat: int, out: "Path", max_runs: dict[str, int] | None = None
+                ) -> dict[str, list[tuple[float, int]]]:  # fmt: skip
+    """Run each command ``repeat`` times, interleaved (so writeback from one run hits every
+    variant alike), removing ``out`` and syncing before each run. Wall seconds and peak RSS."""
+    import shutil
+
+    runs: dict[str, list[tuple[float, int]]] = {}
+
+    def clean() -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run(["sync"], check=True)
+
+    for _ in range(repeat):
+        for name, cmd in cmds.items():
+            if len(runs.get(name, [])) >= (max_runs or {}).get(name, repeat):
+                continue
+            clean()
+            runs.setdefault(name, []).append(run_peak_rss(cmd))
+    clean()
+    return runs
 
 
-_ = resource  # imported for ru_maxrss units documentation (KiB on Linux)
+def report(runs: dict[str, list[tuple[float, int]]], width: int = 34) -> dict[str, float]:
+    """Print each variant's median, runs and peak RSS; return the medians."""
+    med = {}
+    for k, v in runs.items():
+        med[k] = statistics.median(t for t, _ in v)
+        print(f"{k:{width}s} median {med[k]:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t, _ in v)})  "
+              f"peak RSS {max(r for _, r in v) / 2**20:7.1f} MiB")
+    return med

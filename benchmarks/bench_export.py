@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_peak_rss  # noqa: E402
+from _common import interleaved, report  # noqa: E402
 from kimi_shaped import build  # noqa: E402
 
 NAIVE_CAST = r"""
@@ -55,10 +54,6 @@ def main() -> None:
     if not a.skip_fp32 and not (fp32 / "model.safetensors").exists():
         build(fp32, "F32", prefix="model.")
 
-    def clean() -> None:
-        shutil.rmtree(w / "o", ignore_errors=True)
-        subprocess.run(["sync"], check=True)
-
     ckpt = [sys.executable, "-m", "ckpttools", "export"]
     cmds = {"cp -r (bf16 source)": ["cp", "-r", str(bf16), str(w / "o")],
             "ckpt export (names only)": [*ckpt, str(bf16), "-o", str(w / "o"), "--quiet"]}  # fmt: skip
@@ -69,19 +64,9 @@ def main() -> None:
     for src in (bf16, fp32):
         if src.exists():
             subprocess.run(["cat", str(src / "model.safetensors")], stdout=subprocess.DEVNULL, check=True)
-    runs: dict[str, list[tuple[float, int]]] = {}
-    for _ in range(a.repeat):
-        for name, cmd in cmds.items():
-            if "fp32" in name and len(runs.get(name, [])) >= 2:
-                continue  # the fp32 paths are long: two runs each
-            clean()
-            runs.setdefault(name, []).append(run_peak_rss(cmd))
-    clean()
-    for k, v in runs.items():
-        med = statistics.median(t for t, _ in v)
-        print(f"{k:34s} median {med:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t, _ in v)})  "
-              f"peak RSS {max(r for _, r in v) / 2**20:7.1f} MiB")
-    med = {k: statistics.median(t for t, _ in v) for k, v in runs.items()}
+    # the fp32 paths are long: two runs each
+    runs = interleaved(cmds, a.repeat, w / "o", {k: 2 for k in cmds if "fp32" in k})
+    med = report(runs)
     print(f"export (names only) / cp: {med['ckpt export (names only)'] / med['cp -r (bf16 source)']:.2f}x "
           "(target <= 1.3x)")
     if not a.skip_fp32:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_peak_rss  # noqa: E402
+from _common import interleaved, report  # noqa: E402
 from kimi_shaped import build, write_mapping_b  # noqa: E402
 
 NAIVE = r"""
@@ -65,31 +64,20 @@ def main() -> None:
     size = sum(p.stat().st_size for p in src.iterdir())
     subprocess.run(["cat", str(src / "model.safetensors")], stdout=subprocess.DEVNULL, check=True)  # warm cache
 
-    def clean(p: Path) -> None:
-        shutil.rmtree(p, ignore_errors=True)
-        subprocess.run(["sync"], check=True)
-
-    runs: dict[str, list[tuple[float, int]]] = {}
     cmds = {
-        "cp -r": (["cp", "-r", str(src), str(w / "o")]),
-        "cp -r && sync": (["sh", "-c", f"cp -r {src} {w / 'o'} && sync"]),
-        "ckpt remap": ([sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o", str(w / "o"),
-                        "--quiet"]),
-        "ckpt remap --fsync": ([sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o",
-                                str(w / "o"), "--quiet", "--fsync"]),
+        "cp -r": ["cp", "-r", str(src), str(w / "o")],
+        "cp -r && sync": ["sh", "-c", f"cp -r {src} {w / 'o'} && sync"],
+        "ckpt remap": [sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o", str(w / "o"),
+                       "--quiet"],
+        "ckpt remap --fsync": [sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o",
+                               str(w / "o"), "--quiet", "--fsync"],
     }  # fmt: skip
     if not a.skip_naive:
         cmds["naive load+save (torch)"] = [sys.executable, "-c", NAIVE, str(src), str(mb), str(w / "o")]
-    for _ in range(a.repeat):  # interleaved, so writeback from one run hits every variant alike
-        for name, cmd in cmds.items():
-            clean(w / "o")
-            runs.setdefault(name, []).append(run_peak_rss(cmd))
-    clean(w / "o")
-    results = {k: (statistics.median(t for t, _ in v), max(r for _, r in v)) for k, v in runs.items()}
+    runs = interleaved(cmds, a.repeat, w / "o")
     print(f"input: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) Kimi-K2-shaped drafter, bf16")
-    for k, (sec, rss) in results.items():
-        print(f"{k:28s} median {sec:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t, _ in runs[k])})  "
-              f"peak RSS {rss / 2**20:7.1f} MiB")
+    med = report(runs)
+    results = {k: (med[k], max(r for _, r in v)) for k, v in runs.items()}
     base = results["cp -r"][0]
     r = results["ckpt remap"]
     rf = results["ckpt remap --fsync"]

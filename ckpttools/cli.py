@@ -56,6 +56,16 @@ def cli() -> None:
     """
 
 
+def _show(result: Any, as_json: bool, render: Any) -> None:
+    """Data to stdout: the result's JSON with --json, else its human rendering."""
+    if as_json:
+        from .output import emit_json
+
+        emit_json(result.to_dict())
+    else:
+        click.echo(render(result))
+
+
 # ---------------------------------------------------------------------------- inspect
 @cli.command("inspect", epilog=EXIT_CODES_HELP)
 @click.argument("path")
@@ -78,13 +88,7 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
     from .inspection import inspect
     from .render import render_inspect
 
-    report = inspect(path, tensors=tensors, filter=pattern, revision=revision)
-    if as_json:
-        from .output import emit_json
-
-        emit_json(report.to_dict())
-    else:
-        click.echo(render_inspect(report))
+    _show(inspect(path, tensors=tensors, filter=pattern, revision=revision), as_json, render_inspect)
 
 
 # ---------------------------------------------------------------------------- vocab
@@ -110,15 +114,9 @@ def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | Non
     """
     from .vocabdiff import diff_vocab
 
-    d = diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show)
-    if as_json:
-        from .output import emit_json
+    from .render import render_diff_vocab
 
-        emit_json(d.to_dict())
-    else:
-        from .render import render_diff_vocab
-
-        click.echo(render_diff_vocab(d))
+    _show(diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show), as_json, render_diff_vocab)
 
 
 @cli.group("vocab")
@@ -147,15 +145,9 @@ def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | N
     """
     from .vocabdiff import build_vocab
 
-    r = build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force)
-    if as_json:
-        from .output import emit_json
+    from .render import render_build
 
-        emit_json(r.to_dict())
-    else:
-        from .render import render_build
-
-        click.echo(render_build(r))
+    _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, render_build)
 
 
 # ---------------------------------------------------------------------------- validate
@@ -185,19 +177,18 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
         raise click.UsageError("-o/--in-place/--force go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
-    from .output import emit_json
     from .render import render_fix, render_validation
 
     if do_fix:
         from .fix import fix
 
         res = fix(drafter, out, target=target, in_place=in_place, force=force)
-        emit_json(res.to_dict()) if as_json else click.echo(render_fix(res))
+        _show(res, as_json, render_fix)
         sys.exit(0 if res.after.ok else 1)
     from .validate import validate
 
     r = validate(drafter, target, deep=deep)
-    emit_json(r.to_dict()) if as_json else click.echo(render_validation(r))
+    _show(r, as_json, render_validation)
     sys.exit(0 if r.ok else 1)
 
 
@@ -239,7 +230,7 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
         parse_size(max_shard_size)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
-    from .output import byte_progress, emit_json
+    from .output import byte_progress
     from .remap import remap
     from .render import render_remap
 
@@ -247,7 +238,7 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
         r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
                   target=target, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
                   max_shard_size=max_shard_size, force=force, fsync=fsync, progress=bar)  # fmt: skip
-    emit_json(r.to_dict()) if as_json else click.echo(render_remap(r))
+    _show(r, as_json, render_remap)
 
 
 # ---------------------------------------------------------------------------- export
@@ -284,7 +275,7 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from .export import ExportRejected, export
-    from .output import byte_progress, emit_json
+    from .output import byte_progress
     from .render import render_export
 
     try:
@@ -292,10 +283,10 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
             r = export(src, out, format=fmt, target=target, dtype=dtype, max_shard_size=max_shard_size,
                        force=force, fsync=fsync, progress=bar)  # fmt: skip
     except ExportRejected as e:
-        emit_json(e.report.to_dict()) if as_json else click.echo(render_export(e.report))
+        _show(e.report, as_json, render_export)
         click.echo(f"ckpt: error: {e}", err=True)
         sys.exit(e.exit_code)
-    emit_json(r.to_dict()) if as_json else click.echo(render_export(r))
+    _show(r, as_json, render_export)
 
 
 # ---------------------------------------------------------------------------- verify
@@ -347,7 +338,6 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
       ckpt verify --launch --engine sglang --target ./target --drafter ./drafter --steps 3
       ckpt verify --engine torch --target ./target ./drafter --steps 3
     """
-    from .output import emit_json
     from .render import render_verify
 
     drafter = drafter or drafter_arg
@@ -393,7 +383,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
         import json as _json
 
         Path(output_file).write_text(_json.dumps(rep.to_dict(), indent=2) + "\n", encoding="utf-8")
-    emit_json(rep.to_dict()) if as_json else click.echo(render_verify(rep))
+    _show(rep, as_json, render_verify)
     sys.exit(rep.exit_code)
 
 

@@ -95,7 +95,7 @@ def _set(cfg: dict[str, Any], key: str, value: Any, changes: list[str]) -> None:
 
 
 def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, names: dict[str, str],
-                 target_cfg: dict[str, Any] | None, d2t_present: bool, notes: list[str]) -> tuple[dict, list[str]]:  # fmt: skip
+                 target_cfg: dict[str, Any] | None, notes: list[str]) -> tuple[dict, list[str]]:  # fmt: skip
     src = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     if "speculators_config" in src or "transformer_layer_config" in src:
@@ -239,8 +239,7 @@ def export(
                 report.notes.append("d2t is in frequency order (not ascending target ids): valid for SGLang and "
                                     "vLLM, which read it as is, so it was kept as it is, not reordered")  # fmt: skip
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
-        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg,
-                                                  d2t_src is not None, report.notes)  # fmt: skip
+        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
 
         specs: list[TensorSpec] = []
         for n, new in names.items():

@@ -13,7 +13,7 @@ from .checkpoint import Checkpoint, open_checkpoint
 from .config import context_length
 from .errors import NoWeightsError, OutputExistsError
 from .manifest import MANIFEST_NAME, make_manifest
-from .names import canonical_name, suggest_rename
+from .names import canonical_name, layer_index, suggest_rename
 from .validate import ValidationReport, load_target_config, validate
 from .writer import CheckpointWriter, TensorSpec
 
@@ -72,7 +72,7 @@ def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | N
             cfg["max_position_embeddings"] = tctx
             changes.append(f"config: max_position_embeddings {old} -> {tctx} (the target's context)")
     if "num_hidden_layers" not in cfg:
-        n = len({canonical_name(t)[0].split(".")[1] for t in ck.tensors if canonical_name(t)[0].startswith("layers.")})
+        n = len({i for i in map(layer_index, ck.tensors) if i is not None})
         cfg["num_hidden_layers"] = max(n, 1)
         changes.append(f"config: num_hidden_layers added = {cfg['num_hidden_layers']} (layers in the weights)")
     if "draft_vocab_size" not in cfg and "speculators_config" not in cfg:
