@@ -169,3 +169,16 @@ def test_early_stop_against_a_real_server(running, pairs):
     rep = json.loads(r.stdout)
     assert rep["completed"] == 5 and rep["stopped_early"].startswith("after 5 requests")
     assert rep["passed"] is False and rep["accept_length"] == 4.0
+
+
+def test_demo_story_holds_in_real_vllm(tmp_path):
+    """`ckpt demo --engine vllm`: every step measured by a real vLLM server."""
+    import re
+
+    r = CliRunner().invoke(cli, ["demo", "--engine", "vllm", "--engine-python", VLLM_PY, "--workdir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout)
+    assert m, r.stdout
+    matched, naive, remapped, b = map(float, m.groups())
+    print(r.stdout.splitlines()[-1])
+    assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1
