@@ -19,7 +19,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from .config import essentials
-from .errors import CkptError, MappingError
+from .errors import MappingError
 from .fix import copy_side_files
 from .manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from .names import canonical_name
@@ -109,11 +109,29 @@ def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab
     return m.check(), None, str(to)
 
 
-def _target_head(target: Any, hidden: int) -> tuple[Checkpoint, str]:
-    ck = open_checkpoint(target)
+class _OnDemand:
+    """A checkpoint opened on first use (headers of a 1-2 TB target are read once), closed by close()."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.ck: Checkpoint | None = None
+
+    def get(self) -> Checkpoint:
+        if self.ck is None:
+            self.ck = open_checkpoint(self.source)
+        return self.ck
+
+    def close(self) -> None:
+        if self.ck is not None:
+            self.ck.close()
+
+
+def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
+    ck = target.get()
     name = _find(ck, "lm_head.weight") or _find(ck, "embed_tokens.weight")
     if name is None:
-        raise MappingError(f"{target}: no lm_head (or tied embed_tokens) to fill rows from", path=str(target))
+        raise MappingError(f"{target.source}: no lm_head (or tied embed_tokens) to fill rows from",
+                           path=str(target.source))  # fmt: skip
     h = ck.tensors[name].shape[1]
     if h != hidden:
         raise MappingError(
@@ -263,15 +281,17 @@ def remap(
 
     ck = open_checkpoint(drafter)
     hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
+    target_ck = _OnDemand(target)
     try:
-        return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, source_tokenizer,
+        return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, target_ck, source_tokenizer,
                       target_tokenizer, shard_size, force, fsync, progress, hashes, t0)  # fmt: skip
     finally:
+        target_ck.close()
         hashes.close()
         ck.close()
 
 
-def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_tokenizer, target_tokenizer,
+def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, source_tokenizer, target_tokenizer,
            shard_size, force, fsync, progress, hashes, t0) -> RemapReport:  # fmt: skip
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
@@ -315,7 +335,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
                            hint="use --fill target --target TARGET to cut the target's head down")  # fmt: skip
     if head is None:
         src_rows[:] = -1
-    tgt = _target_head(target, hidden) if fill == "target" else None
+    tgt = _target_head(target_ck, hidden) if fill == "target" else None
     if tgt is not None and int(dst_map.ids.max(initial=-1)) >= tgt[0].tensors[tgt[1]].shape[0]:
         raise MappingError(f"{target}: its lm_head has fewer rows than the destination mapping's largest id")
     head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
@@ -393,7 +413,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, source_toke
                 edt = numpy_dtype(et.dtype)
                 emb_tgt = None
                 if target is not None:
-                    tck = open_checkpoint(target)
+                    tck = target_ck.get()
                     tname = _find(tck, "embed_tokens.weight")
                     if tname and tck.tensors[tname].shape[1] == et.shape[1]:
                         emb_tgt = (tck, tname)
