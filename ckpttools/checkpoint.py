@@ -54,13 +54,20 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
         "F8_E5M2": ml_dtypes.float8_e5m2,
         "F8_E8M0": ml_dtypes.float8_e8m0fnu,
     }
+    if st_dtype == "C64":
+        return np.dtype(np.complex64)
+    if st_dtype not in special:
+        raise CheckpointFormatError(f"tensors of dtype {st_dtype} cannot be read or converted by ckpttools",
+                                    hint="this dtype is valid safetensors but has no numpy equivalent")  # fmt: skip
     return np.dtype(special[st_dtype])
 
 
 def load_config(path: Path) -> dict[str, Any]:
     """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
+    from .fsutil import read_regular_bytes
+
     try:
-        cfg = orjson.loads(path.read_bytes())
+        cfg = orjson.loads(read_regular_bytes(path))
     except orjson.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON ({e})", path=path) from None
     if not isinstance(cfg, dict):
@@ -68,11 +75,36 @@ def load_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def _inside(root: Path, rel: str) -> Path:
-    p = (root / rel).resolve()
-    if os.path.isabs(rel) or not p.is_relative_to(root.resolve()):
+def hub_blobs(root: Path) -> Path | None:
+    """The ``blobs/`` folder of a Hugging Face cache snapshot (``REPO/snapshots/REV``), else None."""
+    real = Path(os.path.realpath(root))
+    if real.parent.name == "snapshots" and (real.parent.parent / "blobs").is_dir():
+        return real.parent.parent / "blobs"
+    return None
+
+
+def _inside(root: Path, rel: str) -> tuple[str, Path]:
+    """Check a shard name from an index and return (its normalized name, its path).
+
+    The name must stay inside the checkpoint (no absolute path, no ``..`` out of it).
+    A shard that is a symbolic link must lead inside the checkpoint too, or into the
+    Hugging Face cache's own ``blobs/`` folder, where snapshot files point.
+    """
+    norm = os.path.normpath(rel) if rel else ""
+    if (not rel or "\0" in rel or os.path.isabs(rel) or norm == ".." or norm.startswith("../")
+            or norm == "."):  # fmt: skip
         raise UnsafePathError(f"index names shard {rel!r}, which is outside {root}", path=rel)
-    return p
+    p = root / norm
+    real = Path(os.path.realpath(p))
+    real_root = Path(os.path.realpath(root))
+    if not real.is_relative_to(real_root):
+        blobs = hub_blobs(root)
+        if blobs is None or not real.is_relative_to(blobs):
+            raise UnsafePathError(
+                f"index names shard {rel!r}, which is a link to {real}, outside {root}",
+                path=rel, hint="copy the shard into the checkpoint directory instead of linking it",
+            )  # fmt: skip
+    return norm, p
 
 
 class Checkpoint:
@@ -86,7 +118,7 @@ class Checkpoint:
         self,
         source: str,
         root: Path,
-        shards: list[Path],
+        shards: list[tuple[str, Path]],
         config: dict[str, Any] | None,
         config_path: Path | None,
         index_path: Path | None = None,
@@ -103,8 +135,7 @@ class Checkpoint:
         self._shard_paths: dict[str, Path] = {}
         self._maps: dict[str, Any] = {}
         self._fds: dict[str, int] = {}
-        for p in shards:
-            name = p.name if p.parent == root else str(p.relative_to(root))
+        for name, p in shards:
             hdr = read_header(p, name)
             self.headers[name] = hdr
             self._shard_paths[name] = p
@@ -201,6 +232,10 @@ class Checkpoint:
         n = t.shape[0]
         row_bytes = t.nbytes // n if n else 0
         idx = np.asarray(rows, dtype=np.int64)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            bad = int(idx[(idx < 0) | (idx >= n)][0])
+            raise CheckpointFormatError(f"{self.source}: row {bad} of {name!r} does not exist (it has {n} rows)",
+                                        path=self.source, tensor=name)  # fmt: skip
         out = np.empty((len(idx), *t.shape[1:]), dtype=numpy_dtype(t.dtype))
         flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes) if len(idx) else None
         fd = self._fd(t.shard)
@@ -211,6 +246,8 @@ class Checkpoint:
             while j < len(idx) and idx[j] == idx[j - 1] + 1:
                 j += 1
             buf = os.pread(fd, (j - i) * row_bytes, t.start + int(idx[i]) * row_bytes)
+            if len(buf) != (j - i) * row_bytes:
+                raise CheckpointFormatError(f"{t.shard}: short read in {name!r} (the file shrank?)", tensor=name)
             flat[i:j] = np.frombuffer(buf, dtype=np.uint8).reshape(j - i, row_bytes)
             i = j
         return out
@@ -218,7 +255,9 @@ class Checkpoint:
     def _fd(self, shard: str) -> int:
         fd = self._fds.get(shard)
         if fd is None:
-            fd = self._fds[shard] = os.open(self._shard_paths[shard], os.O_RDONLY)
+            from .fsutil import open_regular
+
+            fd = self._fds[shard] = open_regular(self._shard_paths[shard])
         return fd
 
     def read_bytes(self, name: str) -> memoryview:
@@ -260,40 +299,32 @@ def _refuse_pickle(p: Path) -> PickleRefusedError:
 
 def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoint:
     cfg_path = root / "config.json"
-    config = load_config(cfg_path) if cfg_path.is_file() else None
+    config = load_config(cfg_path) if os.path.lexists(cfg_path) else None
     index_path = root / INDEX_NAME
-    if not index_path.is_file():
+    if not os.path.lexists(index_path):
         others = sorted(root.glob("*.safetensors.index.json"))
         index_path = others[0] if others else index_path
-    if index_path.is_file():
-        try:
-            index = orjson.loads(index_path.read_bytes())
-            weight_map = index["weight_map"]
-            assert isinstance(weight_map, dict)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AssertionError):
-            raise CheckpointFormatError(
-                f"{index_path}: not a safetensors index (needs a JSON object with weight_map)",
-                path=index_path,
-            ) from None
-        shards: list[Path] = []
+    if os.path.lexists(index_path):
+        weight_map = _read_index(index_path)
+        shards: list[tuple[str, Path]] = []
         for rel in dict.fromkeys(weight_map.values()):
-            p = _inside(root, str(rel))
-            if not p.is_file():
+            name, p = _inside(root, rel)
+            if not p.exists():
                 raise CheckpointFormatError(
                     f"{index_path.name} names shard {rel!r}, which is missing from {root}",
                     path=p,
                     hint="download the missing shard, or fix the index",
                 )
-            shards.append(p)
+            shards.append((name, p))
         ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
-        missing = set(weight_map) - set(ck.tensors)
-        if missing:
-            name = sorted(missing)[0]
-            raise CheckpointFormatError(
-                f"{index_path.name} maps {len(missing)} tensor(s) (e.g. {name!r}) to shards that "
-                "do not hold them",
-                path=index_path, tensor=name,
-            )  # fmt: skip
+        for tname, rel in weight_map.items():
+            t = ck.tensors.get(tname)
+            if t is None or t.shard != os.path.normpath(rel):
+                where = "no shard holds it" if t is None else f"it is in {t.shard}"
+                raise CheckpointFormatError(
+                    f"{index_path.name} maps tensor {tname!r} to {rel}, but {where}",
+                    path=index_path, tensor=tname, hint="the index is stale or damaged: fix or regenerate it",
+                )  # fmt: skip
         return ck
     shards = sorted(root.glob("*.safetensors"))
     if not shards:
@@ -301,7 +332,25 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
-    return Checkpoint(source, root, shards, config, cfg_path if config else None, None, revision)
+    return Checkpoint(source, root, [(p.name, p) for p in shards], config, cfg_path if config else None, None,
+                      revision)  # fmt: skip
+
+
+def _read_index(index_path: Path) -> dict[str, str]:
+    """The weight_map of a sharded checkpoint's index: tensor name -> shard file name."""
+    from .fsutil import read_regular_bytes
+
+    try:
+        index = orjson.loads(read_regular_bytes(index_path))
+    except orjson.JSONDecodeError:
+        index = None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointFormatError(
+            f"{index_path}: not a safetensors index (needs a JSON object with a weight_map of file names)",
+            path=index_path, hint="the index is damaged: fix or regenerate it",
+        )  # fmt: skip
+    return weight_map
 
 
 def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
@@ -353,7 +402,13 @@ def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoi
         ...     ck.tensors["lm_head.weight"].shape
     """
     text = str(source)
+    if not text or "\0" in text:
+        raise CheckpointNotFoundError(f"{text!r}: not a path or a Hub repo id", path=text)
     p = Path(text).expanduser()
+    if p.exists() and not (p.is_dir() or p.is_file()):
+        from .fsutil import ensure_regular
+
+        ensure_regular(p)  # raises: a FIFO, socket or device is never opened
     if p.is_dir():
         return _open_dir(text, p, revision)
     if p.is_file():
@@ -363,7 +418,7 @@ def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoi
             return _open_dir(text, p.parent, revision)
         if p.name == "config.json":
             raise NoWeightsError(f"{p}: a config.json alone holds no weights", path=p)
-        return Checkpoint(text, p.parent, [p], None, None)
+        return Checkpoint(text, p.parent, [(p.name, p)], None, None)
     if _REPO_ID.match(text) and not text.startswith((".", "/", "~")):
         repo_id, _, rev = text.partition("@")
         snap = _hub_snapshot(repo_id, revision or rev or None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +24,7 @@ class CkptGroup(click.Group):
     """The one error boundary: a CkptError becomes one line plus a hint on stderr."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _log_notes_to_stderr()
         try:
             return super().invoke(ctx)
         except CkptError as e:
@@ -41,6 +41,19 @@ class CkptGroup(click.Group):
             click.echo(f"ckpt: error: {e}", err=True)
             click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
             ctx.exit(EXIT_USAGE)
+
+
+def _log_notes_to_stderr() -> None:
+    """The library logs what it did on the side (stale temporaries removed); say it on stderr."""
+    import logging
+
+    log = logging.getLogger("ckpttools")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("ckpt: note: %(message)s"))
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -382,8 +395,14 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
     if output_file:
         import json as _json
 
-        Path(output_file).write_text(_json.dumps(rep.to_dict(), indent=2) + "\n", encoding="utf-8")
+        from .fsutil import write_text_atomic
+
+        write_text_atomic(output_file, _json.dumps(rep.to_dict(), indent=2) + "\n")
     _show(rep, as_json, render_verify)
+    if rep.accept_length is None:
+        click.echo(f"ckpt: error: {rep.verdict}", err=True)
+        click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures",
+                   err=True)  # fmt: skip
     sys.exit(rep.exit_code)
 
 
@@ -397,10 +416,13 @@ def example_group() -> None:
 @click.argument("out", type=click.Path())
 @click.option("--flavor", type=click.Choice(["sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training"]),
               default="sglang", show_default=True, help="Which layout to write.")  # fmt: skip
-@click.option("--vocab-size", default=1024, show_default=True, help="Target vocab size V.")
-@click.option("--draft-vocab-size", default=256, show_default=True, help="Draft vocab size Vd.")
-@click.option("--hidden-size", default=64, show_default=True)
-@click.option("--seed", default=0, show_default=True, help="Seed for weights and the mapping.")
+@click.option("--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True, help="Target vocab size V.")
+@click.option("--draft-vocab-size", type=click.IntRange(1, 1 << 20), default=256, show_default=True,
+              help="Draft vocab size Vd (at most V).")  # fmt: skip
+@click.option("--hidden-size", type=click.IntRange(8, 1 << 14), default=64, show_default=True,
+              help="A multiple of 8 (4 heads of an even size).")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed for weights and the mapping.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: int, hidden_size: int,
                     seed: int, force: bool) -> None:  # fmt: skip
@@ -410,6 +432,9 @@ def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: in
     Example:
       ckpt example drafter /tmp/d --flavor eagle && ckpt inspect /tmp/d
     """
+    if draft_vocab_size > vocab_size:
+        raise click.BadParameter(f"{draft_vocab_size} is larger than --vocab-size {vocab_size}",
+                                 param_hint="--draft-vocab-size")  # fmt: skip
     from .tiny import build_drafter
 
     p = build_drafter(out, flavor, vocab_size=vocab_size, draft_vocab_size=draft_vocab_size,
@@ -419,10 +444,11 @@ def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: in
 
 @example_group.command("target")
 @click.argument("out", type=click.Path())
-@click.option("--vocab-size", default=1024, show_default=True)
-@click.option("--hidden-size", default=64, show_default=True)
-@click.option("--num-layers", default=8, show_default=True)
-@click.option("--max-position-embeddings", default=4096, show_default=True)
+@click.option("--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True)
+@click.option("--hidden-size", type=click.IntRange(8, 1 << 14), default=64, show_default=True,
+              help="A multiple of 8 (4 heads of an even size).")
+@click.option("--num-layers", type=click.IntRange(4, 512), default=8, show_default=True)
+@click.option("--max-position-embeddings", type=click.IntRange(1, 1 << 34), default=4096, show_default=True)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int, max_position_embeddings: int,
                    force: bool) -> None:  # fmt: skip

@@ -6,10 +6,25 @@ speculators keeps the decoder layer's config under ``transformer_layer_config``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ConfigEssentials", "essentials", "lookup", "aux_layer_ids", "context_length", "SUBCONFIG_KEYS"]
+from .errors import ConfigError
+
+__all__ = ["ConfigEssentials", "essentials", "lookup", "aux_layer_ids", "context_length", "SUBCONFIG_KEYS",
+           "config_problems", "require_valid_config", "INT_BOUNDS"]  # fmt: skip
+
+#: integer fields and the largest plausible value of each: a config past these is damaged,
+#: and using it would allocate without bound (a 1e8-layer loop, a 1e12-row mask)
+INT_BOUNDS: dict[str, int] = {
+    "hidden_size": 1 << 20, "target_hidden_size": 1 << 20, "intermediate_size": 1 << 22,
+    "vocab_size": 1 << 24, "draft_vocab_size": 1 << 24, "num_hidden_layers": 4096,
+    "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "head_dim": 1 << 14,
+    "max_position_embeddings": 1 << 34,
+}  # fmt: skip
+_NUMBER_FIELDS = ("rope_theta",)
+_STRING_FIELDS = ("model_type", "hidden_act")
 
 SUBCONFIG_KEYS = ("text_config", "transformer_layer_config", "language_config", "llm_config")
 _MISSING = object()
@@ -32,8 +47,101 @@ def lookup(cfg: dict[str, Any] | None, key: str, default: Any = None) -> tuple[A
     return default, None
 
 
+def _bad_int(v: Any, key: str) -> str | None:
+    bound = INT_BOUNDS[key]
+    if type(v) is not int:
+        return f"is {v!r}; expected an integer"
+    if not 0 < v <= bound:
+        return f"is {v}; expected an integer from 1 to {bound:,}"
+    return None
+
+
+def _bad_number(v: Any) -> str | None:
+    if type(v) not in (int, float) or not math.isfinite(v) or v <= 0:
+        return f"is {v!r}; expected a positive number"
+    return None
+
+
+def _bad_ids(v: Any) -> str | None:
+    if not isinstance(v, list) or not all(type(i) is int and 0 <= i <= INT_BOUNDS["num_hidden_layers"] for i in v):
+        return f"is {v!r}; expected a list of layer indices (integers from 0)"
+    return None
+
+
+def _bad_rope_scaling(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        return f"is {v!r}; expected an object or null"
+    f = v.get("factor")
+    if f is not None and _bad_number(f):
+        return f"has factor {f!r}; expected a positive number"
+    o = v.get("original_max_position_embeddings")
+    if o is not None and _bad_int(o, "max_position_embeddings"):
+        return f"has original_max_position_embeddings {o!r}; expected a positive integer"
+    for k in ("rope_type", "type"):
+        if k in v and not isinstance(v[k], str):
+            return f"has {k} {v[k]!r}; expected a string"
+    return None
+
+
+def config_problems(cfg: dict[str, Any] | None) -> dict[str, str]:
+    """Every field this project reads that has the wrong type or an implausible value.
+
+    Returns:
+        {JSON path: what is wrong}; empty when every field read is usable.
+    """
+    out: dict[str, str] = {}
+    if not cfg:
+        return out
+    for key in INT_BOUNDS:
+        v, where = lookup(cfg, key)
+        if where and v is not None and (why := _bad_int(v, key)):
+            out[where] = why
+    for key in _NUMBER_FIELDS:
+        v, where = lookup(cfg, key)
+        if where and v is not None and (why := _bad_number(v)):
+            out[where] = why
+    for key in _STRING_FIELDS:
+        v, where = lookup(cfg, key)
+        if where and v is not None and not isinstance(v, str):
+            out[where] = f"is {v!r}; expected a string"
+    v, where = lookup(cfg, "architectures")
+    if where and v is not None and not (isinstance(v, list) and all(isinstance(a, str) for a in v)):
+        out[where] = f"is {v!r}; expected a list of class names"
+    v, where = lookup(cfg, "rope_scaling")
+    if where and (why := _bad_rope_scaling(v)):
+        out[where] = why
+    ids, where = _raw_aux_ids(cfg)
+    if where and ids is not None and (why := _bad_ids(ids)):
+        out[where] = why
+    return out
+
+
+def require_valid_config(cfg: dict[str, Any] | None, source: str) -> None:
+    """Raise ConfigError (exit 2) naming the first unusable field, for commands that write.
+
+    Raises:
+        ConfigError
+    """
+    probs = config_problems(cfg)
+    if probs:
+        where, why = next(iter(probs.items()))
+        more = f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""
+        raise ConfigError(f"{source}: config {where} {why}{more}", path=source,
+                          hint="fix config.json; `ckpt validate` lists every problem")  # fmt: skip
+
+
 def aux_layer_ids(cfg: dict[str, Any] | None) -> tuple[list[int] | None, str | None]:
-    """The target layers an EAGLE-3 drafter captures, as its config states them."""
+    """The target layers an EAGLE-3 drafter captures, as its config states them
+    (None when absent or not a list of layer indices)."""
+    ids, where = _raw_aux_ids(cfg)
+    if ids is not None and _bad_ids(ids):
+        return None, None
+    return ids, where
+
+
+def _raw_aux_ids(cfg: dict[str, Any] | None) -> tuple[Any, str | None]:
     if not cfg:
         return None, None
     for holder, path in ((cfg.get("eagle_config"), "$.eagle_config"), (cfg, "$")):
@@ -70,6 +178,8 @@ def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
             text = cfg[sub]
             break
     rs = text.get("rope_scaling")
+    if _bad_rope_scaling(rs):
+        rs = None
     factor = 1.0
     if isinstance(rs, dict) and rs:
         factor = rs.get("factor", 1) or 1
@@ -77,6 +187,8 @@ def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
             factor = 1
     for key in CONTEXT_LENGTH_KEYS:
         val = text.get(key)
+        if val is not None and (type(val) is not int or not 0 < val <= INT_BOUNDS["max_position_embeddings"]):
+            return None, f"{key} is {val!r}, not a usable length"
         if val is not None:
             how = key if factor == 1 else f"{key} x rope_scaling.factor {factor}"
             return int(factor * val), how
@@ -106,6 +218,8 @@ class ConfigEssentials:
     torch_dtype: str | None = None
     hidden_act: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    #: fields present with a wrong type or implausible value (left None above): {JSON path: why}
+    invalid: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,13 +230,14 @@ def essentials(cfg: dict[str, Any] | None) -> ConfigEssentials:
     e = ConfigEssentials()
     if not cfg:
         return e
+    e.invalid = config_problems(cfg)
     for key in (
         "architectures", "model_type", "hidden_size", "target_hidden_size", "vocab_size",
         "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
         "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling", "hidden_act",
     ):  # fmt: skip
         v, where = lookup(cfg, key)
-        if where:
+        if where and where not in e.invalid:
             setattr(e, key, v)
             e.sources[key] = where
     for key in ("torch_dtype", "dtype"):
@@ -133,11 +248,11 @@ def essentials(cfg: dict[str, Any] | None) -> ConfigEssentials:
             break
     v, where = lookup(cfg, "draft_vocab_size")
     if where:
-        e.draft_vocab_size, e.draft_vocab_size_present = v, True
+        e.draft_vocab_size, e.draft_vocab_size_present = (None if where in e.invalid else v), True
         e.sources["draft_vocab_size"] = where
     rope_params, where = lookup(cfg, "rope_parameters")  # transformers v5 layout
     if isinstance(rope_params, dict):
-        if e.rope_theta is None and "rope_theta" in rope_params:
+        if e.rope_theta is None and "rope_theta" in rope_params and not _bad_number(rope_params["rope_theta"]):
             e.rope_theta = rope_params["rope_theta"]
             e.sources["rope_theta"] = f"{where}.rope_theta"
         if e.rope_scaling is None and rope_params.get("rope_type", "default") != "default":

@@ -6,6 +6,7 @@ and every result says which fields it was computed from.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from .errors import ServerError
 
 __all__ = ["Prompt", "RequestResult", "SGLangClient", "VLLMClient", "detect_engine", "parse_sglang_meta",
-           "parse_vllm_metrics"]  # fmt: skip
+           "parse_vllm_metrics", "check_figures", "check_url"]  # fmt: skip
 
 
 @dataclass
@@ -57,24 +58,26 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult) -> RequestResult:
     otherwise completion_tokens / spec_verify_ct, which counts the token that prefill
     produced and so runs slightly high on short outputs.
     """
-    r.completion_tokens = int(meta.get("completion_tokens") or 0)
-    verify = meta.get("spec_verify_ct")
-    r.verify_steps = int(verify) if verify is not None else None
+    r.completion_tokens = _count(meta, "completion_tokens") or 0
+    r.verify_steps = _count(meta, "spec_verify_ct")
     acc_key = next((k for k in _ACCEPTED if meta.get(k) is not None), None)
     prop_key = next((k for k in _PROPOSED if meta.get(k) is not None), None)
     hist_key = next((k for k in _HIST if meta.get(k) is not None), None)
     if prop_key:
-        r.proposed_drafts = int(meta[prop_key])
+        r.proposed_drafts = _count(meta, prop_key)
     if hist_key:
-        r.histogram = [int(x) for x in meta[hist_key]]
+        h = meta[hist_key]
+        if not isinstance(h, list) or not all(type(x) is int and x >= 0 for x in h):
+            raise ServerError(f"meta_info.{hist_key} is {h!r}: expected a list of counts")
+        r.histogram = list(h)
     if "spec_accept_length" in meta:
         r.extra["server_spec_accept_length"] = meta["spec_accept_length"]
     if not r.verify_steps:
         r.source = "no spec_verify_ct: speculative decoding did not run for this request"
         return r
     if acc_key:
-        r.accepted_drafts = int(meta[acc_key])
-        r.accept_length = 1 + r.accepted_drafts / r.verify_steps
+        r.accepted_drafts = _count(meta, acc_key)
+        r.accept_length = 1 + r.accepted_drafts / r.verify_steps  # type: ignore[operator]
         r.source = f"1 + {acc_key} / spec_verify_ct"
     else:
         r.accept_length = r.completion_tokens / r.verify_steps
@@ -83,22 +86,60 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult) -> RequestResult:
     return r
 
 
+def _count(d: dict[str, Any], key: str) -> int | None:
+    """A non-negative integer counter from a server's JSON (None when absent)."""
+    v = d.get(key)
+    if v is None:
+        return None
+    if type(v) is float and v.is_integer():
+        v = int(v)
+    if type(v) is not int or v < 0:
+        raise ServerError(f"the server reported {key} = {v!r}: not a count (a non-negative integer)")
+    return v
+
+
+def check_figures(r: RequestResult, steps: int | None) -> None:
+    """Refuse figures no server can produce: accept length outside [1, steps + 1].
+
+    The completion_tokens / spec_verify_ct fallback counts the prefill token too, so it
+    may run one token over per request.
+
+    Raises:
+        ServerError
+    """
+    if r.accept_length is None or r.verify_steps is None:
+        return
+    hi = None if steps is None else steps + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
+    if r.accept_length < 1 or (hi is not None and r.accept_length > hi + 1e-9):
+        limit = f"[1, {steps + 1}] for {steps} draft steps" if steps is not None else "at least 1"
+        raise ServerError(f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) "
+                          f"must lie in {limit}")  # fmt: skip
+
+
 def _request(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
     """One JSON request; every failure becomes a ServerError saying what went wrong."""
-    import httpx
 
-    try:
-        resp = client.request(method, url, json=body)
-    except httpx.ConnectError as e:
-        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?") from None
-    except httpx.TimeoutException:
-        raise ServerError(f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens") from None
+    resp = _send(client, method, url, what, body)
     if resp.status_code >= 400:
         raise ServerError(f"{url}: HTTP {resp.status_code} for {what}: {resp.text[:300]}", url=url)
     try:
         return resp.json()
     except (json.JSONDecodeError, ValueError):
         raise ServerError(f"{url}: {what} answered with malformed JSON: {resp.text[:120]!r}", url=url) from None
+
+
+def _send(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
+    """One HTTP request; every transport failure becomes a ServerError saying which."""
+    import httpx
+
+    try:
+        return client.request(method, url, json=body)
+    except httpx.ConnectError as e:
+        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?") from None
+    except httpx.TimeoutException:
+        raise ServerError(f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as e:  # closed mid-response, bad redirects, ...
+        raise ServerError(f"{url}: {what} failed ({e.__class__.__name__}: {e})", url=url) from None
 
 
 class SGLangClient:
@@ -113,23 +154,20 @@ class SGLangClient:
 
     def info(self) -> dict[str, Any]:
         if self._info is None:
-            import httpx
-
-            try:
-                resp = self.client.get(self.url + "/server_info")
-                if resp.status_code == 404:
-                    resp = self.client.get(self.url + "/get_server_info")
-            except httpx.ConnectError as e:
-                raise ServerError(f"{self.url}: cannot connect ({e})", url=self.url, hint="is the server up?") from None
-            except httpx.TimeoutException:
-                raise ServerError(f"{self.url}: timed out asking for /server_info", url=self.url) from None
+            resp = _send(self.client, "GET", self.url + "/server_info", "/server_info")
+            if resp.status_code == 404:
+                resp = _send(self.client, "GET", self.url + "/get_server_info", "/get_server_info")
             if resp.status_code >= 400:
                 raise ServerError(f"{self.url}/server_info: HTTP {resp.status_code}", url=self.url)
             try:
-                self._info = resp.json()
+                info = resp.json()
             except ValueError:
                 raise ServerError(f"{self.url}/server_info is not JSON", url=self.url) from None
-        return self._info  # type: ignore[return-value]
+            if not isinstance(info, dict) or not info:
+                raise ServerError(f"{self.url}/server_info is {str(info)[:80]!r}, not an object of server settings",
+                                  url=self.url)  # fmt: skip
+            self._info = info
+        return self._info
 
     def spec_settings(self) -> dict[str, Any]:
         i = self.info()
@@ -141,17 +179,15 @@ class SGLangClient:
         return bool(self.info().get("speculative_algorithm"))
 
     def server_avg_accept_length(self) -> float | None:
-        import httpx
-
         try:
             self._info = None  # fresh figures
             states = self.info().get("internal_states") or []
         except ServerError:
             return None
-        except httpx.HTTPError:
+        if not isinstance(states, list):
             return None
         vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-        vals = [v for v in vals if isinstance(v, (int, float))]
+        vals = [v for v in vals if type(v) in (int, float) and math.isfinite(v)]
         return float(vals[0]) if vals else None
 
     def flush_cache(self) -> None:
@@ -174,7 +210,7 @@ class SGLangClient:
         out = _request(self.client, "POST", self.url + "/generate", "/generate", body)
         r.latency_s = time.perf_counter() - t
         if isinstance(out, list):
-            out = out[0]
+            out = out[0] if out else None
         meta = out.get("meta_info") if isinstance(out, dict) else None
         if not isinstance(meta, dict):
             raise ServerError(f"{self.url}/generate: no meta_info in the response", url=self.url)
@@ -214,6 +250,9 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
                 out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + s.value
             else:
                 out[key] += s.value
+    vals = [out["drafts"], out["draft_tokens"], out["accepted"], *out["accepted_per_pos"].values()]
+    if not all(math.isfinite(v) and v >= 0 for v in vals):
+        raise ValueError("a speculative-decoding counter is negative or not finite")
     return out
 
 
@@ -231,23 +270,21 @@ class VLLMClient:
         if self._model is None:
             d = _request(self.client, "GET", self.url + "/v1/models", "/v1/models")
             try:
-                self._model = d["data"][0]["id"]
+                model = d["data"][0]["id"]
             except (KeyError, IndexError, TypeError):
-                raise ServerError(f"{self.url}/v1/models lists no model", url=self.url) from None
+                model = None
+            if not isinstance(model, str):
+                raise ServerError(f"{self.url}/v1/models lists no model", url=self.url)
+            self._model = model
         return self._model
 
     def metrics(self) -> dict[str, Any]:
-        import httpx
-
-        try:
-            resp = self.client.get(self.url + "/metrics")
-        except httpx.HTTPError as e:
-            raise ServerError(f"{self.url}/metrics: {e.__class__.__name__}: {e}", url=self.url) from None
+        resp = _send(self.client, "GET", self.url + "/metrics", "/metrics")
         if resp.status_code >= 400:
             raise ServerError(f"{self.url}/metrics: HTTP {resp.status_code}", url=self.url)
         try:
             return parse_vllm_metrics(resp.text)
-        except ValueError as e:
+        except (ValueError, IndexError, KeyError, TypeError) as e:
             raise ServerError(f"{self.url}/metrics is not Prometheus text ({e})", url=self.url) from None
 
     def spec_settings(self) -> dict[str, Any]:
@@ -263,34 +300,47 @@ class VLLMClient:
         t = time.perf_counter()
         out = _request(self.client, "POST", self.url + "/v1/completions", "/v1/completions", body)
         r.latency_s = time.perf_counter() - t
-        try:
-            r.completion_tokens = int(out["usage"]["completion_tokens"])
-        except (KeyError, TypeError):
-            raise ServerError(f"{self.url}/v1/completions: no usage.completion_tokens", url=self.url) from None
+        usage = out.get("usage") if isinstance(out, dict) else None
+        n = _count(usage, "completion_tokens") if isinstance(usage, dict) else None
+        if n is None:
+            raise ServerError(f"{self.url}/v1/completions: no usage.completion_tokens", url=self.url)
+        r.completion_tokens = n
         r.source = "vLLM /metrics counters"
         return r
 
 
-def detect_engine(url: str, client: Any) -> str:
-    """``sglang`` if /server_info (or /get_server_info) answers, ``vllm`` if /metrics has vllm: counters."""
+def check_url(url: str) -> str:
+    """A server base URL, checked: http(s) scheme and a host.
+
+    Raises:
+        ServerError
+    """
     import httpx
 
-    base = url.rstrip("/")
+    hint = "give the server's URL with its scheme, e.g. http://127.0.0.1:30000"
     try:
-        for path in ("/server_info", "/get_server_info"):
-            resp = client.get(base + path)
-            if resp.status_code == 200:
-                try:
-                    if isinstance(resp.json(), dict):
-                        return "sglang"
-                except ValueError:
-                    pass
-        resp = client.get(base + "/metrics")
-        if resp.status_code == 200 and "vllm:" in resp.text:
-            return "vllm"
-    except httpx.ConnectError as e:
-        raise ServerError(f"{base}: cannot connect ({e})", url=base, hint="is the server up, and is the URL right?") from None
-    except httpx.TimeoutException:
-        raise ServerError(f"{base}: timed out", url=base) from None
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as e:
+        raise ServerError(f"{url!r} is not a URL ({e})", url=url, hint=hint) from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ServerError(f"{url!r} is not an http(s) URL with a host", url=url, hint=hint)
+    return url.rstrip("/")
+
+
+def detect_engine(url: str, client: Any) -> str:
+    """``sglang`` if /server_info (or /get_server_info) answers, ``vllm`` if /metrics has vllm: counters."""
+
+    base = url.rstrip("/")
+    for path in ("/server_info", "/get_server_info"):
+        resp = _send(client, "GET", base + path, path)
+        if resp.status_code == 200:
+            try:
+                if isinstance(resp.json(), dict):
+                    return "sglang"
+            except ValueError:
+                pass
+    resp = _send(client, "GET", base + "/metrics", "/metrics")
+    if resp.status_code == 200 and "vllm:" in resp.text:
+        return "vllm"
     raise ServerError(f"{base}: answers neither as SGLang (/server_info) nor as vLLM (/metrics)", url=base,
                       hint="pass --engine sglang or --engine vllm")  # fmt: skip

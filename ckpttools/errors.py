@@ -14,6 +14,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_FINDINGS",
     "EXIT_USAGE",
+    "EXIT_UNMEASURED",
     "CkptError",
     "CheckpointNotFoundError",
     "NoWeightsError",
@@ -22,6 +23,7 @@ __all__ = [
     "PickleRefusedError",
     "UnsafePathError",
     "MappingError",
+    "TokenizerError",
     "HubError",
     "OutputExistsError",
     "ServerError",
@@ -33,6 +35,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 #: bad usage or unreadable input
 EXIT_USAGE = 2
+#: verify ran but measured nothing (every request failed, or no speculative figures came back)
+EXIT_UNMEASURED = 3
 
 
 class CkptError(Exception):
@@ -108,6 +112,12 @@ class MappingError(CkptError, ValueError):
     """A vocabulary mapping (d2t/t2d/ids) is malformed."""
 
     default_hint = "rebuild the mapping, e.g. with `ckpt vocab build`"
+
+
+class TokenizerError(CkptError, ValueError):
+    """A tokenizer file is missing, unreadable, or not a Hugging Face tokenizer.json."""
+
+    default_hint = "give the tokenizer.json that ships with the model (or the directory holding it)"
 
 
 class HubError(CkptError, ConnectionError):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from .config import aux_layer_ids, context_length, essentials
+from .config import aux_layer_ids, context_length, essentials, require_valid_config
 from .errors import EXIT_FINDINGS, CkptError
 from .fix import copy_side_files
 from .flavor import detect_flavor
@@ -202,11 +202,13 @@ def export(
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
     out_dtype = DTYPES[dtype]
     target_cfg_early = load_target_config(target)[0] if target is not None else None
+    require_valid_config(target_cfg_early, f"target {target}")
     if dtype == "auto" and target_cfg_early is not None:
         out_dtype = _FROM_CFG.get(essentials(target_cfg_early).torch_dtype or "")
     ck = open_checkpoint(src)
     hashes: BackgroundDigests | None = None
     try:
+        require_valid_config(ck.config, str(src))
         flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
         report = ExportReport(None, str(src), flavor, format, dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})")
         target_cfg = target_cfg_early
@@ -264,7 +266,8 @@ def export(
         done = 0
         dest = Path(out)
         hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
-        with CheckpointWriter(dest, specs, max_shard_size=parse_size(max_shard_size), force=force, fsync=fsync) as w:
+        with CheckpointWriter(dest, specs, max_shard_size=parse_size(max_shard_size), force=force, fsync=fsync,
+                              inputs=[ck.root, *([target] if target is not None else [])]) as w:  # fmt: skip
             for s in specs:
                 n = src_of.get(s.name)
                 if n is None:  # built t2d

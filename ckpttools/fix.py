@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import Checkpoint, open_checkpoint
+from .checkpoint import Checkpoint, hub_blobs, open_checkpoint
 from .config import context_length
-from .errors import NoWeightsError, OutputExistsError
+from .errors import NoWeightsError, UnsafePathError
 from .manifest import MANIFEST_NAME, make_manifest
 from .names import canonical_name, layer_index, suggest_rename
 from .validate import ValidationReport, load_target_config, validate
@@ -124,37 +124,41 @@ def fix(
     """
     if in_place == (out is not None):
         raise ValueError("give exactly one of an output path or in_place=True")
-    src = Path(drafter)
     ck = open_checkpoint(drafter)
-    if ck.config is None:
-        raise NoWeightsError(f"{drafter}: --fix needs a drafter directory with config.json and weights", path=src)
-    before = validate(ck, target)
-    tcfg = load_target_config(target)[0] if target is not None else None
-    cfg, renames, changes, unfixed = _plan_fix(ck, before, tcfg)
-
-    if in_place:
-        dest = src.parent / f".{src.name}.fixing-{os.getpid()}"
-        backup = src.parent / f"{src.name}.bak-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    else:
-        dest, backup = Path(out), None  # type: ignore[arg-type]
-        if dest.exists() and not force:
-            raise OutputExistsError(f"{dest} already exists", path=dest)
-    plan = [[TensorSpec(renames.get(n, n), t.dtype, t.shape) for n, t in h.tensors.items()] for h in ck.headers.values()]
-    specs = [s for shard in plan for s in shard]
-    manifest = make_manifest("validate --fix", {"target": str(target) if target else None, "changes": changes},
-                             {"drafter": ck.files()})  # fmt: skip
-    with CheckpointWriter(dest, specs, plan=plan, force=force) as w:
-        for h in ck.headers.values():
-            for n, t in h.tensors.items():
-                w.copy_range(renames.get(n, n), h.path, t.start)
-        w.add_json("config.json", cfg)
-        copy_side_files(ck, w)
-        w.add_json(MANIFEST_NAME, manifest)
-    ck.close()
-    if in_place:
-        os.rename(src, backup)
-        os.rename(dest, src)
-        dest = src
+    try:
+        if ck.config is None:
+            raise NoWeightsError(f"{drafter}: fixing needs a drafter directory with config.json and weights",
+                                 path=str(drafter))  # fmt: skip
+        if in_place and ck.revision is not None or in_place and hub_blobs(ck.root) is not None:
+            raise UnsafePathError(f"{drafter}: a Hub cache snapshot is never changed in place", path=str(drafter),
+                                  hint="write a fixed copy with an output path instead")  # fmt: skip
+        before = validate(ck, target)
+        tcfg = load_target_config(target)[0] if target is not None else None
+        cfg, renames, changes, unfixed = _plan_fix(ck, before, tcfg)
+        backup = None
+        if in_place:
+            # the real directory (not "." or a link to it) is what gets replaced
+            dest = Path(os.path.realpath(ck.root))
+            backup = dest.parent / f"{dest.name}.bak-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            inputs = [target] if target is not None else []
+        else:
+            dest = Path(out)  # type: ignore[arg-type]
+            inputs = [ck.root, *([target] if target is not None else [])]
+        plan = [[TensorSpec(renames.get(n, n), t.dtype, t.shape) for n, t in h.tensors.items()]
+                for h in ck.headers.values()]  # fmt: skip
+        specs = [s for shard in plan for s in shard]
+        manifest = make_manifest("validate --fix", {"target": str(target) if target else None, "changes": changes},
+                                 {"drafter": ck.files()})  # fmt: skip
+        with CheckpointWriter(dest, specs, plan=plan, force=force, inputs=inputs, in_place=in_place,
+                              backup=backup) as w:  # fmt: skip
+            for h in ck.headers.values():
+                for n, t in h.tensors.items():
+                    w.copy_range(renames.get(n, n), h.path, t.start)
+            w.add_json("config.json", cfg)
+            copy_side_files(ck, w)
+            w.add_json(MANIFEST_NAME, manifest)
+    finally:
+        ck.close()
     after = validate(dest, target)
     return FixResult(str(dest), str(backup) if backup else None, changes, before, after, unfixed)
 

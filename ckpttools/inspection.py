@@ -107,7 +107,7 @@ def inspect(
         metadata.update(h.metadata)
 
     mapping = None
-    notes: list[str] = []
+    notes: list[str] = [f"config {where} {why}: ignored" for where, why in (ess.invalid.items() if ess else ())]
     if flavor.has_d2t or flavor.has_t2d:
         from .errors import MappingError
         from .vocab import VocabMapping

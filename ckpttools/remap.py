@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from .config import essentials
+from .config import essentials, require_valid_config
 from .errors import MappingError
 from .fix import copy_side_files
+from .fsutil import check_output_path
 from .manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from .names import canonical_name
 from .safetensors_header import DTYPE_SIZES
@@ -80,6 +81,25 @@ def _source_mapping(ck: Checkpoint) -> VocabMapping:
         "belongs to is unknown",
         hint="give the drafter's original mapping, or remap the checkpoint it was trained with",
     )
+
+
+def _check_source(ck: Checkpoint, m: VocabMapping, head: str | None, emb: str | None) -> None:
+    """Refuse, before anything is written, a drafter whose tensors disagree with its mapping:
+    every row read later must exist."""
+    for name in (head, emb):
+        if name is not None and len(ck.tensors[name].shape) != 2:
+            raise MappingError(f"{ck.source}: {name} has shape {list(ck.tensors[name].shape)}; a 2-D [rows, hidden] "
+                               "matrix was expected", path=str(ck.source), tensor=name,
+                               hint="the checkpoint is damaged or not an EAGLE-3 drafter")  # fmt: skip
+    if head is not None and ck.tensors[head].shape[0] != m.draft_vocab_size:
+        raise MappingError(
+            f"{ck.source}: {head} has {ck.tensors[head].shape[0]} rows but the mapping has {m.draft_vocab_size} "
+            "draft slots: which row belongs to which token is unknown", path=str(ck.source), tensor=head,
+            hint="the drafter's head and d2t must come from the same training run",
+        )  # fmt: skip
+    if head is not None and emb is not None and ck.tensors[head].shape[1] != ck.tensors[emb].shape[1]:
+        raise MappingError(f"{ck.source}: {head} and {emb} have different hidden sizes", path=str(ck.source),
+                           hint="the checkpoint is damaged")  # fmt: skip
 
 
 def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab_size: int) -> tuple[VocabMapping, np.ndarray | None, str]:
@@ -280,6 +300,13 @@ def remap(
     shard_size = parse_size(max_shard_size)
 
     ck = open_checkpoint(drafter)
+    try:
+        require_valid_config(ck.config, str(drafter))
+        check_output_path(out, [ck.root, *(x for x in (to, frequencies, target, source_tokenizer, target_tokenizer)
+                                           if x is not None)])  # fmt: skip
+    except BaseException:
+        ck.close()
+        raise
     hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
     target_ck = _OnDemand(target)
     try:
@@ -296,13 +323,18 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
+    if v_src is None:
+        raise MappingError(f"{ck.source}: the target vocabulary size is unknown (no t2d, no vocab_size in config.json)",
+                           path=str(ck.source), hint="add vocab_size to the drafter's config.json")  # fmt: skip
 
     # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
     v_default = v_src
     if target is not None:
         from .validate import load_target_config
 
-        tv = essentials(load_target_config(target)[0]).vocab_size
+        tcfg = load_target_config(target)[0]
+        require_valid_config(tcfg, f"target {target}")
+        tv = essentials(tcfg).vocab_size
         v_default = tv if isinstance(tv, int) else v_default
     token_match = None
     if source_tokenizer is not None:
@@ -329,6 +361,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     src_rows[old_ids >= len(slot_of)] = -1
 
     head = _find(ck, "lm_head.weight")
+    _check_source(ck, src_map, head, _find(ck, "embed_tokens.weight"))
     hidden = ess.hidden_size if head is None else ck.tensors[head].shape[1]
     if head is None and fill != "target":
         raise MappingError(f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",

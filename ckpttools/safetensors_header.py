@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from math import prod
 from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -19,30 +18,21 @@ import orjson
 
 from .errors import CheckpointFormatError
 
-__all__ = ["DTYPE_SIZES", "MAX_HEADER_BYTES", "TensorInfo", "ShardHeader", "read_header"]
+__all__ = ["DTYPE_BITS", "DTYPE_SIZES", "MAX_HEADER_BYTES", "TensorInfo", "ShardHeader", "read_header"]
 
-#: bytes per element of every safetensors dtype this tool understands
-DTYPE_SIZES: dict[str, int] = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U64": 8,
-    "U32": 4,
-    "U16": 2,
-    "U8": 1,
-    "BOOL": 1,
-}
+#: bits per element of every dtype the safetensors library (0.8) accepts
+DTYPE_BITS: dict[str, int] = {
+    "F64": 64, "F32": 32, "F16": 16, "BF16": 16, "C64": 64,
+    "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4,
+    "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U64": 64, "U32": 32, "U16": 16, "U8": 8, "BOOL": 8,
+}  # fmt: skip
+
+#: bytes per element of the whole-byte dtypes (the ones ckpttools can write and cast)
+DTYPE_SIZES: dict[str, int] = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8 == 0 and k != "C64"}
 
 #: the safetensors library refuses headers larger than this; so do we
 MAX_HEADER_BYTES = 100_000_000
+_U64 = (1 << 64) - 1
 
 
 class TensorInfo(NamedTuple):
@@ -86,99 +76,165 @@ def _fail(path: Path, msg: str, tensor: str | None = None) -> CheckpointFormatEr
 def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
     """Parse and check the header of a .safetensors file, reading only the header bytes.
 
+    Accepts exactly what the safetensors library (0.8) accepts: a JSON object of
+    tensor entries (dtype, shape and data_offsets of non-negative integers), an optional
+    ``__metadata__`` of strings, and byte ranges that tile the data section with no
+    gap, overlap or trailing bytes. Duplicate tensor names keep the last entry, as
+    safetensors does; a duplicate field inside an entry is refused.
+
     Args:
-        path: the file.
+        path: the file (a FIFO, device or directory is refused, never read).
         shard_name: the name recorded as each tensor's shard (default: the file name).
 
     Returns:
         a :class:`ShardHeader` whose tensors carry absolute byte ranges.
 
     Raises:
-        CheckpointFormatError: truncated file, absurd header length, header not JSON,
-            unknown dtype, size/shape mismatch, byte ranges outside the data or overlapping.
+        CheckpointFormatError: with the reason.
 
     Example:
         >>> read_header("model.safetensors").tensors["fc.weight"].shape  # doctest: +SKIP
         (64, 192)
     """
+    from .fsutil import open_regular
+
     path = Path(path)
     shard = shard_name or path.name
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
         if size < 8:
             raise _fail(path, f"truncated: {size} bytes, shorter than the 8-byte header length")
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n == 0 or n > MAX_HEADER_BYTES:
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        if n > MAX_HEADER_BYTES:
             raise _fail(path, f"header length {n} is not plausible (limit {MAX_HEADER_BYTES} bytes)")
         if 8 + n > size:
-            raise _fail(
-                path, f"header length {n} runs past the end of the file ({size} bytes): truncated"
-            )
-        raw = f.read(n)
+            raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes): truncated")
+        raw = os.pread(fd, n, 8)
+    finally:
+        os.close(fd)
+    if len(raw) != n:
+        raise _fail(path, "the file changed while its header was read")
+    header = _parse_json(path, raw)
+    data_len = size - 8 - n
+    meta = header.pop("__metadata__", None)
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise _fail(path, "__metadata__ must be an object of strings")
+    tensors: dict[str, TensorInfo] = {}
+    data_start = 8 + n
+    bits = DTYPE_BITS
+    for name, entry in header.items():
+        try:  # fast path: a well-formed entry, checked with C-level builtins
+            dtype = entry["dtype"]
+            shape = entry["shape"]
+            b, e = entry["data_offsets"]
+            ok = (
+                shape.__class__ is list and all(d.__class__ is int for d in shape)
+                and b.__class__ is int and e.__class__ is int and 0 <= b <= e <= _U64 and dtype in bits
+                and (not shape or min(shape) >= 0)
+            )  # fmt: skip
+        except (TypeError, KeyError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            _explain_entry(path, name, entry)
+        if e > data_len:
+            raise _fail(path, f"tensor {name!r} ends at data byte {e} but the file holds only {data_len} data bytes: "
+                        "truncated or bad offsets", name)  # fmt: skip
+        numel = _numel(path, name, shape, dtype)
+        if e - b != numel * bits[dtype] // 8:
+            raise _fail(path, f"tensor {name!r}: {dtype}{shape} needs {numel * bits[dtype] // 8} bytes but its "
+                        f"byte range holds {e - b}", name)  # fmt: skip
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
+
+    # the byte ranges must tile [0, data_len) exactly, in offset order (safetensors' rule)
+    pos, prev = data_start, ""
+    for t in sorted(tensors.values(), key=itemgetter(4, 5)):  # (start, end)
+        if t.start < pos:
+            raise _fail(path, f"tensors {prev!r} and {t.name!r} overlap in the file", t.name)
+        if t.start > pos:
+            raise _fail(path, f"a gap of {t.start - pos} bytes before tensor {t.name!r} (data byte "
+                        f"{t.start - data_start}): the byte ranges must tile the data", t.name)  # fmt: skip
+        pos, prev = t.end, t.name
+    if pos != size:
+        if pos > size:
+            raise _fail(path, f"tensors need {pos - data_start} data bytes but the file holds only {data_len}: "
+                        "truncated or bad offsets")  # fmt: skip
+        raise _fail(path, f"{size - pos} trailing bytes after the last tensor: the file is not fully covered")
+    return ShardHeader(path, n, size, dict(meta), tensors)
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs, kept in order for the duplicate check."""
+
+
+def _parse_json(path: Path, raw: bytes) -> dict:
+    """The header as a dict. orjson on the fast path; the exact slow path (duplicate
+    fields, ``-0``) only when a cheap count says the fast one might differ."""
     try:
         header = orjson.loads(raw)  # 3x faster than json on a 1 TB target's 64 headers
     except orjson.JSONDecodeError as e:
         raise _fail(path, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise _fail(path, "header is not a JSON object")
-
-    data_start = 8 + n
-    data_len = size - data_start
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict):
-        raise _fail(path, "__metadata__ is not an object")
-    tensors: dict[str, TensorInfo] = {}
-    sizes = DTYPE_SIZES
-    for name, entry in header.items():
-        try:  # fast path: a well-formed entry, checked with C-level builtins
-            dtype = entry["dtype"]
-            shape = entry["shape"]
-            b, e = entry["data_offsets"]
-            numel = prod(shape)
-            ok = (
-                numel.__class__ is int and shape.__class__ is list and (not shape or min(shape) >= 0)
-                and b.__class__ is int and e.__class__ is int and 0 <= b <= e
-                and e - b == numel * sizes[dtype] and e <= data_len
-            )  # fmt: skip
-        except (TypeError, KeyError, ValueError, AttributeError):
-            ok = False
-        if not ok:
-            _explain_entry(path, name, entry, data_len)
-        tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
-
-    prev: TensorInfo | None = None
-    for t in sorted(tensors.values(), key=itemgetter(4, 5)):  # (start, end)
-        if prev is not None and t.start < prev.end and t.nbytes and prev.nbytes:
-            raise _fail(path, f"tensors {prev.name!r} and {t.name!r} overlap in the file", t.name)
-        prev = t
-    return ShardHeader(path, n, size, {str(k): str(v) for k, v in metadata.items()}, tensors)
+    n = len(header) - ("__metadata__" in header)
+    if (b"-0" in raw or raw.count(b'"dtype"') != n or raw.count(b'"shape"') != n
+            or raw.count(b'"data_offsets"') != n or raw.count(b'"__metadata__"') > 1):  # fmt: skip
+        _slow_check(path, raw)
+    return header
 
 
-def _explain_entry(path: Path, name: str, entry: object, data_len: int) -> None:
+def _slow_check(path: Path, raw: bytes) -> None:
+    """Refuse what serde (safetensors) refuses and orjson takes: duplicate fields in an
+    entry or a second ``__metadata__``, and ``-0`` (a float to serde)."""
+    import json
+
+    def parse_int(s: str) -> int:
+        if s == "-0":
+            raise _fail(path, "header has -0 where a non-negative integer belongs")
+        return int(s)
+
+    top = json.loads(raw.decode("utf-8"), object_pairs_hook=_Pairs, parse_int=parse_int)
+    if not isinstance(top, _Pairs):
+        return
+    if sum(1 for k, _ in top if k == "__metadata__") > 1:
+        raise _fail(path, "header has two __metadata__ entries")
+    for name, entry in top:
+        if name != "__metadata__" and isinstance(entry, _Pairs):
+            keys = [k for k, _ in entry]
+            dup = next((k for k in keys if keys.count(k) > 1), None)
+            if dup is not None:
+                raise _fail(path, f"tensor {name!r} has the field {dup!r} twice", name)
+
+
+def _numel(path: Path, name: str, shape: list[int], dtype: str) -> int:
+    """Elements, refusing what overflows 64 bits the way safetensors computes it (left to right)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+        if numel > _U64:
+            raise _fail(path, f"tensor {name!r}: shape {shape} overflows 64 bits", name)
+    nbits = numel * DTYPE_BITS[dtype]
+    if nbits > _U64:
+        raise _fail(path, f"tensor {name!r}: shape {shape} overflows 64 bits", name)
+    if nbits % 8:
+        raise _fail(path, f"tensor {name!r}: {numel} elements of {dtype} do not end on a byte boundary", name)
+    return numel
+
+
+def _explain_entry(path: Path, name: str, entry: object) -> None:
     """Raise the precise error for an entry that failed the fast check."""
     if not isinstance(entry, dict):
         raise _fail(path, f"entry for tensor {name!r} is not an object", name)
-    dtype = entry.get("dtype")
-    shape = entry.get("shape")
-    offs = entry.get("data_offsets")
-    if dtype not in DTYPE_SIZES:
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in entry:
+            raise _fail(path, f"tensor {name!r} has no {key!r}", name)
+    dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise _fail(path, f"tensor {name!r} has unknown dtype {dtype!r}", name)
-    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
-        raise _fail(path, f"tensor {name!r} has a bad shape {shape!r}", name)
-    if not (
-        isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs) and 0 <= offs[0] <= offs[1]
-    ):
-        raise _fail(path, f"tensor {name!r} has bad data_offsets {offs!r}", name)
-    expect = prod(shape) * DTYPE_SIZES[dtype]
-    if offs[1] - offs[0] != expect:
-        raise _fail(
-            path,
-            f"tensor {name!r}: {dtype}{shape} needs {expect} bytes but its byte range holds {offs[1] - offs[0]}",
-            name,
-        )
-    raise _fail(
-        path,
-        f"tensor {name!r} ends at data byte {offs[1]} but the file holds only {data_len} data bytes: "
-        "truncated or bad offsets",
-        name,
-    )
+    if not (isinstance(shape, list) and all(type(d) is int and 0 <= d <= _U64 for d in shape)):
+        raise _fail(path, f"tensor {name!r} has a bad shape {shape!r} (non-negative integers expected)", name)
+    if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int and 0 <= o <= _U64 for o in offs)):
+        raise _fail(path, f"tensor {name!r} has bad data_offsets {offs!r} (two non-negative integers expected)", name)
+    raise _fail(path, f"tensor {name!r} has data_offsets {offs!r} that run backwards", name)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ConfigError
 from .writer import CheckpointWriter, TensorSpec
 
 __all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors",
@@ -117,6 +118,15 @@ def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int
     return t
 
 
+def _check_sizes(hidden_size: int, num_heads: int, vocab_size: int) -> None:
+    """Sizes a real model could have: whole, even head dims and a vocabulary of at least 2."""
+    if type(hidden_size) is not int or hidden_size <= 0 or hidden_size % (2 * num_heads):
+        raise ConfigError(f"hidden size {hidden_size} must be a positive multiple of {2 * num_heads} "
+                          f"({num_heads} heads of an even size)")  # fmt: skip
+    if type(vocab_size) is not int or vocab_size < 2:
+        raise ConfigError(f"vocab size {vocab_size} must be an integer of at least 2")
+
+
 def build_drafter(
     out: str | Path,
     flavor: str = "sglang",
@@ -158,6 +168,9 @@ def build_drafter(
     """
     if flavor not in DRAFTER_FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r}; choose from {DRAFTER_FLAVORS}")
+    _check_sizes(hidden_size, num_heads, vocab_size)
+    if draft_vocab_size is not None and not 0 < draft_vocab_size <= vocab_size:
+        raise ConfigError(f"draft vocab size {draft_vocab_size} must be from 1 to the vocab size {vocab_size}")
     H, hd = hidden_size, hidden_size // num_heads
     Ht = target_hidden_size or H
     st = "F32" if flavor == "training" else _ST["fp16" if flavor == "eagle" and dtype == "bf16" else dtype]
@@ -271,6 +284,9 @@ def build_target(
     ``text_config=True`` nests the text model's fields under ``text_config`` as
     multimodal wrappers such as Kimi-K2.5 do.
     """
+    _check_sizes(hidden_size, num_heads, vocab_size)
+    if num_layers < 4:
+        raise ConfigError(f"a target needs at least 4 layers for EAGLE-3's three captures, not {num_layers}")
     H, hd = hidden_size, hidden_size // num_heads
     rng = np.random.default_rng(seed)
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}

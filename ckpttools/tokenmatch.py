@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointNotFoundError, MappingError
+from .errors import TokenizerError
 
-__all__ = ["TokenizerVocab", "load_vocab", "match_tokens", "TokenMatch", "bytes_to_unicode", "tokenizer_json"]
+__all__ = ["TokenizerVocab", "load_vocab", "load_hf_tokenizer", "match_tokens", "TokenMatch", "bytes_to_unicode", "tokenizer_json"]
 
 
 @lru_cache(maxsize=1)
@@ -71,28 +71,83 @@ def _styles(tok: dict[str, Any]) -> str:
 
 
 def tokenizer_json(path: str | Path) -> Path:
-    """The tokenizer.json a path names: the file itself, or the one in a directory."""
+    """The tokenizer.json a path names: the file itself, or the one in a directory.
+
+    Raises:
+        TokenizerError: no such file, or not a regular file.
+    """
+    from .fsutil import ensure_regular
+
     p = Path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
-    if not p.is_file():
-        raise CheckpointNotFoundError(f"{p}: no tokenizer.json here", path=p)
-    return p
+    if not p.exists():
+        raise TokenizerError(f"{p}: no tokenizer.json here", path=p)
+    try:
+        return ensure_regular(p)
+    except ValueError as e:
+        raise TokenizerError(str(e), path=p) from None
+
+
+def load_hf_tokenizer(path: str | Path) -> Any:
+    """A ``tokenizers.Tokenizer`` from a tokenizer.json (or its directory).
+
+    Raises:
+        TokenizerError: missing, not a regular file, or refused by the tokenizers library.
+    """
+    from tokenizers import Tokenizer
+
+    p = tokenizer_json(path)
+    try:
+        return Tokenizer.from_file(str(p))
+    except Exception as e:  # the tokenizers library raises a bare Exception on bad files
+        msg = str(e).splitlines()[0][:200] if str(e) else e.__class__.__name__
+        raise TokenizerError(f"{p}: not a readable tokenizer.json ({msg})", path=p) from None
+
+
+#: no real tokenizer has ids this large; a larger one is a damaged file
+MAX_TOKEN_ID = 1 << 24
+
+
+def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dict[int, dict[str, Any]]]:
+    """tokenizer.json's content, its (piece, id) items and its added tokens, checked."""
+    from .fsutil import read_regular_bytes
+
+    def bad(what: str) -> TokenizerError:
+        return TokenizerError(f"{p}: not a usable Hugging Face tokenizer.json ({what})", path=p)
+
+    try:
+        tok = json.loads(read_regular_bytes(p).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise bad("not UTF-8 JSON") from None
+    model = tok.get("model") if isinstance(tok, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        items = list(vocab.items())
+    elif isinstance(vocab, list) and all(isinstance(v, list) and v and isinstance(v[0], str) for v in vocab):
+        items = [(piece[0], i) for i, piece in enumerate(vocab)]
+    else:
+        raise bad("no model.vocab")
+    for piece, i in items:
+        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID:
+            raise bad(f"token {piece!r} has id {i!r}; ids are integers from 0 to {MAX_TOKEN_ID - 1}")
+    added: dict[int, dict[str, Any]] = {}
+    for a in tok.get("added_tokens") or []:
+        i = a.get("id") if isinstance(a, dict) else None
+        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID or not isinstance(a.get("content"), str):
+            raise bad(f"added token {a!r} needs an integer id from 0 and a string content")
+        added[i] = a
+    return tok, items, added
 
 
 def load_vocab(path: str | Path) -> TokenizerVocab:
-    """Read an HF tokenizer.json (or a directory holding one) into token bytes."""
+    """Read an HF tokenizer.json (or a directory holding one) into token bytes.
+
+    Raises:
+        TokenizerError
+    """
     p = tokenizer_json(path)
-    try:
-        tok = json.loads(p.read_text(encoding="utf-8"))
-        model = tok["model"]
-        vocab = model["vocab"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise MappingError(f"{p}: not a Hugging Face tokenizer.json (no model.vocab)", path=p) from None
-    items: list[tuple[str, int]] = (
-        list(vocab.items()) if isinstance(vocab, dict) else [(piece[0], i) for i, piece in enumerate(vocab)]
-    )
-    added = {a["id"]: a for a in tok.get("added_tokens") or []}
+    tok, items, added = _read_tokenizer(p)
     size = max([i for _, i in items] + list(added) + [-1]) + 1
     style = _styles(tok)
     out: list[bytes | None] = [None] * size

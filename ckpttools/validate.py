@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint, load_config, open_checkpoint
-from .config import aux_layer_ids, context_length, essentials, lookup
+from .config import aux_layer_ids, config_problems, context_length, essentials, lookup
 from .errors import ConfigError, MappingError, NoWeightsError
 from .names import canonical_name, is_training_only, sglang_loads, suggest_rename
 
@@ -134,6 +134,13 @@ def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | No
 
 
 # ------------------------------------------------------------------------ config checks
+def _type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) -> list[Finding]:
+    """A finding for each field of the wrong type or an implausible value (not already reported)."""
+    return [Finding(fid, "error", where, f"{prefix}{where.removeprefix('$.')} {why}",
+                    "fix the value in config.json; it is not used until then")
+            for where, why in config_problems(cfg).items() if where not in seen]  # fmt: skip
+
+
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     out: list[Finding] = []
     import jsonschema
@@ -142,6 +149,13 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     for err in sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path)):
         out.append(Finding("config.schema", "error", err.json_path, err.message,
                            "fix config.json to match schemas/eagle3-drafter-config.schema.json"))  # fmt: skip
+    out += _type_findings(cfg, "config.type", "", {f.location for f in out})
+    ess = essentials(cfg)
+    if isinstance(ess.draft_vocab_size, int) and isinstance(ess.vocab_size, int) and ess.draft_vocab_size > ess.vocab_size:
+        out.append(Finding("config.draft_vocab_size", "error", ess.sources["draft_vocab_size"],
+                           f"draft_vocab_size {ess.draft_vocab_size} is larger than vocab_size {ess.vocab_size}: "
+                           "a draft vocabulary is a subset of the target's",
+                           "set draft_vocab_size to lm_head's rows (at most vocab_size)"))  # fmt: skip
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     if engine == "vllm":
@@ -167,10 +181,9 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
                            "num_hidden_layers is missing: transformers' default (32) makes SGLang build 32 layers, "
                            "31 of them random", "set it to the number of decoder layers in the weights (usually 1)"))  # fmt: skip
     act, where = lookup(cfg, "hidden_act")
-    if where and act != "silu":
+    if where and act != "silu" and isinstance(act, str):
         out.append(Finding("config.hidden_act", "error", where, f"hidden_act is {act!r}; EAGLE-3 drafters use silu",
                            "set hidden_act to silu unless the drafter was really trained otherwise"))  # fmt: skip
-    ess = essentials(cfg)
     if ess.torch_dtype is None:
         out.append(Finding("config.torch_dtype", "warning", "$.torch_dtype",
                            "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
@@ -288,10 +301,11 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
 
     tv = jsonschema.Draft202012Validator(schema("target-config.schema.json"))
     terrs = list(tv.iter_errors(tcfg))
-    if terrs:
-        for e in terrs:
-            out.append(Finding("target.schema", "error", e.json_path, f"target config: {e.message}",
-                               "give the target's own config.json"))  # fmt: skip
+    for e in terrs:
+        out.append(Finding("target.schema", "error", e.json_path, f"target config: {e.message}",
+                           "give the target's own config.json"))  # fmt: skip
+    out += _type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
+    if out:
         return out
     d, t = essentials(cfg), essentials(tcfg)
     # vocab

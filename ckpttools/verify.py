@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .engines import Prompt, RequestResult, SGLangClient, VLLMClient, detect_engine
-from .errors import EXIT_FINDINGS, ConfigError, ServerError
+from .engines import Prompt, RequestResult, SGLangClient, VLLMClient, check_figures, check_url, detect_engine
+from .errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -70,6 +70,8 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
+        if self.accept_length is None:
+            return EXIT_UNMEASURED
         return EXIT_FINDINGS if self.passed is False else 0
 
 
@@ -84,36 +86,51 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
         text = resources.files("ckpttools").joinpath("data/prompts.jsonl").read_text(encoding="utf-8")
         where = "built-in prompts"
     else:
+        from .fsutil import read_regular_bytes
+
         p = Path(source)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such prompts file", path=p, hint="give a JSONL file, or --prompts builtin")
-        text, where = p.read_text(encoding="utf-8"), str(p)
-    out: list[Prompt] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+        if not p.exists():
+            raise ConfigError(f"{p}: no such prompts file", path=p, hint=_PROMPTS_HINT)
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where}:{n}: not JSON ({e})", hint='each line: {"prompt": "..."} or {"input_ids": [...]}') from None
-        if isinstance(row, dict) and isinstance(row.get("input_ids"), list):
-            out.append(Prompt(input_ids=[int(x) for x in row["input_ids"]], category=row.get("category", "custom")))
-        elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
-            out.append(Prompt(text=row["prompt"], category=row.get("category", "custom")))
-        else:
-            raise ConfigError(f"{where}:{n}: needs a \"prompt\" string or an \"input_ids\" list")
+            text, where = read_regular_bytes(p).decode("utf-8"), str(p)
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})", path=p, hint=_PROMPTS_HINT) from None
+    out = [_prompt(where, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not out:
-        raise ConfigError(f"{where}: no prompts")
+        raise ConfigError(f"{where}: no prompts", hint=_PROMPTS_HINT)
     if tokenizer is not None:
-        from tokenizers import Tokenizer
+        from .tokenmatch import load_hf_tokenizer
 
-        from .tokenmatch import tokenizer_json
-
-        tok = Tokenizer.from_file(str(tokenizer_json(tokenizer)))
+        tok = load_hf_tokenizer(tokenizer)
         out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
     if num is not None:
         out = (out * (num // len(out) + 1))[:num]
     return out
+
+
+_PROMPTS_HINT = 'give a UTF-8 JSONL file, one {"prompt": "..."} or {"input_ids": [...]} per line, or --prompts builtin'
+
+
+def _prompt(where: str, n: int, line: str) -> Prompt:
+    """One JSONL line as a Prompt, or ConfigError saying what is wrong with it."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}:{n}: not JSON ({e})", hint=_PROMPTS_HINT) from None
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where}:{n}: needs a JSON object", hint=_PROMPTS_HINT)
+    cat = row.get("category", "custom")
+    if not isinstance(cat, str):
+        raise ConfigError(f"{where}:{n}: category must be a string", hint=_PROMPTS_HINT)
+    ids = row.get("input_ids")
+    if isinstance(ids, list):
+        if not ids or not all(type(x) is int and 0 <= x < 1 << 24 for x in ids):
+            raise ConfigError(f"{where}:{n}: input_ids must be a non-empty list of token ids (integers from 0)",
+                              hint=_PROMPTS_HINT)  # fmt: skip
+        return Prompt(input_ids=ids, category=cat)
+    if isinstance(row.get("prompt"), str):
+        return Prompt(text=row["prompt"], category=cat)
+    raise ConfigError(f"{where}:{n}: needs a \"prompt\" string or an \"input_ids\" list", hint=_PROMPTS_HINT)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -190,6 +207,7 @@ def _verdict(rep: VerifyReport) -> str:
 def _measure(
     engine: Any, prompts: list[Prompt], *, max_new_tokens: int, temperature: float, ignore_eos: bool,
     concurrency: int, min_accept_len: float | None, progress: Callable[[int, int], None] | None, per_request_metrics: bool,
+    steps: int | None = None,
 ) -> tuple[list[RequestResult], float, str | None]:  # fmt: skip
     results: list[RequestResult] = []
     stop_reason: str | None = None
@@ -201,6 +219,7 @@ def _measure(
             if before is not None:
                 after = engine.metrics()
                 _vllm_delta(r, before, after)
+            check_figures(r, steps)
             return r
         except ServerError as e:
             return RequestResult(i, p.category, error=str(e))
@@ -242,6 +261,7 @@ def _measure(
 
 
 def _vllm_delta(r: RequestResult, before: dict[str, Any], after: dict[str, Any]) -> None:
+    _check_counters(before, after)
     drafts = after["drafts"] - before["drafts"]
     acc = after["accepted"] - before["accepted"]
     r.proposed_drafts = int(after["draft_tokens"] - before["draft_tokens"])
@@ -252,6 +272,16 @@ def _vllm_delta(r: RequestResult, before: dict[str, Any], after: dict[str, Any])
         per = sorted(after["accepted_per_pos"])
         r.extra["accepted_per_pos"] = [after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0) for k in per]
         r.source = "1 + vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_drafts (per-request delta)"
+
+
+def _check_counters(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """vLLM's counters only grow, and accepted tokens never exceed proposed ones."""
+    for k in ("drafts", "draft_tokens", "accepted"):
+        if after[k] < before[k]:
+            raise ServerError(f"vLLM's {k} counter went down ({before[k]:g} -> {after[k]:g}): the server restarted "
+                              "or reports impossible figures", hint="measure again on a server that stays up")  # fmt: skip
+    if after["accepted"] - before["accepted"] > after["draft_tokens"] - before["draft_tokens"]:
+        raise ServerError("vLLM reported more accepted tokens than it proposed: impossible figures")
 
 
 def verify(
@@ -303,6 +333,7 @@ def verify(
             server.wait_ready(client)
             host, engine = launch.url, launch.engine
         assert host is not None
+        host = check_url(host)
         if engine == "auto":
             engine = detect_engine(host, client)
         eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
@@ -315,15 +346,17 @@ def verify(
             eng.flush_cache()
         per_req = engine == "vllm" and concurrency <= 1
         before = eng.metrics() if engine == "vllm" else None
+        steps = rep.server.get("speculative_num_steps")
+        steps = steps if type(steps) is int and steps > 0 else None
         results, wall, stop = _measure(eng, plist, max_new_tokens=max_new_tokens, temperature=temperature,
                                        ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=min_accept_len,
-                                       progress=progress, per_request_metrics=per_req)  # fmt: skip
-        steps = rep.server.get("speculative_num_steps")
-        summarize(results, rep, steps if isinstance(steps, int) else None)
+                                       progress=progress, per_request_metrics=per_req, steps=steps)  # fmt: skip
+        summarize(results, rep, steps)
         rep.stopped_early = stop
         rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
         if engine == "vllm" and before is not None:
             after = eng.metrics()
+            _check_counters(before, after)
             drafts = after["drafts"] - before["drafts"]
             if drafts > 0:
                 acc = after["accepted"] - before["accepted"]
@@ -358,6 +391,7 @@ def verify(
 
 def _baseline(url: str, client: Any, prompts: list[Prompt], max_new_tokens: int, temperature: float,
               ignore_eos: bool, concurrency: int) -> dict[str, Any]:  # fmt: skip
+    url = check_url(url)
     engine = detect_engine(url, client)
     eng: Any = SGLangClient(url, client) if engine == "sglang" else VLLMClient(url, client)
     results, wall, _ = _measure(eng, prompts, max_new_tokens=max_new_tokens, temperature=temperature,

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_message", "MAPPING_FILE_SUFFIXES"]
 
 MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
+#: the largest vocabulary a mapping may address (real ones are below 300k)
+MAX_VOCAB_SIZE = 1 << 24
+_MAPPING_HINT = "give d2t/t2d as the drafter's tensors or a mapping file (.safetensors/.npy/.json), e.g. from `ckpt vocab build`"
 _D2T_KEYS = ("d2t", "draft_id_to_target_id", "hot_token_id")
 _T2D_KEYS = ("t2d",)
 _IDS_KEYS = ("ids", "target_ids", "token_ids", "draft_to_target_ids")
@@ -66,6 +69,15 @@ class VocabMapping:
     given_dtypes: dict[str, str] = field(default_factory=dict)
     config_draft_vocab_size: int | None = None
     config_vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        v = self.target_vocab_size
+        if v is not None and (type(v) is not int or not 0 < v <= MAX_VOCAB_SIZE):
+            raise MappingError(f"{self.source}: vocab size {v!r} is not an integer between 1 and {MAX_VOCAB_SIZE}",
+                               path=self.source, hint=_MAPPING_HINT)  # fmt: skip
+        if len(self.ids) > MAX_VOCAB_SIZE or (len(self.ids) and int(np.abs(self.ids).max()) >= MAX_VOCAB_SIZE):
+            raise MappingError(f"{self.source}: token ids beyond {MAX_VOCAB_SIZE:,}: no real vocabulary is that large; "
+                               "the mapping is damaged", path=self.source, hint=_MAPPING_HINT)  # fmt: skip
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -253,22 +265,43 @@ class VocabMapping:
         }  # fmt: skip
 
 
+def _array(v: Any, source: str, key: str) -> np.ndarray:
+    """A JSON or loaded value as a 1-D numeric array, or MappingError."""
+    if isinstance(v, np.ndarray):
+        a = v
+    elif isinstance(v, list):
+        try:
+            a = np.asarray(v)
+        except (ValueError, OverflowError, TypeError):
+            a = None
+        if a is not None and a.dtype.kind == "b" and not all(type(x) is bool for x in v):
+            a = None
+    else:
+        a = None
+    if a is None or a.ndim != 1 or a.dtype.kind not in "biu":
+        raise MappingError(f"{source}: {key} must be a flat list of integers (or booleans for t2d)", path=source,
+                           tensor=key, hint=_MAPPING_HINT)  # fmt: skip
+    return a
+
+
 def _from_obj(obj: Any, source: str, hint_name: str) -> VocabMapping:
     """A mapping from a dict of arrays or a bare array (name hints say which kind)."""
     if isinstance(obj, dict):
         keys = {str(k): k for k in obj}
-        d2t = next((obj[keys[k]] for k in _D2T_KEYS if k in keys), None)
-        t2d = next((obj[keys[k]] for k in _T2D_KEYS if k in keys), None)
-        ids = next((obj[keys[k]] for k in _IDS_KEYS if k in keys), None)
+        d2t = next((k for k in _D2T_KEYS if k in keys), None)
+        t2d = next((k for k in _T2D_KEYS if k in keys), None)
+        ids = next((k for k in _IDS_KEYS if k in keys), None)
         if d2t is not None:
-            return VocabMapping.from_d2t(np.asarray(d2t), t2d=None if t2d is None else np.asarray(t2d), source=source)
+            t = None if t2d is None else _array(obj[keys[t2d]], source, "t2d")
+            return VocabMapping.from_d2t(_array(obj[keys[d2t]], source, d2t), t2d=t, source=source)
         if ids is not None:
-            v = obj.get("target_vocab_size") or obj.get("vocab_size")
-            return VocabMapping.from_ids(np.asarray(ids), v, source=source)
+            v = obj.get("target_vocab_size", obj.get("vocab_size"))
+            return VocabMapping.from_ids(_array(obj[keys[ids]], source, ids), v, source=source)
         if t2d is not None:
-            return VocabMapping.from_t2d(np.asarray(t2d), source=source)
-        raise MappingError(f"{source}: no d2t, t2d or ids inside (keys: {sorted(keys)[:8]})", path=source)
-    arr = np.asarray(obj)
+            return VocabMapping.from_t2d(_array(obj[keys[t2d]], source, "t2d"), source=source)
+        raise MappingError(f"{source}: no d2t, t2d or ids inside (keys: {sorted(keys)[:8]})", path=source,
+                           hint=_MAPPING_HINT)  # fmt: skip
+    arr = _array(obj, source, "the array")
     if arr.dtype == np.bool_ or "t2d" in hint_name:
         return VocabMapping.from_t2d(arr, source=source)
     if any(k in hint_name for k in ("ids", "target", "token")) and "d2t" not in hint_name:
@@ -288,6 +321,7 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
         MappingError, CheckpointNotFoundError, CheckpointFormatError.
     """
     from .checkpoint import Checkpoint, open_checkpoint
+    from .fsutil import ensure_regular, read_regular_bytes
 
     if isinstance(src, VocabMapping):
         return src
@@ -295,24 +329,25 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
         return VocabMapping.from_checkpoint(src)  # type: ignore[return-value]
     p = Path(src)
     name = p.name.lower()
-    if p.is_file() and p.suffix == ".npy":
+    is_file = p.exists() and not p.is_dir()
+    if is_file and p.suffix in (".npy", ".json", ".pt") and p.name != "config.json":
+        ensure_regular(p)
+    if is_file and p.suffix == ".npy":
         try:
-            return _from_obj(np.load(p, allow_pickle=False), str(p), name)
-        except ValueError as e:
-            raise MappingError(f"{p}: not a plain .npy array ({e})", path=p) from None
-    if p.is_file() and p.suffix == ".json" and p.name != "config.json":
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:
+            raise MappingError(f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p,
+                               hint=_MAPPING_HINT) from None  # fmt: skip
+        return _from_obj(arr, str(p), name)
+    if is_file and p.suffix == ".json" and p.name != "config.json":
         try:
-            obj = json.loads(p.read_text(encoding="utf-8"))
+            obj = json.loads(read_regular_bytes(p).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise MappingError(f"{p}: not valid JSON ({e})", path=p) from None
-        if isinstance(obj, dict):
-            obj = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in obj.items()}
-            if "t2d" in obj:
-                obj["t2d"] = obj["t2d"].astype(bool) if obj["t2d"].dtype != object else obj["t2d"]
-        elif isinstance(obj, list):
-            obj = np.asarray(obj)
+            raise MappingError(f"{p}: not valid JSON ({e})", path=p, hint=_MAPPING_HINT) from None
+        if not isinstance(obj, (dict, list)):
+            raise MappingError(f"{p}: expected a JSON object with d2t/t2d/ids, or a list", path=p, hint=_MAPPING_HINT)
         return _from_obj(obj, str(p), name)
-    if p.is_file() and p.suffix == ".pt":
+    if is_file and p.suffix == ".pt":
         return _from_obj(_load_pt(p), str(p), name)
     if not p.exists() and p.suffix in MAPPING_FILE_SUFFIXES:
         raise CheckpointNotFoundError(f"{p}: no such file", path=p)
@@ -328,8 +363,12 @@ def _load_pt(p: Path) -> Any:
             f"{p}: reading .pt mapping files needs torch",
             path=p, hint="pip install torch, or save the mapping as .safetensors/.npy/.json",
         ) from None  # fmt: skip
+    import warnings
+
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about legacy files before refusing them
+            warnings.simplefilter("ignore")
+            obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises UnpicklingError for anything not plain tensors
         raise PickleRefusedError(
             f"{p}: refused: not loadable with weights_only=True ({e.__class__.__name__})", path=p

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointNotFoundError, MappingError, OutputExistsError
+from .fsutil import ensure_regular
 from .vocab import VocabMapping, load_mapping
 
 __all__ = [
@@ -58,16 +58,9 @@ def token_strings(tokenizer: str | Path | None):
     """A function id -> token string from an HF tokenizer.json (or a directory holding one)."""
     if tokenizer is None:
         return None
-    from tokenizers import Tokenizer
+    from .tokenmatch import load_hf_tokenizer
 
-    from .tokenmatch import tokenizer_json
-
-    p = tokenizer_json(tokenizer)
-    try:
-        tok = Tokenizer.from_file(str(p))
-    except Exception as e:  # the tokenizers library raises a bare Exception on bad files
-        raise MappingError(f"{p}: not a readable tokenizer.json ({e})", path=p) from None
-    return tok.id_to_token
+    return load_hf_tokenizer(tokenizer).id_to_token
 
 
 def load_frequencies(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
@@ -80,47 +73,108 @@ def load_frequencies(path: str | Path, vocab_size: int | None = None) -> np.ndar
         CheckpointNotFoundError, MappingError.
     """
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointNotFoundError(f"{p}: no such frequency file", path=p)
+    if not os.path.exists(p):
+        raise CheckpointNotFoundError(f"{p}: no such frequency file", path=p, hint=_FREQ_HINT)
+    ensure_regular(p)
+    limit = _id_limit(vocab_size)
     if p.suffix == ".npy":
-        counts = np.load(p, allow_pickle=False)
-        if counts.ndim != 1 or not (np.issubdtype(counts.dtype, np.number)):
-            raise MappingError(f"{p}: expected a 1-D numeric array of counts", path=p)
-        counts = counts.astype(np.float64)
+        counts = _npy_counts(p)
     elif p.suffix == ".jsonl":
-        counts = np.zeros(vocab_size or 0, dtype=np.float64)
+        counts = _jsonl_counts(p, vocab_size, limit)
+    else:
+        counts = _json_counts(p, vocab_size, limit)
+    if len(counts) and not (np.isfinite(counts).all() and counts.min() >= 0):
+        raise MappingError(f"{p}: counts must be finite and non-negative (found NaN, Inf or a negative count)",
+                           path=p, hint=_FREQ_HINT)  # fmt: skip
+    if vocab_size is not None:
+        if len(counts) > vocab_size and counts[vocab_size:].any():
+            raise MappingError(f"{p}: counts token ids >= the vocab size {vocab_size}", path=p, hint=_FREQ_HINT)
+        counts = np.pad(counts[:vocab_size], (0, max(0, vocab_size - len(counts))))
+    return counts
+
+
+_FREQ_HINT = 'give token counts as a JSON object {"id": count}, a 1-D .npy of counts, or JSONL of token-id lists'
+#: no real vocabulary comes near this; a larger token id is a damaged file, not a count
+MAX_TOKEN_ID = 1 << 24
+
+
+def _id_limit(vocab_size: int | None) -> int:
+    if vocab_size is not None and (type(vocab_size) is not int or not 0 < vocab_size <= MAX_TOKEN_ID):
+        raise MappingError(f"vocab size {vocab_size!r} is not an integer between 1 and {MAX_TOKEN_ID}")
+    return vocab_size if vocab_size is not None else MAX_TOKEN_ID
+
+
+def _npy_counts(p: Path) -> np.ndarray:
+    try:
+        counts = np.load(p, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:  # EOFError: a 0-byte file
+        raise MappingError(f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p,
+                           hint=_FREQ_HINT) from None  # fmt: skip
+    if not isinstance(counts, np.ndarray) or counts.ndim != 1 or counts.dtype.kind not in "iuf":
+        raise MappingError(f"{p}: expected a 1-D array of integer or float counts, got "
+                           f"{getattr(counts, 'dtype', '?')} of shape {getattr(counts, 'shape', '?')}",
+                           path=p, hint=_FREQ_HINT)  # fmt: skip
+    if len(counts) > MAX_TOKEN_ID:
+        raise MappingError(f"{p}: {len(counts)} counts is more than any vocabulary ({MAX_TOKEN_ID})", path=p)
+    return counts.astype(np.float64)
+
+
+def _check_ids(p: Path, where: str, ids: np.ndarray, limit: int) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
+        bad = int(ids[(ids < 0) | (ids >= limit)][0])
+        raise MappingError(f"{where}: token id {bad} is outside [0, {limit})", path=p, hint=_FREQ_HINT)
+
+
+def _jsonl_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
+    counts = np.zeros(vocab_size or 0, dtype=np.float64)
+    lineno = 0
+    try:
         with open(p, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                    if isinstance(row, dict):
-                        row = row.get("input_ids", row.get("ids", row.get("tokens")))
-                    ids = np.asarray(row, dtype=np.int64)
-                except (json.JSONDecodeError, TypeError, ValueError):
-                    raise MappingError(f"{p}:{lineno}: not a list of token ids", path=p) from None
-                if ids.size and ids.min() < 0:
-                    raise MappingError(f"{p}:{lineno}: negative token id", path=p)
+                except json.JSONDecodeError:
+                    row = None
+                if isinstance(row, dict):
+                    row = row.get("input_ids", row.get("ids", row.get("tokens")))
+                ids = np.asarray(row) if isinstance(row, list) and all(type(x) is int for x in row) else None
+                if ids is None or ids.ndim != 1:
+                    raise MappingError(f"{p}:{lineno}: not a list of integer token ids", path=p, hint=_FREQ_HINT)
+                ids = ids.astype(np.int64) if ids.size else np.zeros(0, np.int64)
+                _check_ids(p, f"{p}:{lineno}", ids, limit)
                 binc = np.bincount(ids, minlength=len(counts))
                 if len(binc) > len(counts):
                     counts = np.concatenate([counts, np.zeros(len(binc) - len(counts))])
                 counts += binc
-    else:
-        try:
-            obj = json.loads(p.read_text(encoding="utf-8"))
-            keys = np.fromiter((int(k) for k in obj), dtype=np.int64, count=len(obj))
-            vals = np.fromiter((float(v) for v in obj.values()), dtype=np.float64, count=len(obj))
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
-            raise MappingError(f"{p}: expected a JSON object {{token_id: count}}", path=p) from None
-        if keys.size and keys.min() < 0:
-            raise MappingError(f"{p}: negative token id", path=p)
-        counts = np.zeros(max(int(keys.max()) + 1 if keys.size else 0, vocab_size or 0), dtype=np.float64)
-        np.add.at(counts, keys, vals)
-    if vocab_size is not None:
-        if len(counts) > vocab_size and counts[vocab_size:].any():
-            raise MappingError(f"{p}: counts token ids >= the vocab size {vocab_size}", path=p)
-        counts = np.pad(counts[:vocab_size], (0, max(0, vocab_size - len(counts))))
+    except UnicodeDecodeError:
+        raise MappingError(f"{p}:{lineno + 1}: not UTF-8 text", path=p, hint=_FREQ_HINT) from None
+    return counts
+
+
+def _json_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
+    from .fsutil import read_regular_bytes
+
+    try:
+        obj = json.loads(read_regular_bytes(p).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        obj = None
+    if not isinstance(obj, dict):
+        raise MappingError(f"{p}: expected a JSON object {{token_id: count}}", path=p, hint=_FREQ_HINT)
+    try:
+        keys = np.fromiter((int(k) for k in obj), dtype=np.int64, count=len(obj))
+    except (ValueError, OverflowError):
+        raise MappingError(f"{p}: keys must be integer token ids", path=p, hint=_FREQ_HINT) from None
+    if not all(type(v) in (int, float) for v in obj.values()):
+        raise MappingError(f"{p}: counts must be numbers", path=p, hint=_FREQ_HINT)
+    try:
+        vals = np.fromiter((float(v) for v in obj.values()), dtype=np.float64, count=len(obj))
+    except OverflowError:
+        raise MappingError(f"{p}: a count is too large", path=p, hint=_FREQ_HINT) from None
+    _check_ids(p, str(p), keys, limit)
+    counts = np.zeros(max(int(keys.max()) + 1 if keys.size else 0, vocab_size or 0), dtype=np.float64)
+    np.add.at(counts, keys, vals)
     return counts
 
 
@@ -237,25 +291,33 @@ class BuildResult:
 
 
 def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | None = None,
-                 force: bool = False, metadata: dict[str, str] | None = None) -> Path:  # fmt: skip
+                 force: bool = False, metadata: dict[str, str] | None = None,
+                 inputs: tuple[str | Path, ...] = ()) -> Path:  # fmt: skip
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
-    from .writer import SafetensorsFileWriter, TensorSpec, umask_mode
+    from .fsutil import check_output_path, clean_stale_temporaries, kill_point, rename_noreplace, temp_name
+    from .writer import SafetensorsFileWriter, TensorSpec
 
     out = Path(out)
-    if out.exists() and not force:
+    check_output_path(out, list(inputs))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temporaries(out)
+    if os.path.lexists(out) and not force:
         raise OutputExistsError(f"{out} already exists", path=out)
     v = target_vocab_size or m.target_vocab_size
     t2d = m.t2d(v)
     specs = [TensorSpec("d2t", "I64", (m.draft_vocab_size,)), TensorSpec("t2d", "BOOL", (len(t2d),))]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    os.chmod(tmp, umask_mode())  # mkstemp makes it 0600
+    tmp = temp_name(out, "write")
     try:
         with SafetensorsFileWriter(tmp, specs, metadata) as w:
             w.write("d2t", m.d2t)
+            kill_point("mid-write")
             w.write("t2d", t2d)
-        os.replace(tmp, out)
+        kill_point("before-rename")
+        if force:
+            os.replace(tmp, out)
+        else:
+            rename_noreplace(tmp, out)
+        kill_point("after-rename")
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -300,7 +362,8 @@ def build_vocab(
     chosen = np.sort(order[:draft_vocab_size])
     m = VocabMapping.from_ids(chosen, vocab_size, source=str(out))
     meta = {"ckpttools": "vocab build", "frequencies": src, "draft_vocab_size": str(draft_vocab_size)}
-    save_mapping(m, out, target_vocab_size=vocab_size, force=force, metadata=meta)
+    save_mapping(m, out, target_vocab_size=vocab_size, force=force, metadata=meta,
+                 inputs=() if isinstance(frequencies, np.ndarray) else (frequencies,))
     tot = float(counts.sum()) or 1.0
     return BuildResult(
         output=str(out), draft_vocab_size=draft_vocab_size, target_vocab_size=vocab_size,

@@ -13,10 +13,10 @@ so an interrupted run leaves nothing at the output path.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import struct
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import prod
@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointFormatError, OutputExistsError
+from .fsutil import (
+    check_output_path,
+    clean_stale_temporaries,
+    kill_point,
+    rename_exchange,
+    rename_noreplace,
+    temp_name,
+)
 from .safetensors_header import DTYPE_SIZES
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
 ]
 
 _COPY_CHUNK = 64 << 20
+#: the largest shard size parse_size accepts (1 PB)
+MAX_SHARD_SIZE = 10**15
 
 
 @dataclass(frozen=True)
@@ -53,24 +63,38 @@ class TensorSpec:
 
 
 def parse_size(text: str | int | None) -> int | None:
-    """Parse ``5GB``, ``500MB``, ``2GiB`` or a plain byte count; None stays None."""
-    if text is None or isinstance(text, int):
-        return text
-    t = text.strip().upper().replace(" ", "")
-    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
-             "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}  # fmt: skip
-    for u, mult in units.items():
-        if t.endswith(u):
-            num = t[: -len(u)]
-            break
+    """Parse ``5GB``, ``500MB``, ``2GiB`` or a plain byte count; None stays None.
+
+    Raises:
+        ValueError: not a finite, positive size of at most 1 PB.
+    """
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ValueError(f"not a size: {text!r} (use e.g. 5GB, 500MB, 2GiB)")
+    if isinstance(text, int):
+        value = text
     else:
-        num, mult = t, 1
-    try:
-        value = int(float(num) * mult)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 5GB, 500MB, 2GiB)") from None
+        t = text.strip().upper().replace(" ", "")
+        units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+                 "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}  # fmt: skip
+        for u, mult in units.items():
+            if t.endswith(u):
+                num = t[: -len(u)]
+                break
+        else:
+            num, mult = t, 1
+        try:
+            f = float(num)
+        except ValueError:
+            raise ValueError(f"not a size: {text!r} (use e.g. 5GB, 500MB, 2GiB)") from None
+        if not math.isfinite(f):
+            raise ValueError(f"not a size: {text!r} (use e.g. 5GB, 500MB, 2GiB)")
+        value = int(f * mult)
     if value <= 0:
         raise ValueError(f"size must be positive: {text!r}")
+    if value > MAX_SHARD_SIZE:
+        raise ValueError(f"size {text!r} is larger than 1 PB; use e.g. 5GB")
     return value
 
 
@@ -293,9 +317,15 @@ class CheckpointWriter:
         force: bool = False,
         plan: list[list[TensorSpec]] | None = None,
         fsync: bool = False,
+        inputs: Sequence[str | Path] = (),
+        in_place: bool = False,
+        backup: Path | None = None,
     ) -> None:
         self.out = Path(out)
-        if self.out.exists() and not force:
+        check_output_path(self.out, list(inputs))
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(self.out)
+        if os.path.lexists(self.out) and not (force or in_place):
             raise OutputExistsError(f"{self.out} already exists", path=self.out)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -307,9 +337,15 @@ class CheckpointWriter:
         if [s.name for shard in self.plan for s in shard] != names:
             raise ValueError("the shard plan must hold the declared tensors, in order")
         self.files = shard_file_names(len(self.plan))
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
-        os.chmod(self.tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; the output gets the usual mode
+        self.backup = backup
+        # in place: the temporary's name records the original's inode, so that a run killed
+        # after the swap leaves the original recoverable (see fsutil.clean_stale_temporaries)
+        ino = os.stat(self.out).st_ino if in_place else None
+        self.in_place = in_place
+        self.tmp = temp_name(self.out, "fix" if in_place else "write", ino)
+        if os.path.lexists(self.tmp):  # this process's own, from an earlier failed call
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        os.mkdir(self.tmp)
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
@@ -337,9 +373,11 @@ class CheckpointWriter:
 
     def write_chunks(self, name: str, chunks: Iterable[Any]) -> None:
         self._writer_for(name).write_chunks(name, chunks)
+        kill_point("mid-write")
 
     def copy_range(self, name: str, src: str | Path, offset: int) -> None:
         self._writer_for(name).copy_range(name, src, offset)
+        kill_point("mid-write")
 
     def write_segments(self, name: str, segments: Iterable[Any]) -> None:
         self._writer_for(name).write_segments(name, segments)
@@ -390,15 +428,33 @@ class CheckpointWriter:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-        if self.out.exists():
-            if not self.force:
-                raise OutputExistsError(f"{self.out} appeared while writing", path=self.out)
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.parent))
-            os.rename(self.out, old / "x")
-            os.rename(self.tmp, self.out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.tmp, self.out)
+        kill_point("before-rename")
+        if not os.path.lexists(self.out):
+            rename_noreplace(self.tmp, self.out)
+            kill_point("after-rename")
+            return
+        if not (self.force or self.in_place):
+            raise OutputExistsError(f"{self.out} appeared while writing", path=self.out)
+        # swap in one step where the OS can: OUT always holds a complete tree, old or new
+        if rename_exchange(self.tmp, self.out):
+            kill_point("after-exchange")
+            if self.in_place:
+                assert self.backup is not None
+                rename_noreplace(self.tmp, self.backup)  # the original, kept
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)  # the old output
+            kill_point("after-rename")
+            return
+        # no rename-exchange here: the old tree steps aside first (a kill between the two
+        # renames leaves OUT missing, with the old tree kept beside it)
+        aside = self.backup if self.in_place else temp_name(self.out, "old")
+        assert aside is not None
+        os.rename(self.out, aside)
+        kill_point("after-exchange")
+        os.rename(self.tmp, self.out)
+        if not self.in_place:
+            shutil.rmtree(aside, ignore_errors=True)
+        kill_point("after-rename")
 
     def abort(self) -> None:
         if self._cur is not None:
@@ -413,6 +469,7 @@ class CheckpointWriter:
             self.abort()
             return
         try:
+            kill_point("sealing")
             self._finish()
         except BaseException:
             self.abort()

@@ -217,7 +217,7 @@ def test_kill_9_during_remap_leaves_nothing_at_out(tmp_path):
     deadline = time.time() + 60
     tmps: list[Path] = []
     while time.time() < deadline and not tmps:
-        tmps = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-") and any(p.iterdir())]
+        tmps = [p for p in tmp_path.iterdir() if p.name.startswith(".out.ckpt-tmp-") and any(p.iterdir())]
         time.sleep(0.01)
     time.sleep(0.5)
     assert proc.poll() is None, "remap finished before the kill"
@@ -227,9 +227,11 @@ def test_kill_9_during_remap_leaves_nothing_at_out(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert not out.exists()
     assert tree_digest(d) == before
-    # a second run succeeds next to the leftover temporary directory
+    assert tmps[0].exists()  # the kill left its temporary, named with the dead pid
+    # a second run removes it and succeeds
     remap(d, out, to=tmp_path / "m.safetensors")
     assert out.is_dir()
+    assert not [p for p in tmp_path.iterdir() if ".ckpt-tmp-" in p.name]
 
 
 def _byte_level_tokenizer(tmp: Path, texts: list[str]) -> Path:

@@ -1,0 +1,274 @@
+"""File-system primitives every command shares: regular-file checks, atomic renames,
+and temporaries with one recognizable name that the next run can clean up.
+
+Temporaries are named ``.NAME.ckpt-tmp-PID-ROLE`` beside their destination NAME. A
+run removes the stale ones (their process is gone) before it writes NAME again, and
+logs that it did.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+from .errors import CheckpointFormatError, OutputExistsError, UnsafePathError
+
+__all__ = [
+    "open_regular",
+    "read_regular_bytes",
+    "ensure_regular",
+    "temp_name",
+    "clean_stale_temporaries",
+    "rename_noreplace",
+    "rename_exchange",
+    "check_output_path",
+    "kill_point",
+    "write_text_atomic",
+    "MAX_SIDE_FILE_BYTES",
+]
+
+log = logging.getLogger("ckpttools")
+
+#: JSON side files (config.json, index, tokenizer.json, mapping .json) larger than this are refused
+MAX_SIDE_FILE_BYTES = 1 << 30
+
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.ckpt-tmp-(?P<pid>\d+)-(?P<role>[a-z]+)(?:-(?P<ino>\d+))?$")
+
+
+def _not_regular(path: Path, mode: int) -> CheckpointFormatError:
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")  # fmt: skip
+    return CheckpointFormatError(f"{path}: is {kind}, not a regular file", path=path,
+                                 hint="give a regular file (a FIFO or device is never read)")  # fmt: skip
+
+
+def open_regular(path: str | Path) -> int:
+    """Open a regular file read-only and return its descriptor.
+
+    Opens without blocking (a FIFO would otherwise hang the open) and refuses anything
+    that is not a regular file, checked on the opened descriptor (no race).
+
+    Raises:
+        CheckpointFormatError: not a regular file.
+        FileNotFoundError, PermissionError: as the OS says.
+    """
+    p = Path(path)
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(p, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def ensure_regular(path: str | Path) -> Path:
+    """``path`` if it is a regular file (following links); else CheckpointFormatError."""
+    p = Path(path)
+    mode = os.stat(p).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(p, mode)
+    return p
+
+
+def read_regular_bytes(path: str | Path, limit: int = MAX_SIDE_FILE_BYTES) -> bytes:
+    """The whole content of a regular file of at most ``limit`` bytes."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise CheckpointFormatError(f"{path}: {size} bytes is too large for this kind of file (limit {limit})",
+                                        path=path, hint="is this the right file?")  # fmt: skip
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def kill_point(step: str) -> None:
+    """A named step where the kill tests stop the process (``CKPT_TEST_KILL_AT=step``).
+
+    Only the tests set the variable; it is how they show that a kill at each rename
+    leaves a complete old or new tree, and that the next run cleans up.
+    """
+    if os.environ.get("CKPT_TEST_KILL_AT") == step:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- temporaries
+def temp_name(dest: Path, role: str, ino: int | None = None) -> Path:
+    """The temporary beside ``dest`` for this process: ``.NAME.ckpt-tmp-PID-ROLE[-INO]``."""
+    suffix = f"-{ino}" if ino is not None else ""
+    return dest.parent / f".{dest.name}.ckpt-tmp-{os.getpid()}-{role}{suffix}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def clean_stale_temporaries(dest: str | Path) -> list[str]:
+    """Remove the temporaries that dead runs left beside ``dest``; return what was done.
+
+    A ``fix`` temporary that holds the displaced original drafter (its inode is the
+    one recorded in its name) is not deleted: it is renamed to ``NAME.bak-recovered-PID``.
+    """
+    dest = Path(dest)
+    parent = dest.parent if str(dest.parent) else Path(".")
+    done: list[str] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return done
+    for e in entries:
+        m = _TMP_RE.match(e.name)
+        if not m or m["name"] != dest.name or _alive(int(m["pid"])):
+            continue
+        p = parent / e.name
+        if m["ino"] is not None:
+            try:
+                same = os.lstat(p).st_ino == int(m["ino"])
+            except OSError:
+                continue
+            if same:
+                keep = parent / f"{dest.name}.bak-recovered-{m['pid']}"
+                try:
+                    rename_noreplace(p, keep)
+                except OSError:
+                    continue
+                msg = f"recovered {keep}: the original that an interrupted run (pid {m['pid']}) had set aside"
+                log.warning(msg)
+                done.append(msg)
+                continue
+        _remove(p)
+        msg = f"removed {p}, a temporary left by an interrupted run (pid {m['pid']})"
+        log.warning(msg)
+        done.append(msg)
+    return done
+
+
+# ----------------------------------------------------------------------------- renames
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2 = None
+
+
+def _libc_renameat2():
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _renameat2 = fn
+        except (AttributeError, OSError):
+            _renameat2 = False
+    return _renameat2 or None
+
+
+def _rename2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2(2); False when the OS or file system lacks it."""
+    fn = _libc_renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(src), None, str(dst))
+
+
+def rename_noreplace(src: str | Path, dst: str | Path) -> None:
+    """Rename ``src`` to ``dst``, failing with OutputExistsError if ``dst`` exists.
+
+    Atomic where the OS has RENAME_NOREPLACE; elsewhere checked just before the rename.
+    """
+    src, dst = Path(src), Path(dst)
+    try:
+        if _rename2(src, dst, _RENAME_NOREPLACE):
+            return
+    except FileExistsError:
+        raise OutputExistsError(f"{dst} appeared while writing", path=dst) from None
+    if os.path.lexists(dst):
+        raise OutputExistsError(f"{dst} appeared while writing", path=dst)
+    os.rename(src, dst)
+
+
+def rename_exchange(a: str | Path, b: str | Path) -> bool:
+    """Swap two paths atomically (both keep existing under their names); False if unsupported."""
+    return _rename2(Path(a), Path(b), _RENAME_EXCHANGE)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write a small text file through a temporary beside it and one rename."""
+    dest = Path(path)
+    clean_stale_temporaries(dest)
+    tmp = temp_name(dest, "write")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# ----------------------------------------------------------------------------- output paths
+def _real(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def check_output_path(out: str | Path, inputs: list[str | Path]) -> None:
+    """Refuse an output that is an input, lies inside one, or holds one.
+
+    Compares real paths (links resolved), whatever the flags: ``--force`` replaces an
+    old output, never an input.
+
+    Raises:
+        UnsafePathError
+    """
+    o = _real(Path(out))
+    for i in inputs:
+        if i is None or not os.path.lexists(str(i)):
+            continue
+        r = _real(Path(i))
+        if o == r:
+            why = "is the input"
+        elif o.is_relative_to(r):
+            why = "lies inside the input"
+        elif r.is_relative_to(o):
+            why = "holds the input"
+        else:
+            continue
+        raise UnsafePathError(f"output {out} {why} {i}: the input is never written", path=str(out),
+                              hint="write to a new path beside the input")  # fmt: skip
