@@ -27,6 +27,11 @@ class CkptGroup(click.Group):
         _log_notes_to_stderr()
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # bad flags: the same one-line form as every other error
+            if os.environ.get("CKPT_DEBUG") == "1":
+                raise
+            _usage_error(e)
+            ctx.exit(EXIT_USAGE)
         except CkptError as e:
             if os.environ.get("CKPT_DEBUG") == "1":
                 raise
@@ -41,6 +46,15 @@ class CkptGroup(click.Group):
             click.echo(f"ckpt: error: {e}", err=True)
             click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
             ctx.exit(EXIT_USAGE)
+
+
+def _usage_error(e: click.UsageError) -> None:
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):  # a bare `ckpt`: the help, as Click shows it
+        click.echo(e.format_message(), err=True)
+        return
+    cmd = e.ctx.command_path if e.ctx is not None else "ckpt"
+    click.echo(f"ckpt: error: {e.format_message()}", err=True)
+    click.echo(f"ckpt: hint: see `{cmd} --help`", err=True)
 
 
 def _log_notes_to_stderr() -> None:
@@ -486,7 +500,17 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    cli.main(args=argv, prog_name="ckpt")
+    try:
+        rv = cli.main(args=argv, prog_name="ckpt", standalone_mode=False)
+    except click.UsageError as e:  # an unknown command or a bad top-level flag
+        _usage_error(e)
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("ckpt: error: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
