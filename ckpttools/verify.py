@@ -358,7 +358,7 @@ def verify(
             after = eng.metrics()
             _check_counters(before, after)
             drafts = after["drafts"] - before["drafts"]
-            if drafts > 0:
+            if drafts > 0 and rep.completed:  # counters that moved while every request failed measure nothing
                 acc = after["accepted"] - before["accepted"]
                 rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
                 rep.per_position_acceptance = [

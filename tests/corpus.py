@@ -1,0 +1,682 @@
+"""A corpus of hostile and ordinary-but-untested inputs, over every command.
+
+Each case builds its inputs in a fresh directory, runs the real ``ckpt`` in a
+subprocess from that directory with relative paths, and is judged on:
+  - the exit code;
+  - stderr: no traceback; on failure exactly one ``ckpt: error:`` line, then at most
+    one ``ckpt: hint:`` line (``ckpt: note:`` lines say what was cleaned up);
+  - the input tree unchanged (every file hashed before and after);
+  - nothing left at OUT or beside it on failure (no temporaries);
+  - no hang (a time limit per case).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+Setup = Callable[[Path, Path], None]  # (case dir, base dir)
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]
+    code: int
+    setup: Setup | None = None
+    out: str | None = None  # the output path the command would write (relative)
+    env: dict[str, str] = field(default_factory=dict)
+    stdout_has: str | None = None
+    stderr_has: str | None = None
+    cwd: str | None = None  # run from this subdirectory of the case dir
+
+
+@dataclass
+class Outcome:
+    case: Case
+    rc: int | None
+    stdout: str
+    stderr: str
+    problems: list[str]
+    seconds: float
+
+
+# ----------------------------------------------------------------------------- helpers
+def raw_st(header: bytes | str, data: bytes = b"", n: int | None = None) -> bytes:
+    h = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(h) if n is None else n) + h + data
+
+
+def _entry(dtype: str = "F32", shape: list | str = (1,), offs: list | str = (0, 4)) -> dict:
+    return {"dtype": dtype, "shape": list(shape) if isinstance(shape, tuple) else shape,
+            "data_offsets": list(offs) if isinstance(offs, tuple) else offs}  # fmt: skip
+
+
+def _j(d: dict) -> str:
+    return json.dumps(d)
+
+
+#: damaged .safetensors files: name -> bytes
+def damaged_safetensors() -> dict[str, bytes]:
+    good = {"a": _entry(shape=(2,), offs=(0, 8))}
+    return {
+        "short": b"\x01\x02\x03",
+        "empty-file": b"",
+        "header-past-end": raw_st("{}", n=5000),
+        "header-absurd": raw_st("{}      ", n=1 << 50),
+        "header-zero-length": raw_st(b"", b"", n=0),
+        "not-json": raw_st("this is not json", b"\0" * 8),
+        "json-list": raw_st("[]"),
+        "non-utf8": raw_st(b'{"\xff":' + _j(_entry()).encode() + b"}", b"\0" * 4),
+        "bom": raw_st(b"\xef\xbb\xbf{}"),
+        "trailing-nul": raw_st(_j(good).encode() + b"\0\0", b"\0" * 8),
+        "unknown-dtype": raw_st(_j({"a": _entry(dtype="Q9")}), b"\0" * 4),
+        "lowercase-dtype": raw_st(_j({"a": _entry(dtype="f32")}), b"\0" * 4),
+        "bool-in-shape": raw_st('{"a":{"dtype":"F32","shape":[true],"data_offsets":[0,4]}}', b"\0" * 4),
+        "float-in-shape": raw_st('{"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}}', b"\0" * 4),
+        "negative-dim": raw_st(_j({"a": _entry(shape=(-1,))}), b"\0" * 4),
+        "minus-zero": raw_st('{"a":{"dtype":"F32","shape":[-0],"data_offsets":[0,0]}}'),
+        "shape-string": raw_st(_j({"a": _entry(shape="1")}), b"\0" * 4),
+        "offsets-three": raw_st(_j({"a": _entry(offs=[0, 4, 5])}), b"\0" * 4),
+        "offsets-backwards": raw_st(_j({"a": _entry(shape=(0,), offs=(4, 0))}), b"\0" * 4),
+        "offsets-float": raw_st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', b"\0" * 4),
+        "range-outside": raw_st(_j({"a": _entry(shape=(4,), offs=(16, 32))}), b"\0" * 16),
+        "size-mismatch": raw_st(_j({"a": _entry(shape=(3,), offs=(0, 8))}), b"\0" * 8),
+        "overlap": raw_st(_j({"a": _entry(shape=(4,), offs=(0, 16)), "b": _entry(shape=(4,), offs=(8, 24))}),
+                          b"\0" * 24),
+        "gap": raw_st(_j({"a": _entry(offs=(0, 4)), "b": _entry(offs=(8, 12))}), b"\0" * 12),
+        "trailing-bytes": raw_st(_j(good), b"\0" * 12),
+        "truncated-data": raw_st(_j(good), b"\0" * 5),
+        "duplicate-field": raw_st('{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"\0" * 4),
+        "duplicate-tensor-dropped": raw_st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                                           '"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"\0" * 8),
+        "two-metadata": raw_st('{"__metadata__":{"a":"b"},"__metadata__":{"a":"c"}}'),
+        "metadata-int": raw_st('{"__metadata__":{"x":1}}'),
+        "metadata-nested": raw_st('{"__metadata__":{"x":{"y":"z"}}}'),
+        "entry-null": raw_st('{"a":null}'),
+        "entry-missing-shape": raw_st('{"a":{"dtype":"F32","data_offsets":[0,4]}}', b"\0" * 4),
+        "shape-overflow": raw_st(_j({"a": _entry(shape=(1 << 40, 1 << 40, 0), offs=(0, 0))})),
+        "f4-misaligned": raw_st(_j({"a": _entry(dtype="F4", shape=(3,), offs=(0, 2))}), b"\0\0"),
+    }
+
+
+def _mkfifo(p: Path) -> None:
+    os.mkfifo(p)
+
+
+def tree_digest(root: Path, skip: set[str] = frozenset()) -> dict[str, str]:  # type: ignore[assignment]
+    """Every file and link under root: content hash (links: their target), and FIFOs by name."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            p = Path(dirpath) / n
+            rel = str(p.relative_to(root))
+            if rel.split("/")[0] in skip:
+                continue
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_fifo():
+                out[rel] = "fifo"
+            elif p.is_file():
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            elif p.is_dir():
+                out[rel] = "dir"
+    return out
+
+
+def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: float = 60.0) -> Outcome:
+    d = work / c.name
+    d.mkdir(parents=True)
+    if c.setup is not None:
+        c.setup(d, base)
+    argv = []
+    for a in c.argv:
+        for k, v in subst.items():
+            a = a.replace(k, v)
+        argv.append(a)
+    skip = {c.out.split("/")[0]} if c.out else set()
+    before = tree_digest(d, skip)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"),
+           **c.env}  # fmt: skip
+    env.pop("CKPT_DEBUG", None)
+    t0 = time.perf_counter()
+    problems: list[str] = []
+    try:
+        r = subprocess.run([sys.executable, "-m", "ckpttools", *argv], cwd=d / (c.cwd or ""), env=env, capture_output=True,
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        rc, so, se = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, so, se = None, str(e.stdout or ""), str(e.stderr or "")
+        problems.append("hang")
+    dt = time.perf_counter() - t0
+    if rc is not None and rc != c.code:
+        problems.append(f"exit {rc}, expected {c.code}")
+    if "Traceback" in se or "Traceback" in so:
+        problems.append("traceback")
+    lines = [ln for ln in se.splitlines() if ln.strip() and not ln.startswith("ckpt: note: ")]
+    if rc not in (0, 1):
+        errs = [ln for ln in lines if ln.startswith("ckpt: error: ")]
+        rest = [ln for ln in lines if not ln.startswith(("ckpt: error: ", "ckpt: hint: "))]
+        hints = [ln for ln in lines if ln.startswith("ckpt: hint: ")]
+        if len(errs) != 1 or rest or len(hints) > 1 or not lines[0].startswith("ckpt: error: "):
+            problems.append(f"stderr is not one error line plus a hint: {se[-400:]!r}")
+    if tree_digest(d, skip) != before:
+        problems.append("input tree changed")
+    left = [p.name for p in d.iterdir() if ".ckpt-tmp-" in p.name]
+    if left:
+        problems.append(f"temporaries left: {left}")
+    if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
+        problems.append(f"something was left at OUT {c.out}")
+    if c.stdout_has and c.stdout_has not in so:
+        problems.append(f"stdout lacks {c.stdout_has!r}")
+    if c.stderr_has and c.stderr_has not in se:
+        problems.append(f"stderr lacks {c.stderr_has!r}")
+    if rc is not None:
+        shutil.rmtree(d, ignore_errors=True)  # keep failures' dirs only when they hung
+    return Outcome(c, rc, so, se, problems, dt)
+
+
+# ----------------------------------------------------------------------------- base inputs
+def build_base(base: Path) -> None:
+    """The good inputs every case starts from (built once)."""
+    from tokenizers import Tokenizer, models
+
+    from ckpttools.tiny import build_drafter, build_target
+    from ckpttools.vocab import VocabMapping
+    from ckpttools.vocabdiff import save_mapping
+
+    build_drafter(base / "d", "sglang")
+    build_drafter(base / "sh", "sglang", max_shard_size=40_000, embed_tokens=True)
+    build_target(base / "t")
+    save_mapping(VocabMapping.from_ids(np.arange(100, 356), 1024), base / "m.safetensors")
+    np.save(base / "freq.npy", np.arange(1024, dtype=np.float64))
+    vocab = {f"t{i}": i for i in range(1024)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    (base / "tok").mkdir()
+    tok.save(str(base / "tok" / "tokenizer.json"))
+    (base / "prompts.jsonl").write_text('{"prompt": "hello"}\n{"input_ids": [1, 2, 3]}\n')
+
+
+def copy_in(name: str, as_name: str | None = None) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        src = base / name
+        dst = d / (as_name or name)
+        (shutil.copytree if src.is_dir() else shutil.copyfile)(src, dst)
+
+    return s
+
+
+def both(*fns: Setup) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        for f in fns:
+            f(d, base)
+
+    return s
+
+
+def write(rel: str, data: bytes | str) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    return s
+
+
+def edit_json(rel: str, change: Callable[[dict], object]) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        p = d / rel
+        obj = json.loads(p.read_text())
+        new = change(obj)
+        p.write_text(json.dumps(obj if new is None else new))
+
+    return s
+
+
+# ----------------------------------------------------------------------------- the cases
+def safetensors_cases() -> list[Case]:
+    out = []
+    for name, data in damaged_safetensors().items():
+        f = write("x.safetensors", data)
+        dd = both(copy_in("d", "dd"), write("dd/model.safetensors", data))
+        out += [
+            Case(f"st-{name}-inspect-file", ["inspect", "x.safetensors"], 2, f),
+            Case(f"st-{name}-validate-dir", ["validate", "dd"], 2, dd),
+            Case(f"st-{name}-export", ["export", "dd", "-o", "out"], 2, dd, out="out"),
+            Case(f"st-{name}-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
+                 both(dd, copy_in("m.safetensors")), out="out"),
+        ]
+    return out
+
+
+def index_cases() -> list[Case]:
+    def idx(change: Callable[[dict], object]) -> Setup:
+        return both(copy_in("sh"), edit_json("sh/model.safetensors.index.json", change))
+
+    def shard1(fn: Callable[[Path], None]) -> Setup:
+        def s(d: Path, base: Path) -> None:
+            fn(d / "sh" / "model-00001-of-00006.safetensors")
+
+        return both(copy_in("sh"), s)
+
+    def first_tensor_to(shard: str) -> Callable[[dict], None]:
+        def c(o: dict) -> None:
+            k = next(iter(o["weight_map"]))
+            o["weight_map"][k] = shard
+
+        return c
+
+    def outside_link(p: Path) -> None:
+        outside = p.parent.parent / "outside.safetensors"
+        shutil.copyfile(p, outside)
+        p.unlink()
+        p.symlink_to(outside)
+
+    def fifo(p: Path) -> None:
+        p.unlink()
+        os.mkfifo(p)
+
+    def wrong_shard(o: dict) -> None:
+        wm = o["weight_map"]
+        a, b = sorted(set(wm.values()))[:2]
+        k = next(k for k, v in wm.items() if v == a)
+        wm[k] = b
+
+    variants: dict[str, Setup] = {
+        "not-json": both(copy_in("sh"), write("sh/model.safetensors.index.json", "{nope")),
+        "weight-map-list": idx(lambda o: {"weight_map": list(o["weight_map"])}),
+        "weight-map-ints": idx(lambda o: {"weight_map": {k: 1 for k in o["weight_map"]}}),
+        "no-weight-map": idx(lambda o: {"metadata": {}}),
+        "index-is-list": idx(lambda o: [o]),
+        "shard-dotdot": idx(first_tensor_to("../outside.safetensors")),
+        "shard-absolute": idx(first_tensor_to("/etc/hostname")),
+        "shard-empty-name": idx(first_tensor_to("")),
+        "shard-missing": idx(first_tensor_to("model-00009-of-00009.safetensors")),
+        "tensor-in-wrong-shard": idx(wrong_shard),
+        "tensor-nowhere": idx(lambda o: o["weight_map"].update({"ghost.weight": "model-00001-of-00006.safetensors"})),
+        "shard-links-outside": shard1(outside_link),
+        "shard-is-fifo": shard1(fifo),
+        "shard-is-dir": shard1(lambda p: (p.unlink(), p.mkdir())),
+        "shard-damaged": shard1(lambda p: p.write_bytes(p.read_bytes()[:-7])),
+    }
+    out = []
+    for name, setup in variants.items():
+        out += [
+            Case(f"index-{name}-inspect", ["inspect", "sh"], 2, setup),
+            Case(f"index-{name}-export", ["export", "sh", "-o", "out", "--max-shard-size", "100KB"], 2, setup,
+                 out="out"),
+        ]
+    return out
+
+
+def path_cases() -> list[Case]:
+    fifo_dir = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "model.safetensors").unlink(),
+                                                      os.mkfifo(d / "dd" / "model.safetensors")))  # fmt: skip
+    cfg_fifo = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(),
+                                                      os.mkfifo(d / "dd" / "config.json")))  # fmt: skip
+    cfg_dir = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(),
+                                                     (d / "dd" / "config.json").mkdir()))  # fmt: skip
+    return [
+        Case("path-fifo-file", ["inspect", "model.safetensors"], 2, lambda d, b: os.mkfifo(d / "model.safetensors")),
+        Case("path-fifo-in-dir", ["inspect", "dd"], 2, fifo_dir),
+        Case("path-fifo-in-dir-validate", ["validate", "dd"], 2, fifo_dir),
+        Case("path-config-fifo", ["inspect", "dd"], 2, cfg_fifo),
+        Case("path-config-is-dir", ["validate", "dd"], 2, cfg_dir),
+        Case("path-missing", ["inspect", "nowhere"], 2),
+        Case("path-missing-file", ["inspect", "nowhere.safetensors"], 2),
+        Case("path-empty-string", ["inspect", ""], 2),
+        Case("path-empty-dir", ["inspect", "e"], 2, lambda d, b: (d / "e").mkdir()),
+        Case("path-pickle-only", ["inspect", "p"], 2, write("p/pytorch_model.bin", b"\x80\x02}q\x00.")),
+        Case("path-pickle-file", ["inspect", "w.pt"], 2, write("w.pt", b"\x80\x02}q\x00.")),
+        Case("path-config-alone", ["inspect", "dd/config.json"], 2, copy_in("d", "dd")),
+        Case("path-dangling-link", ["inspect", "l"], 2, lambda d, b: (d / "l").symlink_to(d / "gone")),
+        Case("path-hub-id-offline", ["inspect", "org/absent"], 2),
+        Case("path-hub-id-bad", ["inspect", "org/name@@@"], 2),
+        Case("path-out-under-a-file", ["export", "d", "-o", "f.txt/out"], 2, both(copy_in("d"), write("f.txt", "x"))),
+        Case("path-out-under-a-fifo", ["remap", "d", "--to", "m.safetensors", "-o", "p/out"], 2,
+             both(copy_in("d"), copy_in("m.safetensors"), lambda d, b: os.mkfifo(d / "p"))),
+    ]
+
+
+def config_cases() -> list[Case]:
+    def cfg(change: Callable[[dict], object]) -> Setup:
+        return both(copy_in("d", "dd"), edit_json("dd/config.json", change))
+
+    def setk(k: str, v: object) -> Callable[[dict], None]:
+        return lambda o: o.__setitem__(k, v)
+
+    variants = {
+        "mpe-string": (cfg(setk("max_position_embeddings", "abc")), 1),
+        "mpe-negative": (cfg(setk("max_position_embeddings", -5)), 1),
+        "rope-theta-string": (cfg(setk("rope_theta", "1e4")), 1),
+        "rope-factor-string": (cfg(setk("rope_scaling", {"rope_type": "yarn", "factor": "4"})), 1),
+        "rope-scaling-list": (cfg(setk("rope_scaling", [1, 2])), 1),
+        "aux-ids-strings": (cfg(lambda o: o.__setitem__("eagle_config", {"eagle_aux_hidden_state_layer_ids": ["1"]})), 1),
+        "aux-ids-not-list": (cfg(lambda o: o.__setitem__("eagle_config", {"eagle_aux_hidden_state_layer_ids": 3})), 1),
+        "layers-1e8-float": (cfg(setk("num_hidden_layers", 1e8)), 1),
+        "layers-1e8-int": (cfg(setk("num_hidden_layers", 100_000_000)), 1),
+        "hidden-true": (cfg(setk("hidden_size", True)), 1),
+        "vocab-negative": (cfg(setk("vocab_size", -5)), 1),
+        "vocab-string": (cfg(setk("vocab_size", "1024")), 1),
+        "draft-vocab-gt-vocab": (cfg(setk("draft_vocab_size", 4096)), 1),
+        "architectures-string": (cfg(setk("architectures", "LlamaForCausalLMEagle3")), 1),
+        "config-list": (cfg(lambda o: [o]), 2),
+        "config-not-json": (both(copy_in("d", "dd"), write("dd/config.json", "{oops")), 2),
+        "config-non-utf8": (both(copy_in("d", "dd"), write("dd/config.json", b'{"a": "\xff"}')), 2),
+    }
+    out = []
+    for name, (setup, vcode) in variants.items():
+        out += [
+            Case(f"config-{name}-validate", ["validate", "dd"], vcode, setup),
+            # export sets draft_vocab_size from lm_head's rows, which repairs that one
+            Case(f"config-{name}-export", ["export", "dd", "-o", "out"], 2 if name != "draft-vocab-gt-vocab" else 0,
+                 setup, out="out"),
+            Case(f"config-{name}-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
+                 both(setup, copy_in("m.safetensors")), out="out"),
+        ]
+    # the same damage in the target's config
+    for name, key, val in (("t-mpe-string", "max_position_embeddings", "x"), ("t-layers-huge", "num_hidden_layers", 10**9),
+                           ("t-hidden-float", "hidden_size", 64.5)):  # fmt: skip
+        setup = both(copy_in("d"), copy_in("t"), edit_json("t/config.json", setk(key, val)))
+        out += [Case(f"config-{name}-validate", ["validate", "d", "--target", "t"], 1, setup),
+                Case(f"config-{name}-export", ["export", "d", "-o", "out", "--target", "t"], 2, setup, out="out")]
+    return out
+
+
+def mapping_cases() -> list[Case]:
+    npy_bytes = {}
+
+    def npy(arr: np.ndarray) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=True)
+        return buf.getvalue()
+
+    npy_bytes["npy-zero-bytes"] = b""
+    npy_bytes["npy-garbage"] = b"\x93NUMPY garbage garbage"
+    npy_bytes["npy-object-pickle"] = npy(np.array([{"a": 1}], dtype=object))
+    npy_bytes["npy-2d"] = npy(np.zeros((4, 4), dtype=np.int64))
+    npy_bytes["npy-floats"] = npy(np.zeros(256, dtype=np.float32))
+    npy_bytes["npy-huge-ids"] = npy(np.full(4, 10**12, dtype=np.int64))
+    json_bytes = {
+        "json-ragged": '{"d2t": [[1, 2], [3]]}',
+        "json-t2d-string": '{"d2t": [0, 0], "t2d": "yes"}',
+        "json-vocab-string": '{"ids": [1, 2, 3], "vocab_size": "1024"}',
+        "json-nested": '{"d2t": [[0, 0], [0, 0]]}',
+        "json-floats": '{"d2t": [0.5, 1.5]}',
+        "json-huge-ids": '{"ids": [1000000000000]}',
+        "json-null": "null",
+        "json-string": '"d2t"',
+        "json-bools-and-ints": '{"t2d": [true, 2, false]}',
+        "json-no-keys": '{"something": [1, 2]}',
+        "json-non-utf8": b'{"d2t": [0], "x": "\xff"}',
+        "json-bigint": '{"ids": [1, 99999999999999999999999]}',
+        "json-out-of-range": '{"ids": [1, 2, 5000], "vocab_size": 1024}',
+    }
+    out = []
+    files = {f"{k}.npy" if k.startswith("npy") else f"{k}.json": v for k, v in {**npy_bytes, **json_bytes}.items()}
+    for fname, data in files.items():
+        setup = both(copy_in("d"), write(fname, data))
+        out += [
+            Case(f"map-{fname}-diff", ["diff-vocab", "d", fname], 2, setup),
+            Case(f"map-{fname}-remap", ["remap", "d", "--to", fname, "-o", "out"], 2, setup, out="out"),
+        ]
+    evil = _evil_pt()
+    if evil is not None:
+        out.append(Case("map-pt-malicious-diff", ["diff-vocab", "d", "evil.pt"], 2,
+                        both(copy_in("d"), write("evil.pt", evil)), stderr_has="refused"))  # fmt: skip
+    # lm_head rows disagree with d2t (the reads must stay inside the tensor)
+    out.append(Case("map-head-short-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
+                    both(copy_in("m.safetensors"), _short_head), out="out"))  # fmt: skip
+    return out
+
+
+def _short_head(d: Path, base: Path) -> None:
+    from ckpttools.checkpoint import open_checkpoint
+    from ckpttools.tiny import write_tensors
+
+    with open_checkpoint(base / "d") as ck:
+        tensors = {n: ck.read(n).copy() for n in ck.tensors}
+        cfg = dict(ck.config or {})
+    tensors["lm_head.weight"] = tensors["lm_head.weight"][:100]
+    write_tensors(d / "dd", tensors, cfg)
+
+
+def _evil_pt() -> bytes | None:
+    """A .pt whose pickle would run a command if unpickled without weights_only."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):  # noqa: D105
+            return (os.system, ("touch PWNED",))
+
+    return pickle.dumps(Evil(), protocol=2)
+
+
+def frequency_cases() -> list[Case]:
+    import io
+
+    def npy(arr: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        return buf.getvalue()
+
+    variants = {
+        "nan.npy": npy(np.array([1.0, np.nan, 3.0] * 400)),
+        "inf.npy": npy(np.array([1.0, np.inf, 3.0] * 400)),
+        "negative.npy": npy(np.array([1.0, -1.0, 3.0] * 400)),
+        "zero-bytes.npy": b"",
+        "garbage.npy": b"\x93NUMPY\x01\x00garbage",
+        "strings.npy": npy(np.array(["a", "b"])),
+        "2d.npy": npy(np.ones((4, 4))),
+        "ragged.jsonl": "[1, 2]\n[[3], 4]\n",
+        "nested.jsonl": "[[1, 2], [3, 4]]\n",
+        "non-utf8.jsonl": b"[1, 2]\n[\xff]\n",
+        "huge-id.jsonl": "[1, 1000000000000]\n",
+        "negative-id.jsonl": "[1, -2]\n",
+        "float-ids.jsonl": "[1.5, 2.5]\n",
+        "bool-ids.jsonl": "[true, false]\n",
+        "strings.jsonl": '["a", "b"]\n',
+        "not-json.jsonl": "hello\n",
+        "keys-not-ids.json": '{"abc": 3}',
+        "values-strings.json": '{"1": "3"}',
+        "values-nan.json": '{"1": NaN}',
+        "values-negative.json": '{"1": -4}',
+        "huge-key.json": '{"1000000000000": 1}',
+        "list.json": "[1, 2, 3]",
+        "non-utf8.json": b'{"1": 2, "\xff": 1}',
+    }
+    out = []
+    for fname, data in variants.items():
+        out += [
+            Case(f"freq-{fname}-build", ["vocab", "build", "--frequencies", fname, "--vocab-size", "1024",
+                                         "--draft-vocab-size", "16", "-o", "map.safetensors"], 2,
+                 write(fname, data), out="map.safetensors"),  # fmt: skip
+            Case(f"freq-{fname}-remap", ["remap", "d", "--frequencies", fname, "--draft-vocab-size", "16", "-o", "out"],
+                 2, both(copy_in("d"), write(fname, data)), out="out"),  # fmt: skip
+        ]
+    out.append(Case("freq-fifo-build", ["vocab", "build", "--frequencies", "f.npy", "--draft-vocab-size", "4", "-o",
+                                        "map.safetensors"], 2, lambda d, b: os.mkfifo(d / "f.npy"),
+                    out="map.safetensors"))  # fmt: skip
+    out.append(Case("freq-vd-too-big-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size",
+                                              "5000", "-o", "map.safetensors"], 2, copy_in("freq.npy"),
+                    out="map.safetensors"))  # fmt: skip
+    return out
+
+
+def tokenizer_cases() -> list[Case]:
+    def tok(change: Callable[[dict], object]) -> Setup:
+        return both(copy_in("d"), copy_in("tok", "good"), copy_in("tok", "bad"), edit_json("bad/tokenizer.json", change))
+
+    def vocab_set(k: str, v: object) -> Callable[[dict], None]:
+        return lambda o: o["model"]["vocab"].__setitem__(k, v)
+
+    variants = {
+        "id-string": tok(vocab_set("t5", "5")),
+        "id-negative": tok(vocab_set("t5", -5)),
+        "id-huge": tok(vocab_set("t5", 10**10)),
+        "id-float": tok(vocab_set("t5", 5.0)),
+        "added-no-id": tok(lambda o: o.__setitem__("added_tokens", [{"content": "<x>", "special": True}])),
+        "added-content-int": tok(lambda o: o.__setitem__("added_tokens", [{"id": 3, "content": 7}])),
+        "no-model": tok(lambda o: o.pop("model")),
+        "vocab-list-of-ints": tok(lambda o: o["model"].__setitem__("vocab", [1, 2, 3])),
+        "not-json": both(copy_in("d"), copy_in("tok", "good"), write("bad/tokenizer.json", "{nope")),
+        "is-config": both(copy_in("d"), copy_in("tok", "good"), copy_in("t", "bad")),
+        "missing": both(copy_in("d"), copy_in("tok", "good"), lambda d, b: (d / "bad").mkdir()),
+    }
+    out = []
+    for name, setup in variants.items():
+        out += [
+            Case(f"tok-{name}-remap", ["remap", "d", "--to", "d", "--source-tokenizer", "bad", "--target-tokenizer",
+                                       "good", "-o", "out"], 2, setup, out="out"),  # fmt: skip
+            Case(f"tok-{name}-diff", ["diff-vocab", "d", "d", "--tokenizer", "bad"], 2, setup),
+        ]
+    return out
+
+
+def size_cases() -> list[Case]:
+    out = []
+    for i, v in enumerate(["inf", "nan", "-5GB", "0", "abc", "1e30", "5XB", "", "1e400", "-inf"]):
+        out += [
+            Case(f"size-{i}-export", ["export", "d", "-o", "out", "--max-shard-size", v], 2, copy_in("d"), out="out"),
+            Case(f"size-{i}-remap", ["remap", "d", "--to", "m.safetensors", "-o", "out", "--max-shard-size", v], 2,
+                 both(copy_in("d"), copy_in("m.safetensors")), out="out"),
+        ]
+    return out
+
+
+def output_cases() -> list[Case]:
+    dm = both(copy_in("d"), copy_in("m.safetensors"))
+    return [
+        Case("out-is-input-export", ["export", "d", "-o", "d", "--force"], 2, copy_in("d")),
+        Case("out-inside-input-export", ["export", "d", "-o", "d/sub", "--force"], 2, copy_in("d")),
+        Case("out-holds-input-export", ["export", "w/d", "-o", "w", "--force"], 2,
+             lambda d, b: shutil.copytree(b / "d", d / "w" / "d")),
+        Case("out-is-input-remap", ["remap", "d", "--to", "m.safetensors", "-o", "d", "--force"], 2, dm),
+        Case("out-is-mapping-remap", ["remap", "d", "--to", "m.safetensors", "-o", "m.safetensors", "--force"], 2, dm),
+        Case("out-link-to-input", ["export", "d", "-o", "l", "--force"], 2,
+             both(copy_in("d"), lambda d, b: (d / "l").symlink_to("d"))),
+        Case("out-is-input-fix", ["validate", "d", "--fix", "-o", "d", "--force"], 2, copy_in("d")),
+        Case("out-is-target-fix", ["validate", "d", "--target", "t", "--fix", "-o", "t", "--force"], 2,
+             both(copy_in("d"), copy_in("t"))),
+        Case("out-is-freq-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o",
+                                   "freq.npy", "--force"], 2, copy_in("freq.npy")),  # fmt: skip
+        Case("out-exists-export", ["export", "d", "-o", "o"], 2, both(copy_in("d"), write("o/keep.txt", "mine"))),
+        Case("out-exists-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o",
+                                  "freq2.npy"], 2, both(copy_in("freq.npy"), write("freq2.npy", "mine"))),  # fmt: skip
+        Case("out-cwd-is-input", ["export", ".", "-o", "..", "--force"], 2, copy_in("d"), cwd="d"),
+        Case("out-cwd-is-input-remap", ["remap", ".", "--to", "../m.safetensors", "-o", ".", "--force"], 2, dm,
+             cwd="d"),
+        Case("fix-inplace-hub-id", ["validate", "org/x", "--fix", "--in-place"], 2),
+        Case("fix-needs-out", ["validate", "d", "--fix"], 2, copy_in("d")),
+    ]
+
+
+def example_cases() -> list[Case]:
+    return [
+        Case("example-vocab-negative", ["example", "drafter", "o", "--vocab-size", "-1"], 2, out="o"),
+        Case("example-vd-gt-v", ["example", "drafter", "o", "--vocab-size", "100", "--draft-vocab-size", "200"], 2,
+             out="o"),
+        Case("example-hidden-negative", ["example", "drafter", "o", "--hidden-size", "-64"], 2, out="o"),
+        Case("example-hidden-odd", ["example", "drafter", "o", "--hidden-size", "12"], 2, out="o"),
+        Case("example-hidden-huge", ["example", "drafter", "o", "--hidden-size", "100000000"], 2, out="o"),
+        Case("example-seed-negative", ["example", "drafter", "o", "--seed", "-1"], 2, out="o"),
+        Case("example-target-2-layers", ["example", "target", "o", "--num-layers", "2"], 2, out="o"),
+        Case("example-target-vocab-zero", ["example", "target", "o", "--vocab-size", "0"], 2, out="o"),
+        Case("example-flavor-unknown", ["example", "drafter", "o", "--flavor", "nope"], 2, out="o"),
+        Case("usage-unknown-command", ["frobnicate"], 2),
+        Case("usage-unknown-flag", ["inspect", "--nope", "x"], 2),
+        Case("usage-remap-no-dest", ["remap", "d", "-o", "out"], 2, copy_in("d"), out="out"),
+    ]
+
+
+def ordinary_cases() -> list[Case]:
+    """Inputs users give every day that the old suite never fed: relative, linked, sharded."""
+
+    def sub_cwd(d: Path, base: Path) -> None:
+        shutil.copytree(base / "sh", d / "sh")
+        (d / "w").mkdir()
+
+    return [
+        Case("ok-sharded-relative", ["inspect", "sh", "--no-tensors"], 0, copy_in("sh")),
+        Case("ok-sharded-dot-slash", ["inspect", "./sh/", "--no-tensors"], 0, copy_in("sh")),
+        Case("ok-sharded-dotdot", ["inspect", "sh/../sh", "--no-tensors"], 0, copy_in("sh")),
+        Case("ok-sharded-index-file", ["inspect", "sh/model.safetensors.index.json", "--no-tensors"], 0, copy_in("sh")),
+        Case("ok-sharded-dir-link", ["inspect", "ln", "--no-tensors"], 0,
+             both(copy_in("sh"), lambda d, b: (d / "ln").symlink_to("sh"))),
+        Case("ok-sharded-export-small-shards", ["export", "sh", "-o", "ds", "--max-shard-size", "100KB"], 0,
+             copy_in("sh"), out="ds"),
+        Case("ok-sharded-remap", ["remap", "sh", "--to", "m.safetensors", "-o", "rs", "--max-shard-size", "50KB"], 0,
+             both(copy_in("sh"), copy_in("m.safetensors")), out="rs"),
+        Case("ok-sharded-validate", ["validate", "sh", "--target", "t"], 0, both(copy_in("sh"), copy_in("t"))),
+        Case("ok-diff-relative", ["diff-vocab", "./d", "m.safetensors"], 0, both(copy_in("d"), copy_in("m.safetensors"))),
+        Case("ok-build-new-subdir", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "16", "-o",
+                                     "new/dir/m.safetensors"], 0, copy_in("freq.npy"), out="new"),  # fmt: skip
+        Case("ok-file-link", ["inspect", "f.safetensors"], 0,
+             both(copy_in("d"), lambda d, b: (d / "f.safetensors").symlink_to("d/model.safetensors"))),
+        Case("ok-export-into-link-dir", ["export", "d", "-o", "ln/out"], 0,
+             both(copy_in("d"), lambda d, b: ((d / "real").mkdir(), (d / "ln").symlink_to("real"))), out="real"),
+        Case("ok-tilde-free-relative-fix", ["validate", "d", "--fix", "-o", "fixed"], 0, copy_in("d"), out="fixed"),
+        Case("ok-relative-out-dotdot", ["export", "../sh", "-o", "../ex"], 0, sub_cwd, out="ex", cwd="w"),
+    ]
+
+
+def all_cases() -> list[Case]:
+    cases = (safetensors_cases() + index_cases() + path_cases() + config_cases() + mapping_cases()
+             + frequency_cases() + tokenizer_cases() + size_cases() + output_cases() + example_cases()
+             + ordinary_cases() + verify_cases())  # fmt: skip
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)), "case names must be unique"
+    return cases
+
+
+def verify_cases() -> list[Case]:
+    """Servers that misbehave and users who mistype; ``{srv}`` is the misbehaving server."""
+    p = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
+    prompts = copy_in("prompts.jsonl")
+    out = []
+    for mode, code in (("sg-500", 3), ("sg-timeout", 3), ("sg-close", 3), ("sg-not-json", 3), ("sg-empty-list", 3),
+                       ("sg-meta-string", 3), ("sg-nospec-fields", 3), ("sg-types", 3), ("sg-1001", 3),
+                       ("sg-negative", 3), ("sg-hist-bad", 3), ("sg-bool", 3), ("sg-specoff", 2),
+                       ("sg-info-list", 2), ("sg-info-empty", 2), ("sg-info-steps-string", 0)):  # fmt: skip
+        extra = ["--timeout", "0.5"] if mode == "sg-timeout" else []
+        out.append(Case(f"verify-{mode}", ["verify", "--host", "{srv}/" + mode, *p, *extra], code, prompts))
+    for mode, code in (("vl-static", 3), ("vl-decreasing", 2), ("vl-negative", 2), ("vl-more-accepted", 2),
+                       ("vl-usage-string", 3), ("vl-usage-list", 3), ("vl-no-model", 2)):  # fmt: skip
+        out.append(Case(f"verify-{mode}", ["verify", "--engine", "vllm", "--host", "{srv}/" + mode, *p], code, prompts))
+    bad_tok = both(prompts, write("badtok/tokenizer.json", '{"model": {"vocab": {"a": "x"}}}'))
+    out += [
+        Case("verify-no-scheme", ["verify", "--host", "{srvhostport}/sg-ok", *p], 2, prompts),
+        Case("verify-bad-ipv6", ["verify", "--host", "http://[::1", *p], 2, prompts),
+        Case("verify-ftp-scheme", ["verify", "--host", "ftp://127.0.0.1:1", *p], 2, prompts),
+        Case("verify-refused", ["verify", "--host", "http://127.0.0.1:9", *p], 2, prompts),
+        Case("verify-prompts-ids-strings", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             write("pp.jsonl", '{"input_ids": ["a"]}\n')),
+        Case("verify-prompts-ids-negative", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             write("pp.jsonl", '{"input_ids": [1, -2]}\n')),
+        Case("verify-prompts-non-utf8", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             write("pp.jsonl", b'{"prompt": "\xff"}\n')),
+        Case("verify-prompts-list-line", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             write("pp.jsonl", "[1, 2]\n")),
+        Case("verify-prompts-empty", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             write("pp.jsonl", "\n\n")),
+        Case("verify-prompts-fifo", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
+             lambda d, b: os.mkfifo(d / "pp.jsonl")),
+        Case("verify-prompts-missing", ["verify", "--host", "{srv}/sg-ok", "--prompts", "nope.jsonl"], 2),
+        Case("verify-tokenizer-malformed", ["verify", "--host", "{srv}/sg-ok", *p, "--tokenizer", "badtok"], 2,
+             bad_tok),
+        Case("verify-ok", ["verify", "--host", "{srv}/sg-ok", *p], 0, prompts, stdout_has="accept length 2.00"),
+    ]
+    return out
