@@ -4,7 +4,8 @@ Each command parses its arguments, makes one library call, and renders the resul
 table or as JSON. Library modules are imported inside the commands so ``ckpt --help``
 stays fast and header-only commands never import torch.
 
-Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadable input.
+Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadable input;
+3 verify measured nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import click
 
 from .errors import EXIT_USAGE, CkptError
 
-EXIT_CODES_HELP = "Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input."
+EXIT_CODES_HELP = ("Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, "
+                   "3 verify measured nothing.")
 
 
 class CkptGroup(click.Group):
