@@ -147,7 +147,7 @@ def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: fl
         argv.append(a)
     skip = {c.out.split("/")[0]} if c.out else set()
     before = tree_digest(d, skip)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"),
            **c.env}  # fmt: skip
     env.pop("CKPT_DEBUG", None)
     t0 = time.perf_counter()
