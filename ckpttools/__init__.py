@@ -1,33 +1,125 @@
 """ckpttools: inspect, check, remap, export and measure EAGLE-3 drafters.
 
-The library is the product; the ``ckpt`` command is a thin layer over it. Public
-functions are imported lazily so that ``ckpt --help`` and header-only commands stay
-fast and never import torch.
+The library is the product; the ``ckpt`` command is a thin layer over it. Every
+operation, its report type and every error type is importable from here, in any order:
+no public name is also the name of a submodule of this package (the operations live in
+``ckpttools.ops``), so importing one never replaces another. The operations are loaded
+lazily, so ``ckpt --help`` and header-only commands stay fast and never import torch;
+type checkers see the real objects through the ``TYPE_CHECKING`` block.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    EXIT_USAGE,
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    CkptError,
+    ConfigError,
+    HubError,
+    MappingError,
+    NoWeightsError,
+    OutputExistsError,
+    PickleRefusedError,
+    ServerError,
+    TokenizerError,
+    UnsafePathError,
+)
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, open_checkpoint
+    from .flavor import detect_flavor
+    from .ops.export import ExportRejected, ExportReport, export
+    from .ops.fix import FixResult, fix
+    from .ops.inspect import InspectReport, inspect
+    from .ops.remap import RemapReport, remap
+    from .ops.validate import Finding, ValidationReport, validate
+    from .ops.verify import SpecOffError, VerifyReport, verify
+    from .probe import verify_torch
+    from .vocab import VocabMapping, load_mapping
+    from .vocabdiff import BuildResult, VocabDiff, build_vocab, diff_vocab
+
+#: public name -> the module that defines it (loaded on first use)
 _LAZY = {
     "open_checkpoint": "ckpttools.checkpoint",
     "Checkpoint": "ckpttools.checkpoint",
-    "inspect": "ckpttools.inspection",
-    "InspectReport": "ckpttools.inspection",
     "detect_flavor": "ckpttools.flavor",
+    "inspect": "ckpttools.ops.inspect",
+    "InspectReport": "ckpttools.ops.inspect",
+    "validate": "ckpttools.ops.validate",
+    "ValidationReport": "ckpttools.ops.validate",
+    "Finding": "ckpttools.ops.validate",
+    "fix": "ckpttools.ops.fix",
+    "FixResult": "ckpttools.ops.fix",
+    "remap": "ckpttools.ops.remap",
+    "RemapReport": "ckpttools.ops.remap",
+    "export": "ckpttools.ops.export",
+    "ExportReport": "ckpttools.ops.export",
+    "ExportRejected": "ckpttools.ops.export",
+    "verify": "ckpttools.ops.verify",
+    "VerifyReport": "ckpttools.ops.verify",
+    "SpecOffError": "ckpttools.ops.verify",
+    "verify_torch": "ckpttools.probe",
     "VocabMapping": "ckpttools.vocab",
     "load_mapping": "ckpttools.vocab",
     "diff_vocab": "ckpttools.vocabdiff",
+    "VocabDiff": "ckpttools.vocabdiff",
     "build_vocab": "ckpttools.vocabdiff",
-    "validate": "ckpttools.validate",
-    "remap": "ckpttools.remap",
-    "export": "ckpttools.export",
+    "BuildResult": "ckpttools.vocabdiff",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "__version__",
+    "EXIT_OK",
+    "EXIT_FINDINGS",
+    "EXIT_USAGE",
+    "EXIT_UNMEASURED",
+    "CkptError",
+    "CheckpointNotFoundError",
+    "NoWeightsError",
+    "CheckpointFormatError",
+    "ConfigError",
+    "PickleRefusedError",
+    "UnsafePathError",
+    "MappingError",
+    "TokenizerError",
+    "HubError",
+    "OutputExistsError",
+    "ServerError",
+    "open_checkpoint",
+    "Checkpoint",
+    "detect_flavor",
+    "inspect",
+    "InspectReport",
+    "validate",
+    "ValidationReport",
+    "Finding",
+    "fix",
+    "FixResult",
+    "remap",
+    "RemapReport",
+    "export",
+    "ExportReport",
+    "ExportRejected",
+    "verify",
+    "VerifyReport",
+    "SpecOffError",
+    "verify_torch",
+    "VocabMapping",
+    "load_mapping",
+    "diff_vocab",
+    "VocabDiff",
+    "build_vocab",
+    "BuildResult",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -37,3 +129,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(mod), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -114,7 +114,7 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
       ckpt inspect ./drafter --json --no-tensors
       ckpt inspect ./target --filter 'model.layers.0.*'
     """
-    from .inspection import inspect
+    from .ops.inspect import inspect
     from .render import render_inspect
 
     _show(inspect(path, tensors=tensors, filter=pattern, revision=revision), as_json, render_inspect)
@@ -209,12 +209,12 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
     from .render import render_fix, render_validation
 
     if do_fix:
-        from .fix import fix
+        from .ops.fix import fix
 
         res = fix(drafter, out, target=target, in_place=in_place, force=force)
         _show(res, as_json, render_fix)
         sys.exit(0 if res.after.ok else 1)
-    from .validate import validate
+    from .ops.validate import validate
 
     r = validate(drafter, target, deep=deep)
     _show(r, as_json, render_validation)
@@ -260,7 +260,7 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from .output import byte_progress
-    from .remap import remap
+    from .ops.remap import remap
     from .render import render_remap
 
     with byte_progress("remap", quiet) as bar:
@@ -303,7 +303,7 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
         parse_size(max_shard_size)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
-    from .export import ExportRejected, export
+    from .ops.export import ExportRejected, export
     from .output import byte_progress
     from .render import render_export
 
@@ -392,7 +392,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
             click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
         elif not host:
             raise click.UsageError("give --host URL, or --launch, or --engine torch")
-        from .verify import verify
+        from .ops.verify import verify
 
         bar = None
         if not quiet and sys.stderr.isatty():

@@ -45,7 +45,7 @@ def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
 
 
 def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None) -> Callable[[Path, Path], Any]:
-    from .verify import VerifyReport
+    from .ops.verify import VerifyReport
 
     def torch_engine(target: Path, drafter: Path) -> VerifyReport:
         from .probe import verify_torch
@@ -53,9 +53,9 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
         return verify_torch(target, drafter, steps=3, prompts=str(prompts), num_prompts=12, max_new_tokens=64)
 
     def server_engine(target: Path, drafter: Path) -> VerifyReport:
-        from .export import export
+        from .ops.export import export
         from .launch import LaunchSpec, free_port
-        from .verify import verify
+        from .ops.verify import verify
 
         served = drafter
         args: list[str] = []
@@ -77,9 +77,9 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
 def run_demo(workdir: str | Path | None = None, echo: Callable[[str], None] = print, engine: str = "torch",
              engine_python: str | None = None) -> int:  # fmt: skip
     """Replay the story; returns 0 when every step behaved as the story says, else 1."""
-    from .inspection import inspect
-    from .remap import remap
-    from .validate import validate
+    from .ops.inspect import inspect
+    from .ops.remap import remap
+    from .ops.validate import validate
     from .vocabdiff import diff_vocab
 
     story = story_dir()

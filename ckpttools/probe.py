@@ -30,8 +30,8 @@ from .engines import RequestResult
 from .errors import CkptError
 from .flavor import detect_flavor
 from .names import canonical_name
-from .validate import sglang_default_aux_ids
-from .verify import VerifyReport, _verdict, load_prompts, summarize
+from .ops.validate import sglang_default_aux_ids
+from .ops.verify import VerifyReport, _verdict, load_prompts, summarize
 
 __all__ = ["Eagle3Drafter", "TorchSpeculator", "verify_torch"]
 

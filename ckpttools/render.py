@@ -196,7 +196,7 @@ class _Val:
     """A ValidationReport view over its dict (for rendering a report carried as data)."""
 
     def __init__(self, d: dict[str, Any]) -> None:
-        from .validate import Finding
+        from .ops.validate import Finding
 
         self.drafter, self.target, self.checked, self.ok = d["drafter"], d["target"], d["checked"], d["ok"]
         self.findings = [Finding(**f) for f in d["findings"]]

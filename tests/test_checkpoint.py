@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from ckpttools.checkpoint import open_checkpoint
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
-from ckpttools.tiny import build_drafter, build_huge_sparse, write_tensors
+from ckpttools.tiny import build_huge_sparse, write_tensors
 from ckpttools.writer import CheckpointWriter, TensorSpec, parse_size, plan_shards
 
 from .conftest import run_ckpt

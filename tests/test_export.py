@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from ckpttools.checkpoint import open_checkpoint
 from ckpttools.cli import cli
-from ckpttools.export import export
-from ckpttools.inspection import inspect
+from ckpttools.ops.export import export
+from ckpttools.ops.inspect import inspect
 from ckpttools.names import canonical_name, sglang_loads, suggest_rename
 from ckpttools.tiny import DRAFTER_FLAVORS, build_drafter, build_target
-from ckpttools.validate import validate
+from ckpttools.ops.validate import validate
 
 from .helpers import rewrite
 

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli import cli
-from ckpttools.export import export
+from ckpttools.ops.export import export
 from ckpttools.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.tiny import build_known_pair, known_prompts
-from ckpttools.validate import validate
+from ckpttools.ops.validate import validate
 
 pytestmark = pytest.mark.gpu
 STEPS = 3

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli import cli
-from ckpttools.inspection import inspect
+from ckpttools.ops.inspect import inspect
 from ckpttools.tiny import build_target
 
 REPO = Path(__file__).resolve().parents[1]

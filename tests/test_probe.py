@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -125,7 +123,7 @@ def test_known_pairs_give_exact_figures(tmp_path):
 
 
 def test_vllm_layout_drafter_gives_the_same_figures(tmp_path):
-    from ckpttools.export import export
+    from ckpttools.ops.export import export
 
     pf = tmp_path / "p.jsonl"
     pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(2)))

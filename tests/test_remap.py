@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,12 +15,11 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.numpy import save_file
 
 from ckpttools.checkpoint import open_checkpoint
 from ckpttools.cli import cli
 from ckpttools.errors import MappingError, OutputExistsError
-from ckpttools.remap import remap
+from ckpttools.ops.remap import remap
 from ckpttools.tiny import build_drafter, build_target
 from ckpttools.vocab import VocabMapping, load_mapping
 from ckpttools.vocabdiff import diff_vocab, save_mapping
@@ -210,7 +208,7 @@ def test_kill_9_during_remap_leaves_nothing_at_out(tmp_path):
     before = tree_digest(d)
     out = tmp_path / "out"
     # the progress callback (public API) sleeps after each tensor, so the kill lands mid-write
-    code = ("import time; from ckpttools.remap import remap; "
+    code = ("import time; from ckpttools.ops.remap import remap; "
             f"remap({str(d)!r}, {str(out)!r}, to={str(tmp_path / 'm.safetensors')!r}, fill='mean', "
             "progress=lambda done, total, name: time.sleep(0.3))")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ckpttools.cli import cli
 from ckpttools.tiny import build_drafter, build_target
-from ckpttools.validate import sglang_default_aux_ids, validate
+from ckpttools.ops.validate import sglang_default_aux_ids, validate
 
 from .helpers import rewrite, tree_digest
 

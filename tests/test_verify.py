@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli import cli
 from ckpttools.engines import parse_vllm_metrics
-from ckpttools.errors import ServerError
 from ckpttools.launch import LaunchSpec, build_command, parse_sglang_accept_lens
-from ckpttools.verify import SpecOffError, load_prompts, verify
+from ckpttools.ops.verify import SpecOffError, load_prompts, verify
 
 from .conftest import SHARED
 from .fake_servers import FakeSGLang

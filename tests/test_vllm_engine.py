@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli import cli
-from ckpttools.export import export
+from ckpttools.ops.export import export
 from ckpttools.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.tiny import build_known_pair, known_prompts
-from ckpttools.verify import verify
+from ckpttools.ops.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")

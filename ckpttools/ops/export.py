@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from .config import aux_layer_ids, context_length, essentials, require_valid_config
-from .errors import EXIT_FINDINGS, CkptError
+from ..checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from ..config import aux_layer_ids, context_length, essentials, require_valid_config
+from ..errors import EXIT_FINDINGS, CkptError
 from .fix import copy_side_files
-from .flavor import detect_flavor
-from .manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
-from .names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ..flavor import detect_flavor
+from ..manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
+from ..names import canonical_name, is_training_only, sglang_loads, suggest_rename
 from .validate import load_target_config, sglang_default_aux_ids, validate
-from .vocab import VocabMapping
-from .writer import CheckpointWriter, TensorSpec, parse_size
+from ..vocab import VocabMapping
+from ..writer import CheckpointWriter, TensorSpec, parse_size
 
 __all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
 
