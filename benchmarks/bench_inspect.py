@@ -42,7 +42,7 @@ def rchar():
             return int(line.split()[1])
 sys.argv = ["ckpt", *sys.argv[1:]]
 try:
-    from ckpttools.cli import main
+    from ckpttools.cli.commands import main
     main()
 except SystemExit:
     pass
@@ -62,8 +62,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    from ckpttools.checkpoint import open_checkpoint
-    from ckpttools.tiny import build_huge_sparse
+    from ckpttools.io.checkpoint import open_checkpoint
+    from ckpttools.demo.tiny import build_huge_sparse
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-inspect-")
     work = a.workdir or Path(tmp.name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from ckpttools.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_UNMEASURED,
@@ -35,23 +35,23 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint, open_checkpoint
-    from .flavor import detect_flavor
-    from .ops.export import ExportRejected, ExportReport, export
-    from .ops.fix import FixResult, fix
-    from .ops.inspect import InspectReport, inspect
-    from .ops.remap import RemapReport, remap
-    from .ops.validate import Finding, ValidationReport, validate
-    from .ops.verify import SpecOffError, VerifyReport, verify
-    from .probe import verify_torch
-    from .vocab import VocabMapping, load_mapping
-    from .vocabdiff import BuildResult, VocabDiff, build_vocab, diff_vocab
+    from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
+    from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.ops.export import ExportRejected, ExportReport, export
+    from ckpttools.ops.fix import FixResult, fix
+    from ckpttools.ops.inspect import InspectReport, inspect
+    from ckpttools.ops.remap import RemapReport, remap
+    from ckpttools.ops.validate import Finding, ValidationReport, validate
+    from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
+    from ckpttools.ops.probe import verify_torch
+    from ckpttools.vocab.mapping import VocabMapping, load_mapping
+    from ckpttools.vocab.diff import BuildResult, VocabDiff, build_vocab, diff_vocab
 
 #: public name -> the module that defines it (loaded on first use)
 _LAZY = {
-    "open_checkpoint": "ckpttools.checkpoint",
-    "Checkpoint": "ckpttools.checkpoint",
-    "detect_flavor": "ckpttools.flavor",
+    "open_checkpoint": "ckpttools.io.checkpoint",
+    "Checkpoint": "ckpttools.io.checkpoint",
+    "detect_flavor": "ckpttools.formats.flavor",
     "inspect": "ckpttools.ops.inspect",
     "InspectReport": "ckpttools.ops.inspect",
     "validate": "ckpttools.ops.validate",
@@ -67,13 +67,13 @@ _LAZY = {
     "verify": "ckpttools.ops.verify",
     "VerifyReport": "ckpttools.ops.verify",
     "SpecOffError": "ckpttools.ops.verify",
-    "verify_torch": "ckpttools.probe",
-    "VocabMapping": "ckpttools.vocab",
-    "load_mapping": "ckpttools.vocab",
-    "diff_vocab": "ckpttools.vocabdiff",
-    "VocabDiff": "ckpttools.vocabdiff",
-    "build_vocab": "ckpttools.vocabdiff",
-    "BuildResult": "ckpttools.vocabdiff",
+    "verify_torch": "ckpttools.ops.probe",
+    "VocabMapping": "ckpttools.vocab.mapping",
+    "load_mapping": "ckpttools.vocab.mapping",
+    "diff_vocab": "ckpttools.vocab.diff",
+    "VocabDiff": "ckpttools.vocab.diff",
+    "build_vocab": "ckpttools.vocab.diff",
+    "BuildResult": "ckpttools.vocab.diff",
 }
 
 __all__ = [

@@ -1,3 +1,3 @@
-from .cli import main
+from ckpttools.cli.commands import main
 
 main()

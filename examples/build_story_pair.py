@@ -198,9 +198,9 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ckpttools.tiny import write_tensors
-    from ckpttools.vocabdiff import build_vocab
-    from ckpttools.vocab import load_mapping
+    from ckpttools.demo.tiny import write_tensors
+    from ckpttools.vocab.diff import build_vocab
+    from ckpttools.vocab.mapping import load_mapping
 
     torch.set_num_threads(2)
     t0 = time.time()

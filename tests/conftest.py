@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def ckpts(tmp_path_factory):
     """One tiny checkpoint of each kind, built once."""
-    from ckpttools.tiny import DRAFTER_FLAVORS, build_drafter, build_target
+    from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
 
     root = tmp_path_factory.mktemp("ckpts")
     out = {f: build_drafter(root / f"drafter-{f}", f) for f in DRAFTER_FLAVORS}

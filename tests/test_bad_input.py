@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from safetensors.numpy import save_file
 
-from ckpttools.cli import cli
+from ckpttools.cli.commands import cli
 
 
 def _raw(path: Path, header: bytes | str, data: bytes = b"", n: int | None = None) -> Path:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from ckpttools.checkpoint import open_checkpoint
+from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
-from ckpttools.tiny import build_huge_sparse, write_tensors
-from ckpttools.writer import CheckpointWriter, TensorSpec, parse_size, plan_shards
+from ckpttools.demo.tiny import build_huge_sparse, write_tensors
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size, plan_shards
 
 from .conftest import run_ckpt
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ckpttools.cli import cli  # noqa: E402
-from ckpttools.demo import story_dir  # noqa: E402
+from ckpttools.cli.commands import cli  # noqa: E402
+from ckpttools.demo.story import story_dir  # noqa: E402
 
 
 def test_demo_tells_the_story():

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.cli import cli
+from ckpttools.cli.commands import cli
 from ckpttools.ops.export import export
-from ckpttools.launch import LaunchSpec, RunningServer, free_port
-from ckpttools.tiny import build_known_pair, known_prompts
+from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.demo.tiny import build_known_pair, known_prompts
 from ckpttools.ops.validate import validate
 
 pytestmark = pytest.mark.gpu
@@ -86,7 +86,7 @@ def test_export_proven_and_verify_launch_and_host(tmp_path, prompts):
 
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_torch_probe_matches_sglang(pair, tmp_path, prompts):
-    from ckpttools.probe import verify_torch
+    from ckpttools.ops.probe import verify_torch
 
     tp, dp = build_known_pair(tmp_path, target=pair[0], drafter=pair[1])
     code, rep, _ = launch_verify(tp, dp, prompts, f"{pair[0]}-{pair[1]}.log")

@@ -1,7 +1,7 @@
 """Property test: our header reader and the safetensors library agree on every file.
 
 Random headers and byte layouts, valid and invalid, go to both
-``ckpttools.safetensors_header.read_header`` and ``safetensors.safe_open``. They must
+``ckpttools.io.safetensors_header.read_header`` and ``safetensors.safe_open``. They must
 agree on accept or refuse; on accept, names, shapes, dtypes and bytes must be equal.
 """
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckpttools.errors import CheckpointFormatError
-from ckpttools.safetensors_header import DTYPE_BITS, read_header
+from ckpttools.io.safetensors_header import DTYPE_BITS, read_header
 
 torch = pytest.importorskip("torch")
 from safetensors import safe_open  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpttools.tiny import build_drafter
+from ckpttools.demo.tiny import build_drafter
 
 from .local_hub import LocalHub, Repo
 

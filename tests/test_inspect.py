@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.cli import cli
+from ckpttools.cli.commands import cli
 from ckpttools.ops.inspect import inspect
-from ckpttools.tiny import build_target
+from ckpttools.demo.tiny import build_target
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED_KIND = {
@@ -75,7 +75,7 @@ def test_no_tensors_flag(ckpts):
 
 
 def test_identity_and_missing_mapping_are_reported(tmp_path):
-    from ckpttools.tiny import build_drafter
+    from ckpttools.demo.tiny import build_drafter
 
     full = build_drafter(tmp_path / "full", "sglang", vocab_size=300, draft_vocab_size=300,
                          mapping=list(range(300)))  # fmt: skip
@@ -83,8 +83,8 @@ def test_identity_and_missing_mapping_are_reported(tmp_path):
     none = build_drafter(tmp_path / "none", "sglang", draft_vocab_size=256, mapping=None,
                          config_overrides={})  # fmt: skip
     # strip the mapping: rebuild the same drafter without d2t/t2d
-    from ckpttools.checkpoint import open_checkpoint
-    from ckpttools.tiny import write_tensors
+    from ckpttools.io.checkpoint import open_checkpoint
+    from ckpttools.demo.tiny import write_tensors
 
     with open_checkpoint(none) as ck:
         tensors = {n: ck.read(n).copy() for n in ck.tensors if n not in ("d2t", "t2d")}

@@ -1,6 +1,6 @@
 """Kill tests: a SIGKILL at every named step of every command that writes.
 
-``CKPT_TEST_KILL_AT=STEP`` makes the process kill itself at STEP (ckpttools.fsutil.kill_point).
+``CKPT_TEST_KILL_AT=STEP`` makes the process kill itself at STEP (ckpttools.io.fsutil.kill_point).
 After each kill, OUT (or DRAFTER, in place) holds a complete old or new tree under its
 own name, the inputs are unchanged, and the next run removes (or, for a displaced
 original, recovers) what the killed one left, says so, and succeeds.
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckpttools.checkpoint import open_checkpoint
-from ckpttools.tiny import build_drafter, build_target
-from ckpttools.vocab import VocabMapping
-from ckpttools.vocabdiff import save_mapping
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.demo.tiny import build_drafter, build_target
+from ckpttools.vocab.mapping import VocabMapping
+from ckpttools.vocab.diff import save_mapping
 
 from .helpers import tree_digest
 

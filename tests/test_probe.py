@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ckpttools.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
-from ckpttools.tiny import build_known_pair, known_prompts  # noqa: E402
+from ckpttools.ops.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
+from ckpttools.demo.tiny import build_known_pair, known_prompts  # noqa: E402
 
 STEPS = 3
 
@@ -88,7 +88,7 @@ def reference_generate(spec: TorchSpeculator, prompt: list[int], max_new: int) -
 
 
 def story():
-    from ckpttools.demo import story_dir
+    from ckpttools.demo.story import story_dir
 
     p = story_dir()
     if not (p / "drafter" / "model.safetensors").is_file():

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import ckpttools
-from ckpttools.tiny import build_drafter, build_target
-from ckpttools.vocab import VocabMapping
-from ckpttools.vocabdiff import save_mapping
+from ckpttools.demo.tiny import build_drafter, build_target
+from ckpttools.vocab.mapping import VocabMapping
+from ckpttools.vocab.diff import save_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 

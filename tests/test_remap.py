@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpttools.checkpoint import open_checkpoint
-from ckpttools.cli import cli
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.cli.commands import cli
 from ckpttools.errors import MappingError, OutputExistsError
 from ckpttools.ops.remap import remap
-from ckpttools.tiny import build_drafter, build_target
-from ckpttools.vocab import VocabMapping, load_mapping
-from ckpttools.vocabdiff import diff_vocab, save_mapping
+from ckpttools.demo.tiny import build_drafter, build_target
+from ckpttools.vocab.mapping import VocabMapping, load_mapping
+from ckpttools.vocab.diff import diff_vocab, save_mapping
 
 from .conftest import real_configs_dir
 from .helpers import tree_digest
@@ -280,7 +280,7 @@ def test_cross_tokenizer_remap_with_the_real_tinyllama_tokenizer(tmp_path):
             old_ascii.setdefault(s.encode(), i)
     expected_matches = {j: old_ascii[b] for b, j in new_ascii.items() if b in old_ascii}
     assert len(expected_matches) > 1000
-    from ckpttools.tokenmatch import load_vocab, match_tokens
+    from ckpttools.vocab.tokens import load_vocab, match_tokens
 
     tm = match_tokens(load_vocab(tl), load_vocab(bl))
     ours = {j: int(tm.new_to_old[j]) for j in expected_matches}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.cli import cli
-from ckpttools.tiny import build_drafter, build_target
+from ckpttools.cli.commands import cli
+from ckpttools.demo.tiny import build_drafter, build_target
 from ckpttools.ops.validate import sglang_default_aux_ids, validate
 
 from .helpers import rewrite, tree_digest
@@ -262,7 +262,7 @@ def test_deep_checks(tmp_path):
 
 
 def test_deep_streams_in_bounded_chunks(tmp_path):
-    from ckpttools.checkpoint import open_checkpoint
+    from ckpttools.io.checkpoint import open_checkpoint
 
     d = build_drafter(tmp_path / "d", vocab_size=4096, draft_vocab_size=4000)
     with open_checkpoint(d) as ck:

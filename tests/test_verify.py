@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.cli import cli
-from ckpttools.engines import parse_vllm_metrics
-from ckpttools.launch import LaunchSpec, build_command, parse_sglang_accept_lens
+from ckpttools.cli.commands import cli
+from ckpttools.engines.http import parse_vllm_metrics
+from ckpttools.engines.launch import LaunchSpec, build_command, parse_sglang_accept_lens
 from ckpttools.ops.verify import SpecOffError, load_prompts, verify
 
 from .conftest import SHARED

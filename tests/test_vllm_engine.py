@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.cli import cli
+from ckpttools.cli.commands import cli
 from ckpttools.ops.export import export
-from ckpttools.launch import LaunchSpec, RunningServer, free_port
-from ckpttools.tiny import build_known_pair, known_prompts
+from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.demo.tiny import build_known_pair, known_prompts
 from ckpttools.ops.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ pytestmark = [
 ]
 ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
 STEPS = 3
-# (target, drafter) -> tokens per verify step, by construction (see ckpttools.tiny.build_known_pair)
+# (target, drafter) -> tokens per verify step, by construction (see ckpttools.demo.tiny.build_known_pair)
 EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
 PER_POSITION = {("repeat", "id"): [1.0, 1.0, 1.0], ("swap", "id"): [1.0, 0.0, 0.0], ("repeat", "swap"): [0.0, 0.0, 0.0]}
 
@@ -78,7 +78,7 @@ def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path
 
 def test_torch_probe_agrees_with_vllm_exactly(pairs):
     pytest.importorskip("transformers")
-    from ckpttools.probe import verify_torch
+    from ckpttools.ops.probe import verify_torch
 
     if len(VLLM_FIGURES) != len(EXPECTED):
         pytest.skip("runs after the vLLM launch tests, which record the figures")
@@ -92,8 +92,8 @@ def test_torch_probe_agrees_with_vllm_exactly(pairs):
 
 def test_torch_probe_within_005_of_vllm_on_the_trained_pair(tmp_path):
     pytest.importorskip("transformers")
-    from ckpttools.demo import story_dir
-    from ckpttools.probe import verify_torch
+    from ckpttools.demo.story import story_dir
+    from ckpttools.ops.probe import verify_torch
 
     s = story_dir()
     vp = export(s / "drafter", tmp_path / "drafter-vllm", format="vllm", target=s / "target-a").output

@@ -1,6 +1,6 @@
 """``ckpt export``: turn any drafter layout into one SGLang (or vLLM) loads as intended.
 
-Names are made canonical by the rules in :mod:`ckpttools.names`; training-only and
+Names are made canonical by the rules in :mod:`ckpttools.formats.names`; training-only and
 unknown tensors are dropped and listed; d2t becomes int64 offsets and t2d is built when
 missing; the config gets the fields the engine reads. The output is validated before it
 is moved into place: if validate finds an error, nothing appears at OUT.
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ..config import aux_layer_ids, context_length, essentials, require_valid_config
-from ..errors import EXIT_FINDINGS, CkptError
-from .fix import copy_side_files
-from ..flavor import detect_flavor
-from ..manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
-from ..names import canonical_name, is_training_only, sglang_loads, suggest_rename
-from .validate import load_target_config, sglang_default_aux_ids, validate
-from ..vocab import VocabMapping
-from ..writer import CheckpointWriter, TensorSpec, parse_size
+from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
+from ckpttools.errors import EXIT_FINDINGS, CkptError
+from ckpttools.ops.fix import copy_side_files
+from ckpttools.formats.flavor import detect_flavor
+from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
+from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ckpttools.ops.validate import load_target_config, sglang_default_aux_ids, validate
+from ckpttools.vocab.mapping import VocabMapping
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size
 
 __all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
 

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint, hub_blobs, open_checkpoint
-from ..config import context_length
-from ..errors import NoWeightsError, UnsafePathError
-from ..manifest import MANIFEST_NAME, make_manifest
-from ..names import canonical_name, layer_index, suggest_rename
-from .validate import ValidationReport, load_target_config, validate
-from ..writer import CheckpointWriter, TensorSpec
+from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
+from ckpttools.formats.config import context_length
+from ckpttools.errors import NoWeightsError, UnsafePathError
+from ckpttools.io.manifest import MANIFEST_NAME, make_manifest
+from ckpttools.formats.names import canonical_name, layer_index, suggest_rename
+from ckpttools.ops.validate import ValidationReport, load_target_config, validate
+from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
 __all__ = ["FixResult", "fix", "copy_side_files", "WEIGHT_FILE_SUFFIXES"]
 

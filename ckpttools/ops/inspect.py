@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint, open_checkpoint
-from ..config import context_length, essentials
-from ..flavor import detect_flavor
+from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
+from ckpttools.formats.config import context_length, essentials
+from ckpttools.formats.flavor import detect_flavor
 
 __all__ = ["InspectReport", "inspect", "INSPECT_SCHEMA_VERSION"]
 
@@ -109,8 +109,8 @@ def inspect(
     mapping = None
     notes: list[str] = [f"config {where} {why}: ignored" for where, why in (ess.invalid.items() if ess else ())]
     if flavor.has_d2t or flavor.has_t2d:
-        from ..errors import MappingError
-        from ..vocab import VocabMapping
+        from ckpttools.errors import MappingError
+        from ckpttools.vocab.mapping import VocabMapping
 
         try:
             m = VocabMapping.from_checkpoint(ck, allow_missing=True)
@@ -120,7 +120,7 @@ def inspect(
     elif flavor.is_drafter and ess is not None:
         vd, v = ess.draft_vocab_size, ess.vocab_size
         if isinstance(vd, int) and isinstance(v, int) and vd < v:
-            from ..vocab import missing_mapping_message
+            from ckpttools.vocab.mapping import missing_mapping_message
 
             notes.append(missing_mapping_message(vd, v))
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ..config import essentials, require_valid_config
-from ..errors import MappingError
-from .fix import copy_side_files
-from ..fsutil import check_output_path
-from ..manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
-from ..names import canonical_name
-from ..safetensors_header import DTYPE_SIZES
-from ..vocab import VocabMapping, load_mapping
-from ..writer import CheckpointWriter, TensorSpec, parse_size
+from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from ckpttools.formats.config import essentials, require_valid_config
+from ckpttools.errors import MappingError
+from ckpttools.ops.fix import copy_side_files
+from ckpttools.io.fsutil import check_output_path
+from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
+from ckpttools.formats.names import canonical_name
+from ckpttools.io.safetensors_header import DTYPE_SIZES
+from ckpttools.vocab.mapping import VocabMapping, load_mapping
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size
 
 __all__ = ["RemapReport", "remap", "FILL_POLICIES"]
 
@@ -105,7 +105,7 @@ def _check_source(ck: Checkpoint, m: VocabMapping, head: str | None, emb: str | 
 def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab_size: int) -> tuple[VocabMapping, np.ndarray | None, str]:
     counts = None
     if frequencies is not None:
-        from ..vocabdiff import load_frequencies
+        from ckpttools.vocab.diff import load_frequencies
 
         counts = load_frequencies(frequencies, vocab_size)
         if not draft_vocab_size or draft_vocab_size > vocab_size:
@@ -330,7 +330,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
     v_default = v_src
     if target is not None:
-        from .validate import load_target_config
+        from ckpttools.ops.validate import load_target_config
 
         tcfg = load_target_config(target)[0]
         require_valid_config(tcfg, f"target {target}")
@@ -338,7 +338,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
         v_default = tv if isinstance(tv, int) else v_default
     token_match = None
     if source_tokenizer is not None:
-        from ..tokenmatch import load_vocab, match_tokens
+        from ckpttools.vocab.tokens import load_vocab, match_tokens
 
         old_vocab, new_vocab = load_vocab(source_tokenizer), load_vocab(target_tokenizer)
         if target is None:

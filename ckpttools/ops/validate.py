@@ -7,17 +7,16 @@ target checks with ``target=``; ``deep=True`` streams every tensor.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint, load_config, open_checkpoint
-from ..config import aux_layer_ids, config_problems, context_length, essentials, lookup
-from ..errors import ConfigError, MappingError, NoWeightsError
-from ..names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.formats.config import aux_layer_ids, config_problems, context_length, essentials, lookup
+from ckpttools.schemas import load_schema
+from ckpttools.errors import ConfigError, MappingError, NoWeightsError
+from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
 
 __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sglang_default_aux_ids", "SEVERITIES"]
 
@@ -78,16 +77,8 @@ class ValidationReport:
 
 @lru_cache(maxsize=None)
 def schema(name: str) -> dict[str, Any]:
-    """A JSON Schema shipped in ckpttools.schemas (the top-level schemas/ folder).
-
-    Installed, the folder is the package ``ckpttools.schemas``; run from a source
-    checkout, it is read from ``schemas/`` beside the package.
-    """
-    try:
-        text = resources.files("ckpttools.schemas").joinpath(name).read_text(encoding="utf-8")
-    except ModuleNotFoundError:
-        text = (Path(__file__).resolve().parents[2] / "schemas" / name).read_text(encoding="utf-8")
-    return json.loads(text)
+    """A JSON Schema shipped in ckpttools.schemas."""
+    return load_schema(name)
 
 
 def sglang_default_aux_ids(num_target_layers: int) -> list[int]:
@@ -274,7 +265,7 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
                                "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size"))  # fmt: skip
     # the vocabulary mapping
     vd, v = ess.draft_vocab_size, ess.vocab_size
-    from ..vocab import VocabMapping, missing_mapping_message
+    from ckpttools.vocab.mapping import VocabMapping, missing_mapping_message
 
     if "d2t" in canon or "t2d" in canon:
         try:
@@ -312,7 +303,7 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
     if isinstance(d.vocab_size, int) and d.vocab_size != t.vocab_size:
         top = None
         if ck is not None:
-            from ..vocab import VocabMapping
+            from ckpttools.vocab.mapping import VocabMapping
 
             try:
                 m = VocabMapping.from_checkpoint(ck, allow_missing=True)

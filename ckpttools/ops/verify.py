@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..engines import Prompt, RequestResult, SGLangClient, VLLMClient, check_figures, check_url, detect_engine
-from ..errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
+from ckpttools.engines.http import Prompt, RequestResult, SGLangClient, VLLMClient, check_figures, check_url, detect_engine
+from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -86,7 +86,7 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
         text = resources.files("ckpttools").joinpath("data/prompts.jsonl").read_text(encoding="utf-8")
         where = "built-in prompts"
     else:
-        from ..fsutil import read_regular_bytes
+        from ckpttools.io.fsutil import read_regular_bytes
 
         p = Path(source)
         if not p.exists():
@@ -99,7 +99,7 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
     if not out:
         raise ConfigError(f"{where}: no prompts", hint=_PROMPTS_HINT)
     if tokenizer is not None:
-        from ..tokenmatch import load_hf_tokenizer
+        from ckpttools.vocab.tokens import load_hf_tokenizer
 
         tok = load_hf_tokenizer(tokenizer)
         out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
@@ -311,7 +311,7 @@ def verify(
         baseline_host: the same target without speculation, for the speedup.
         min_accept_len: the bar (tokens per verify step); below it the report fails
             (exit code 1), and the run stops early once the 95% interval is below it.
-        launch: a :class:`ckpttools.launch.LaunchSpec` to start, measure, and stop.
+        launch: a :class:`ckpttools.engines.launch.LaunchSpec` to start, measure, and stop.
 
     Returns:
         a :class:`VerifyReport` (partial results are kept when requests fail).
@@ -327,7 +327,7 @@ def verify(
     server = None
     try:
         if launch is not None:
-            from ..launch import RunningServer
+            from ckpttools.engines.launch import RunningServer
 
             server = RunningServer(launch).start()
             server.wait_ready(client)
@@ -378,7 +378,7 @@ def verify(
         elif min_accept_len is not None:
             rep.passed = False
         if server is not None and engine == "sglang":
-            from ..launch import parse_sglang_accept_lens
+            from ckpttools.engines.launch import parse_sglang_accept_lens
 
             rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
         rep.verdict = _verdict(rep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .names import canonical_name
+from ckpttools.formats.names import canonical_name
 
 __all__ = ["Flavor", "detect_flavor", "FLAVORS"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .output import human_bytes, human_count, table
+from ckpttools.cli.output import human_bytes, human_count, table
 
 __all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap", "render_export", "render_verify"]
 
@@ -196,7 +196,7 @@ class _Val:
     """A ValidationReport view over its dict (for rendering a report carried as data)."""
 
     def __init__(self, d: dict[str, Any]) -> None:
-        from .ops.validate import Finding
+        from ckpttools.ops.validate import Finding
 
         self.drafter, self.target, self.checked, self.ok = d["drafter"], d["target"], d["checked"], d["ok"]
         self.findings = [Finding(**f) for f in d["findings"]]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TokenizerError
+from ckpttools.errors import TokenizerError
 
 __all__ = ["TokenizerVocab", "load_vocab", "load_hf_tokenizer", "match_tokens", "TokenMatch", "bytes_to_unicode", "tokenizer_json"]
 
@@ -76,7 +76,7 @@ def tokenizer_json(path: str | Path) -> Path:
     Raises:
         TokenizerError: no such file, or not a regular file.
     """
-    from .fsutil import ensure_regular
+    from ckpttools.io.fsutil import ensure_regular
 
     p = Path(path)
     if p.is_dir():
@@ -111,7 +111,7 @@ MAX_TOKEN_ID = 1 << 24
 
 def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dict[int, dict[str, Any]]]:
     """tokenizer.json's content, its (piece, id) items and its added tokens, checked."""
-    from .fsutil import read_regular_bytes
+    from ckpttools.io.fsutil import read_regular_bytes
 
     def bad(what: str) -> TokenizerError:
         return TokenizerError(f"{p}: not a usable Hugging Face tokenizer.json ({what})", path=p)

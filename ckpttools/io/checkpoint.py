@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .errors import (
+from ckpttools.errors import (
     CheckpointFormatError,
     CheckpointNotFoundError,
     ConfigError,
@@ -23,7 +23,7 @@ from .errors import (
     PickleRefusedError,
     UnsafePathError,
 )
-from .safetensors_header import ShardHeader, TensorInfo, read_header
+from ckpttools.io.safetensors_header import ShardHeader, TensorInfo, read_header
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,7 +64,7 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
 
 def load_config(path: Path) -> dict[str, Any]:
     """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
-    from .fsutil import read_regular_bytes
+    from ckpttools.io.fsutil import read_regular_bytes
 
     try:
         cfg = orjson.loads(read_regular_bytes(path))
@@ -255,7 +255,7 @@ class Checkpoint:
     def _fd(self, shard: str) -> int:
         fd = self._fds.get(shard)
         if fd is None:
-            from .fsutil import open_regular
+            from ckpttools.io.fsutil import open_regular
 
             fd = self._fds[shard] = open_regular(self._shard_paths[shard])
         return fd
@@ -338,7 +338,7 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
 
 def _read_index(index_path: Path) -> dict[str, str]:
     """The weight_map of a sharded checkpoint's index: tensor name -> shard file name."""
-    from .fsutil import read_regular_bytes
+    from ckpttools.io.fsutil import read_regular_bytes
 
     try:
         index = orjson.loads(read_regular_bytes(index_path))
@@ -406,7 +406,7 @@ def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoi
         raise CheckpointNotFoundError(f"{text!r}: not a path or a Hub repo id", path=text)
     p = Path(text).expanduser()
     if p.exists() and not (p.is_dir() or p.is_file()):
-        from .fsutil import ensure_regular
+        from ckpttools.io.fsutil import ensure_regular
 
         ensure_regular(p)  # raises: a FIFO, socket or device is never opened
     if p.is_dir():

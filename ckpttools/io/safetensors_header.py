@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import orjson
 
-from .errors import CheckpointFormatError
+from ckpttools.errors import CheckpointFormatError
 
 __all__ = ["DTYPE_BITS", "DTYPE_SIZES", "MAX_HEADER_BYTES", "TensorInfo", "ShardHeader", "read_header"]
 
@@ -96,7 +96,7 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
         >>> read_header("model.safetensors").tensors["fc.weight"].shape  # doctest: +SKIP
         (64, 192)
     """
-    from .fsutil import open_regular
+    from ckpttools.io.fsutil import open_regular
 
     path = Path(path)
     shard = shard_name or path.name

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from ckpttools.errors import ConfigError
 
 __all__ = ["ConfigEssentials", "essentials", "lookup", "aux_layer_ids", "context_length", "SUBCONFIG_KEYS",
            "config_problems", "require_valid_config", "INT_BOUNDS"]  # fmt: skip

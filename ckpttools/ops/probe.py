@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import open_checkpoint
-from .config import aux_layer_ids, essentials
-from .engines import RequestResult
-from .errors import CkptError
-from .flavor import detect_flavor
-from .names import canonical_name
-from .ops.validate import sglang_default_aux_ids
-from .ops.verify import VerifyReport, _verdict, load_prompts, summarize
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.formats.config import aux_layer_ids, essentials
+from ckpttools.engines.http import RequestResult
+from ckpttools.errors import CkptError
+from ckpttools.formats.flavor import detect_flavor
+from ckpttools.formats.names import canonical_name
+from ckpttools.ops.validate import sglang_default_aux_ids
+from ckpttools.ops.verify import VerifyReport, _verdict, load_prompts, summarize
 
 __all__ = ["Eagle3Drafter", "TorchSpeculator", "verify_torch"]
 

@@ -25,9 +25,9 @@ def story_dir() -> Path:
 
 def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
     """What one public exporter does: swap in another mapping's d2t/t2d, leave lm_head as is."""
-    from .checkpoint import open_checkpoint
-    from .vocab import load_mapping
-    from .writer import CheckpointWriter, TensorSpec
+    from ckpttools.io.checkpoint import open_checkpoint
+    from ckpttools.vocab.mapping import load_mapping
+    from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
     m = load_mapping(mapping)
     with open_checkpoint(drafter) as ck:
@@ -45,17 +45,17 @@ def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
 
 
 def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None) -> Callable[[Path, Path], Any]:
-    from .ops.verify import VerifyReport
+    from ckpttools.ops.verify import VerifyReport
 
     def torch_engine(target: Path, drafter: Path) -> VerifyReport:
-        from .probe import verify_torch
+        from ckpttools.ops.probe import verify_torch
 
         return verify_torch(target, drafter, steps=3, prompts=str(prompts), num_prompts=12, max_new_tokens=64)
 
     def server_engine(target: Path, drafter: Path) -> VerifyReport:
-        from .ops.export import export
-        from .launch import LaunchSpec, free_port
-        from .ops.verify import verify
+        from ckpttools.ops.export import export
+        from ckpttools.engines.launch import LaunchSpec, free_port
+        from ckpttools.ops.verify import verify
 
         served = drafter
         args: list[str] = []
@@ -77,10 +77,10 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
 def run_demo(workdir: str | Path | None = None, echo: Callable[[str], None] = print, engine: str = "torch",
              engine_python: str | None = None) -> int:  # fmt: skip
     """Replay the story; returns 0 when every step behaved as the story says, else 1."""
-    from .ops.inspect import inspect
-    from .ops.remap import remap
-    from .ops.validate import validate
-    from .vocabdiff import diff_vocab
+    from ckpttools.ops.inspect import inspect
+    from ckpttools.ops.remap import remap
+    from ckpttools.ops.validate import validate
+    from ckpttools.vocab.diff import diff_vocab
 
     story = story_dir()
     target_a, target_b = story / "target-a", story / "target-b"

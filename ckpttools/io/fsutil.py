@@ -17,7 +17,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from .errors import CheckpointFormatError, OutputExistsError, UnsafePathError
+from ckpttools.errors import CheckpointFormatError, OutputExistsError, UnsafePathError
 
 __all__ = [
     "open_regular",

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ServerError
+from ckpttools.errors import ServerError
 
 __all__ = ["Prompt", "RequestResult", "SGLangClient", "VLLMClient", "detect_engine", "parse_sglang_meta",
            "parse_vllm_metrics", "check_figures", "check_url"]  # fmt: skip

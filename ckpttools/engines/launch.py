@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ServerError
+from ckpttools.errors import ServerError
 
 __all__ = ["LaunchSpec", "RunningServer", "build_command", "parse_sglang_accept_lens", "free_port"]
 

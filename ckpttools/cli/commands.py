@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .errors import EXIT_USAGE, CkptError
+from ckpttools.errors import EXIT_USAGE, CkptError
 
 EXIT_CODES_HELP = ("Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, "
                    "3 verify measured nothing.")
@@ -88,7 +88,7 @@ def cli() -> None:
 def _show(result: Any, as_json: bool, render: Any) -> None:
     """Data to stdout: the result's JSON with --json, else its human rendering."""
     if as_json:
-        from .output import emit_json
+        from ckpttools.cli.output import emit_json
 
         emit_json(result.to_dict())
     else:
@@ -114,8 +114,8 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
       ckpt inspect ./drafter --json --no-tensors
       ckpt inspect ./target --filter 'model.layers.0.*'
     """
-    from .ops.inspect import inspect
-    from .render import render_inspect
+    from ckpttools.ops.inspect import inspect
+    from ckpttools.cli.render import render_inspect
 
     _show(inspect(path, tensors=tensors, filter=pattern, revision=revision), as_json, render_inspect)
 
@@ -141,9 +141,9 @@ def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | Non
       ckpt diff-vocab ./drafter-k2 ./drafter-k25
       ckpt diff-vocab ./drafter mapping.safetensors --tokenizer ./target --show 20
     """
-    from .vocabdiff import diff_vocab
+    from ckpttools.vocab.diff import diff_vocab
 
-    from .render import render_diff_vocab
+    from ckpttools.cli.render import render_diff_vocab
 
     _show(diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show), as_json, render_diff_vocab)
 
@@ -172,9 +172,9 @@ def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | N
     Example:
       ckpt vocab build --frequencies counts.jsonl --vocab-size 163840 --draft-vocab-size 32000 -o map.safetensors
     """
-    from .vocabdiff import build_vocab
+    from ckpttools.vocab.diff import build_vocab
 
-    from .render import render_build
+    from ckpttools.cli.render import render_build
 
     _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, render_build)
 
@@ -206,15 +206,15 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
         raise click.UsageError("-o/--in-place/--force go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
-    from .render import render_fix, render_validation
+    from ckpttools.cli.render import render_fix, render_validation
 
     if do_fix:
-        from .ops.fix import fix
+        from ckpttools.ops.fix import fix
 
         res = fix(drafter, out, target=target, in_place=in_place, force=force)
         _show(res, as_json, render_fix)
         sys.exit(0 if res.after.ok else 1)
-    from .ops.validate import validate
+    from ckpttools.ops.validate import validate
 
     r = validate(drafter, target, deep=deep)
     _show(r, as_json, render_validation)
@@ -254,14 +254,14 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     if frequencies and not draft_vocab_size:
         raise click.UsageError("--frequencies needs --draft-vocab-size")
     try:
-        from .writer import parse_size
+        from ckpttools.io.writer import parse_size
 
         parse_size(max_shard_size)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
-    from .output import byte_progress
-    from .ops.remap import remap
-    from .render import render_remap
+    from ckpttools.cli.output import byte_progress
+    from ckpttools.ops.remap import remap
+    from ckpttools.cli.render import render_remap
 
     with byte_progress("remap", quiet) as bar:
         r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
@@ -298,14 +298,14 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
       ckpt export ./drafter -o ./for-vllm --format vllm --target ./target
     """
     try:
-        from .writer import parse_size
+        from ckpttools.io.writer import parse_size
 
         parse_size(max_shard_size)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
-    from .ops.export import ExportRejected, export
-    from .output import byte_progress
-    from .render import render_export
+    from ckpttools.ops.export import ExportRejected, export
+    from ckpttools.cli.output import byte_progress
+    from ckpttools.cli.render import render_export
 
     try:
         with byte_progress("export", quiet) as bar:
@@ -367,13 +367,13 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
       ckpt verify --launch --engine sglang --target ./target --drafter ./drafter --steps 3
       ckpt verify --engine torch --target ./target ./drafter --steps 3
     """
-    from .render import render_verify
+    from ckpttools.cli.render import render_verify
 
     drafter = drafter or drafter_arg
     if engine == "torch":
         if not (target and drafter):
             raise click.UsageError("--engine torch needs --target and DRAFTER")
-        from .probe import verify_torch
+        from ckpttools.ops.probe import verify_torch
 
         rep = verify_torch(target, drafter, steps=steps, prompts=prompts, num_prompts=num_prompts,
                            max_new_tokens=max_new_tokens, min_accept_len=min_accept_len, tokenizer=tokenizer,
@@ -383,7 +383,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
         if launch:
             if not (target and drafter) or engine == "auto":
                 raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
-            from .launch import LaunchSpec, free_port
+            from ckpttools.engines.launch import LaunchSpec, free_port
 
             p = port or free_port()
             spec = LaunchSpec(engine=engine, target=target, drafter=drafter, port=p, tp=tp, steps=steps, topk=topk,
@@ -392,7 +392,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
             click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
         elif not host:
             raise click.UsageError("give --host URL, or --launch, or --engine torch")
-        from .ops.verify import verify
+        from ckpttools.ops.verify import verify
 
         bar = None
         if not quiet and sys.stderr.isatty():
@@ -411,7 +411,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
     if output_file:
         import json as _json
 
-        from .fsutil import write_text_atomic
+        from ckpttools.io.fsutil import write_text_atomic
 
         write_text_atomic(output_file, _json.dumps(rep.to_dict(), indent=2) + "\n")
     _show(rep, as_json, render_verify)
@@ -451,7 +451,7 @@ def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: in
     if draft_vocab_size > vocab_size:
         raise click.BadParameter(f"{draft_vocab_size} is larger than --vocab-size {vocab_size}",
                                  param_hint="--draft-vocab-size")  # fmt: skip
-    from .tiny import build_drafter
+    from ckpttools.demo.tiny import build_drafter
 
     p = build_drafter(out, flavor, vocab_size=vocab_size, draft_vocab_size=draft_vocab_size,
                       hidden_size=hidden_size, seed=seed, force=force)  # fmt: skip
@@ -474,7 +474,7 @@ def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int,
     Example:
       ckpt example target /tmp/t --num-layers 8
     """
-    from .tiny import build_target
+    from ckpttools.demo.tiny import build_target
 
     p = build_target(out, vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                      max_position_embeddings=max_position_embeddings, force=force)  # fmt: skip
@@ -494,7 +494,7 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
     (the naive d2t swap collapses, ckpt remap restores it); then the same drafter on
     target B, target A trained further: every check passes, acceptance drops.
     """
-    from .demo import run_demo
+    from ckpttools.demo.story import run_demo
 
     code = run_demo(workdir, echo=click.echo, engine=engine, engine_python=engine_python)
     sys.exit(code)

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CheckpointNotFoundError, MappingError, PickleRefusedError
+from ckpttools.errors import CheckpointNotFoundError, MappingError, PickleRefusedError
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
+    from ckpttools.io.checkpoint import Checkpoint
 
 __all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_message", "MAPPING_FILE_SUFFIXES"]
 
@@ -130,8 +130,8 @@ class VocabMapping:
     @classmethod
     def from_checkpoint(cls, ck: Checkpoint, *, allow_missing: bool = False) -> VocabMapping | None:
         """The mapping stored in a checkpoint's weights (d2t and/or t2d)."""
-        from .config import essentials
-        from .names import canonical_name
+        from ckpttools.formats.config import essentials
+        from ckpttools.formats.names import canonical_name
 
         names = {canonical_name(n)[0]: n for n in ck.tensors}
         ess = essentials(ck.config)
@@ -320,8 +320,8 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
     Raises:
         MappingError, CheckpointNotFoundError, CheckpointFormatError.
     """
-    from .checkpoint import Checkpoint, open_checkpoint
-    from .fsutil import ensure_regular, read_regular_bytes
+    from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
+    from ckpttools.io.fsutil import ensure_regular, read_regular_bytes
 
     if isinstance(src, VocabMapping):
         return src

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointNotFoundError, MappingError, OutputExistsError
-from .fsutil import ensure_regular
-from .vocab import VocabMapping, load_mapping
+from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError
+from ckpttools.io.fsutil import ensure_regular
+from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 __all__ = [
     "VocabDiff",
@@ -58,7 +58,7 @@ def token_strings(tokenizer: str | Path | None):
     """A function id -> token string from an HF tokenizer.json (or a directory holding one)."""
     if tokenizer is None:
         return None
-    from .tokenmatch import load_hf_tokenizer
+    from ckpttools.vocab.tokens import load_hf_tokenizer
 
     return load_hf_tokenizer(tokenizer).id_to_token
 
@@ -154,7 +154,7 @@ def _jsonl_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
 
 
 def _json_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
-    from .fsutil import read_regular_bytes
+    from ckpttools.io.fsutil import read_regular_bytes
 
     try:
         obj = json.loads(read_regular_bytes(p).decode("utf-8"))
@@ -294,8 +294,8 @@ def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | N
                  force: bool = False, metadata: dict[str, str] | None = None,
                  inputs: tuple[str | Path, ...] = ()) -> Path:  # fmt: skip
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
-    from .fsutil import check_output_path, clean_stale_temporaries, kill_point, rename_noreplace, temp_name
-    from .writer import SafetensorsFileWriter, TensorSpec
+    from ckpttools.io.fsutil import check_output_path, clean_stale_temporaries, kill_point, rename_noreplace, temp_name
+    from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
 
     out = Path(out)
     check_output_path(out, list(inputs))

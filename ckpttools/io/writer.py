@@ -23,8 +23,8 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointFormatError, OutputExistsError
-from .fsutil import (
+from ckpttools.errors import CheckpointFormatError, OutputExistsError
+from ckpttools.io.fsutil import (
     check_output_path,
     clean_stale_temporaries,
     kill_point,
@@ -32,7 +32,7 @@ from .fsutil import (
     rename_noreplace,
     temp_name,
 )
-from .safetensors_header import DTYPE_SIZES
+from ckpttools.io.safetensors_header import DTYPE_SIZES
 
 __all__ = [
     "umask_mode",

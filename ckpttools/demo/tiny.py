@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .writer import CheckpointWriter, TensorSpec
+from ckpttools.errors import ConfigError
+from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
 __all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors",
            "build_known_pair", "known_prompts", "swap_pairs"]
@@ -27,7 +27,7 @@ _CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 def _np_dtype(st: str) -> np.dtype:
-    from .checkpoint import numpy_dtype
+    from ckpttools.io.checkpoint import numpy_dtype
 
     return numpy_dtype(st)
 

@@ -1,0 +1,1 @@
+"""Serving engines: HTTP clients for SGLang and vLLM, and starting a server."""

@@ -1,0 +1,68 @@
+"""The house: lower layers never import higher ones, and the published schemas equal the
+ones the package uses."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "ckpttools"
+
+#: the layers, lowest first; a module may import its own layer and those below it
+LAYERS = ["errors", "schemas", "io", "formats", "vocab", "engines", "ops", "demo", "cli"]
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "ckpttools" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return out
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for p in PKG.rglob("*.py"):
+        rel = p.relative_to(PKG)
+        top = rel.parts[0].removesuffix(".py")
+        assert top in LAYERS or top in ("__init__", "__main__"), f"{rel} is in no layer"
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")))
+def test_lower_layers_never_import_higher_ones(path: str) -> None:
+    p = PKG / path
+    here = p.relative_to(PKG).parts[0].removesuffix(".py")
+    if here not in LAYERS:  # the package's own __init__ and __main__ sit above every layer
+        return
+    for mod in _imports(p):
+        there = _layer(mod)
+        if there is None or there not in LAYERS:
+            continue
+        assert LAYERS.index(there) <= LAYERS.index(here), f"{path} ({here}) imports {mod} ({there}), a higher layer"
+
+
+def test_no_relative_imports_across_layers() -> None:
+    """Imports inside the package are absolute, so a move shows up in one grep."""
+    for p in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                raise AssertionError(f"{p.relative_to(REPO)}: relative import of {node.module}")
+
+
+def test_published_schemas_equal_the_packaged_ones() -> None:
+    published = sorted((REPO / "schemas").glob("*.json"))
+    packaged = sorted((PKG / "schemas").glob("*.json"))
+    assert [p.name for p in published] == [p.name for p in packaged]
+    for a, b in zip(published, packaged):
+        assert a.read_bytes() == b.read_bytes(), f"schemas/{a.name} differs from ckpttools/schemas/{b.name}"
