@@ -41,8 +41,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    from ckpttools.vocab.mapping import VocabMapping
     from ckpttools.vocab.diff import save_mapping
+    from ckpttools.vocab.mapping import VocabMapping
 
     rng = np.random.default_rng(0)
     v, vd = 163_840, 32_000

@@ -62,8 +62,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.demo.tiny import build_huge_sparse
+    from ckpttools.io.checkpoint import open_checkpoint
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-inspect-")
     work = a.workdir or Path(tmp.name)

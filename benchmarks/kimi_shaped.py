@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ckpttools.vocab.mapping import VocabMapping
-from ckpttools.vocab.diff import save_mapping
 from ckpttools.io.writer import CheckpointWriter, TensorSpec
+from ckpttools.vocab.diff import save_mapping
+from ckpttools.vocab.mapping import VocabMapping
 
 H, V, VD, HEADS, KV, HD, INTER = 7168, 163_840, 32_000, 56, 8, 128, 4096
 

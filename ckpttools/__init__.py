@@ -35,17 +35,17 @@ from ckpttools.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.ops.export import ExportRejected, ExportReport, export
     from ckpttools.ops.fix import FixResult, fix
     from ckpttools.ops.inspect import InspectReport, inspect
+    from ckpttools.ops.probe import verify_torch
     from ckpttools.ops.remap import RemapReport, remap
     from ckpttools.ops.validate import Finding, ValidationReport, validate
     from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
-    from ckpttools.ops.probe import verify_torch
-    from ckpttools.vocab.mapping import VocabMapping, load_mapping
     from ckpttools.vocab.diff import BuildResult, VocabDiff, build_vocab, diff_vocab
+    from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 #: public name -> the module that defines it (loaded on first use)
 _LAZY = {

@@ -193,8 +193,8 @@ def build_base(base: Path) -> None:
     from tokenizers import Tokenizer, models
 
     from ckpttools.demo.tiny import build_drafter, build_target
-    from ckpttools.vocab.mapping import VocabMapping
     from ckpttools.vocab.diff import save_mapping
+    from ckpttools.vocab.mapping import VocabMapping
 
     build_drafter(base / "d", "sglang")
     build_drafter(base / "sh", "sglang", max_shard_size=40_000, embed_tokens=True)
@@ -444,8 +444,8 @@ def mapping_cases() -> list[Case]:
 
 
 def _short_head(d: Path, base: Path) -> None:
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.demo.tiny import write_tensors
+    from ckpttools.io.checkpoint import open_checkpoint
 
     with open_checkpoint(base / "d") as ck:
         tensors = {n: ck.read(n).copy() for n in ck.tensors}

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.demo.tiny import write_tensors
+from ckpttools.io.checkpoint import open_checkpoint
 
 
 def rewrite(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: dict[str, str] | None = None,

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from ckpttools.io.checkpoint import open_checkpoint
-from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.demo.tiny import build_huge_sparse, write_tensors
+from ckpttools.errors import CheckpointFormatError, OutputExistsError
+from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size, plan_shards
 
 from .conftest import run_ckpt

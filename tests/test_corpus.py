@@ -4,6 +4,7 @@ paths, from the case's own directory. One parametrized test per case, plus the t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.corpus import Outcome, all_cases, build_base, run_case

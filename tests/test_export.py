@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.cli.commands import cli
+from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
+from ckpttools.formats.names import canonical_name, sglang_loads, suggest_rename
+from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.export import export
 from ckpttools.ops.inspect import inspect
-from ckpttools.formats.names import canonical_name, sglang_loads, suggest_rename
-from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
 from ckpttools.ops.validate import validate
 
 from .helpers import rewrite

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
-from ckpttools.ops.inspect import inspect
 from ckpttools.demo.tiny import build_target
+from ckpttools.ops.inspect import inspect
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED_KIND = {
@@ -83,8 +83,8 @@ def test_identity_and_missing_mapping_are_reported(tmp_path):
     none = build_drafter(tmp_path / "none", "sglang", draft_vocab_size=256, mapping=None,
                          config_overrides={})  # fmt: skip
     # strip the mapping: rebuild the same drafter without d2t/t2d
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.demo.tiny import write_tensors
+    from ckpttools.io.checkpoint import open_checkpoint
 
     with open_checkpoint(none) as ck:
         tensors = {n: ck.read(n).copy() for n in ck.tensors if n not in ("d2t", "t2d")}

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.demo.tiny import build_drafter, build_target
-from ckpttools.vocab.mapping import VocabMapping
+from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.vocab.diff import save_mapping
+from ckpttools.vocab.mapping import VocabMapping
 
 from .helpers import tree_digest
 

@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ckpttools.ops.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
 from ckpttools.demo.tiny import build_known_pair, known_prompts  # noqa: E402
+from ckpttools.ops.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
 
 STEPS = 3
 

@@ -15,8 +15,8 @@ import pytest
 
 import ckpttools
 from ckpttools.demo.tiny import build_drafter, build_target
-from ckpttools.vocab.mapping import VocabMapping
 from ckpttools.vocab.diff import save_mapping
+from ckpttools.vocab.mapping import VocabMapping
 
 REPO = Path(__file__).resolve().parents[1]
 

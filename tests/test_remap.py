@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.cli.commands import cli
-from ckpttools.errors import MappingError, OutputExistsError
-from ckpttools.ops.remap import remap
 from ckpttools.demo.tiny import build_drafter, build_target
-from ckpttools.vocab.mapping import VocabMapping, load_mapping
+from ckpttools.errors import MappingError, OutputExistsError
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.ops.remap import remap
 from ckpttools.vocab.diff import diff_vocab, save_mapping
+from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 from .conftest import real_configs_dir
 from .helpers import tree_digest

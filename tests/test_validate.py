@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_drafter, build_target
-from ckpttools.ops.validate import sglang_default_aux_ids, validate
+from ckpttools.formats.conventions import sglang_default_aux_ids
+from ckpttools.ops.validate import validate
 
 from .helpers import rewrite, tree_digest
 

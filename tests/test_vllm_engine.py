@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
-from ckpttools.ops.export import export
-from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.demo.tiny import build_known_pair, known_prompts
+from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.ops.export import export
 from ckpttools.ops.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]

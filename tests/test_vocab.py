@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 from ckpttools.cli.commands import cli
-from ckpttools.errors import MappingError
 from ckpttools.demo.tiny import build_drafter
-from ckpttools.vocab.mapping import VocabMapping, load_mapping
+from ckpttools.errors import MappingError
 from ckpttools.vocab.diff import build_vocab, diff_vocab, load_frequencies
+from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 from .conftest import real_configs_dir
 
@@ -232,8 +232,8 @@ def test_length_disagreeing_with_config_is_exit_2(tmp_path):
 
 
 def test_missing_mapping_says_what_engines_do(tmp_path):
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.demo.tiny import write_tensors
+    from ckpttools.io.checkpoint import open_checkpoint
 
     d = build_drafter(tmp_path / "d")
     with open_checkpoint(d) as ck:

@@ -114,8 +114,8 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
       ckpt inspect ./drafter --json --no-tensors
       ckpt inspect ./target --filter 'model.layers.0.*'
     """
-    from ckpttools.ops.inspect import inspect
     from ckpttools.cli.render import render_inspect
+    from ckpttools.ops.inspect import inspect
 
     _show(inspect(path, tensors=tensors, filter=pattern, revision=revision), as_json, render_inspect)
 
@@ -141,9 +141,8 @@ def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | Non
       ckpt diff-vocab ./drafter-k2 ./drafter-k25
       ckpt diff-vocab ./drafter mapping.safetensors --tokenizer ./target --show 20
     """
-    from ckpttools.vocab.diff import diff_vocab
-
     from ckpttools.cli.render import render_diff_vocab
+    from ckpttools.vocab.diff import diff_vocab
 
     _show(diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show), as_json, render_diff_vocab)
 
@@ -172,9 +171,8 @@ def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | N
     Example:
       ckpt vocab build --frequencies counts.jsonl --vocab-size 163840 --draft-vocab-size 32000 -o map.safetensors
     """
-    from ckpttools.vocab.diff import build_vocab
-
     from ckpttools.cli.render import render_build
+    from ckpttools.vocab.diff import build_vocab
 
     _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, render_build)
 
@@ -260,8 +258,8 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from ckpttools.cli.output import byte_progress
-    from ckpttools.ops.remap import remap
     from ckpttools.cli.render import render_remap
+    from ckpttools.ops.remap import remap
 
     with byte_progress("remap", quiet) as bar:
         r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
@@ -303,9 +301,9 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
         parse_size(max_shard_size)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
-    from ckpttools.ops.export import ExportRejected, export
     from ckpttools.cli.output import byte_progress
     from ckpttools.cli.render import render_export
+    from ckpttools.ops.export import ExportRejected, export
 
     try:
         with byte_progress("export", quiet) as bar:

@@ -26,8 +26,8 @@ def story_dir() -> Path:
 def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
     """What one public exporter does: swap in another mapping's d2t/t2d, leave lm_head as is."""
     from ckpttools.io.checkpoint import open_checkpoint
-    from ckpttools.vocab.mapping import load_mapping
     from ckpttools.io.writer import CheckpointWriter, TensorSpec
+    from ckpttools.vocab.mapping import load_mapping
 
     m = load_mapping(mapping)
     with open_checkpoint(drafter) as ck:
@@ -53,8 +53,8 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
         return verify_torch(target, drafter, steps=3, prompts=str(prompts), num_prompts=12, max_new_tokens=64)
 
     def server_engine(target: Path, drafter: Path) -> VerifyReport:
-        from ckpttools.ops.export import export
         from ckpttools.engines.launch import LaunchSpec, free_port
+        from ckpttools.ops.export import export
         from ckpttools.ops.verify import verify
 
         served = drafter

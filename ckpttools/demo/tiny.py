@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import ConfigError
+from ckpttools.formats.conventions import CONFIG_DTYPE
 from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
 __all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors",
@@ -23,7 +24,6 @@ __all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target",
 DRAFTER_FLAVORS = ("sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training")
 
 _ST = {"bf16": "BF16", "fp16": "F16", "fp32": "F32", "F32": "F32", "BF16": "BF16", "F16": "F16"}
-_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 def _np_dtype(st: str) -> np.dtype:
@@ -223,7 +223,7 @@ def build_drafter(
         "tie_word_embeddings": False,
         "vocab_size": vocab_size,
         "draft_vocab_size": draft_vocab_size,
-        "torch_dtype": _CFG_DTYPE[st],
+        "torch_dtype": CONFIG_DTYPE[st],
     }
     if target_hidden_size:
         layer_cfg["target_hidden_size"] = Ht
@@ -312,7 +312,7 @@ def build_target(
         "rope_theta": 10000.0,
         "tie_word_embeddings": tie_word_embeddings,
         "vocab_size": vocab_size,
-        "torch_dtype": _CFG_DTYPE[st],
+        "torch_dtype": CONFIG_DTYPE[st],
         "bos_token_id": 1,
         "eos_token_id": 2,
     }

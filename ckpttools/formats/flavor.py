@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpttools.formats.names import canonical_name
+from ckpttools.formats.names import D2T_ALIASES, canonical_name
 
 __all__ = ["Flavor", "detect_flavor", "FLAVORS"]
 
@@ -67,9 +67,8 @@ def _canonical_subset(names: list[str]) -> set[str]:
     for key in _KEY_NAMES:
         if key in raw or "model." + key in raw:
             out.add(key)
-    for alias, new in (("draft_id_to_target_id", "d2t"), ("hot_token_id", "d2t")):
-        if alias in raw:
-            out.add(new)
+    if any(alias in raw for alias in D2T_ALIASES):
+        out.add("d2t")
     for n in names:
         if n.startswith("model."):
             n = n[6:]

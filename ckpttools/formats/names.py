@@ -36,10 +36,10 @@ CANONICAL_PREFIXES: list[tuple[str, str]] = [
 _PREFIXES = tuple(old for old, _ in CANONICAL_PREFIXES)
 
 #: whole-name renames applied after the prefixes
-EXACT_RENAMES: dict[str, str] = {
-    "draft_id_to_target_id": "d2t",
-    "hot_token_id": "d2t",
-}
+#: other names of d2t in the wild (speculators, ModelOpt)
+D2T_ALIASES = ("draft_id_to_target_id", "hot_token_id")
+
+EXACT_RENAMES: dict[str, str] = {alias: "d2t" for alias in D2T_ALIASES}
 
 _LAYER = r"layers\.\d+\."
 #: canonical names SGLang's LlamaForCausalLMEagle3 has parameters (or a use) for

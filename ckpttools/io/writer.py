@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import (
@@ -32,7 +32,11 @@ from ckpttools.io.fsutil import (
     rename_noreplace,
     temp_name,
 )
+from ckpttools.io.manifest import MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
+
+if TYPE_CHECKING:
+    from ckpttools.io.checkpoint import Checkpoint
 
 __all__ = [
     "umask_mode",
@@ -42,6 +46,8 @@ __all__ = [
     "SafetensorsFileWriter",
     "CheckpointWriter",
     "parse_size",
+    "copy_side_files",
+    "WEIGHT_FILE_SUFFIXES",
 ]
 
 _COPY_CHUNK = 64 << 20
@@ -474,3 +480,23 @@ class CheckpointWriter:
         except BaseException:
             self.abort()
             raise
+
+
+#: files that hold weights (never copied as side files)
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def copy_side_files(ck: Checkpoint, w: CheckpointWriter) -> list[str]:
+    """Copy tokenizer and other non-weight files (not config.json, the index or a manifest)."""
+    copied = []
+    for p in sorted(ck.root.iterdir()):
+        if (
+            p.is_file()
+            and p.name not in ("config.json", MANIFEST_NAME)
+            and not p.name.endswith(WEIGHT_FILE_SUFFIXES)
+            and not p.name.endswith(".index.json")
+            and not p.name.startswith(".")
+        ):
+            w.add_file(p.name, p)
+            copied.append(p.name)
+    return copied

@@ -17,31 +17,30 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
 from ckpttools.errors import EXIT_FINDINGS, CkptError
-from ckpttools.ops.fix import copy_side_files
+from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
+from ckpttools.formats.conventions import (
+    AUX_ID_CONVENTION,
+    CONFIG_DTYPE,
+    ST_DTYPE,
+    load_target_config,
+    sglang_default_aux_ids,
+)
 from ckpttools.formats.flavor import detect_flavor
-from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
-from ckpttools.ops.validate import load_target_config, sglang_default_aux_ids, validate
+from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
+from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
+from ckpttools.ops.validate import validate
 from ckpttools.vocab.mapping import VocabMapping
-from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size
 
 __all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
 
 FORMATS = ("sglang", "vllm")
 DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
-_FROM_CFG = {"bfloat16": "BF16", "float16": "F16"}
-_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 _FLOATS = ("F32", "F16", "BF16", "F64")
 
 #: how each source layout counts eagle_aux_hidden_state_layer_ids: "output" = the output of
-#: layer id (SGLang adds 1 to make it a capture point); "input" = the input of layer id
-#: (vLLM uses the id as the capture point as is). Read off SGLang 0.5.17 llama.py
-#: set_eagle3_layers_to_capture and vLLM's llama forward (aux_hidden_state_layers).
-AUX_ID_CONVENTION = {"sglang": "output", "eagle": "output", "modelopt": "output", "mla": "output",
-                     "eagle3-unknown": "output", "vllm": "input"}  # fmt: skip
 
 
 class ExportRejected(CkptError):
@@ -116,7 +115,7 @@ def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, n
     floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
     if floats:
         dt = max(set(floats), key=floats.count)
-        _set(cfg, "torch_dtype", _CFG_DTYPE.get(dt, "bfloat16"), changes)
+        _set(cfg, "torch_dtype", CONFIG_DTYPE.get(dt, "bfloat16"), changes)
         cfg.pop("dtype", None)
     # aux layer ids, in the output engine's convention
     ids, _ = aux_layer_ids(ck.config)
@@ -204,7 +203,7 @@ def export(
     target_cfg_early = load_target_config(target)[0] if target is not None else None
     require_valid_config(target_cfg_early, f"target {target}")
     if dtype == "auto" and target_cfg_early is not None:
-        out_dtype = _FROM_CFG.get(essentials(target_cfg_early).torch_dtype or "")
+        out_dtype = ST_DTYPE.get(essentials(target_cfg_early).torch_dtype or "")
     ck = open_checkpoint(src)
     hashes: BackgroundDigests | None = None
     try:

@@ -9,19 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
-from ckpttools.formats.config import context_length
 from ckpttools.errors import NoWeightsError, UnsafePathError
-from ckpttools.io.manifest import MANIFEST_NAME, make_manifest
+from ckpttools.formats.config import context_length
+from ckpttools.formats.conventions import CONFIG_DTYPE, load_target_config
 from ckpttools.formats.names import canonical_name, layer_index, suggest_rename
-from ckpttools.ops.validate import ValidationReport, load_target_config, validate
-from ckpttools.io.writer import CheckpointWriter, TensorSpec
+from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
+from ckpttools.io.manifest import MANIFEST_NAME, make_manifest
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files
+from ckpttools.ops.validate import ValidationReport, validate
 
-__all__ = ["FixResult", "fix", "copy_side_files", "WEIGHT_FILE_SUFFIXES"]
+__all__ = ["FixResult", "fix"]
 
 FIXABLE_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM")
-WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_CFG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 @dataclass
@@ -38,22 +37,6 @@ class FixResult:
     def to_dict(self) -> dict[str, Any]:
         return {"output": self.output, "backup": self.backup, "changes": self.changes, "unfixed": self.unfixed,
                 "before": self.before.to_dict(), "after": self.after.to_dict()}  # fmt: skip
-
-
-def copy_side_files(ck: Checkpoint, w: CheckpointWriter) -> list[str]:
-    """Copy tokenizer and other non-weight files (not config.json, the index or a manifest)."""
-    copied = []
-    for p in sorted(ck.root.iterdir()):
-        if (
-            p.is_file()
-            and p.name not in ("config.json", MANIFEST_NAME)
-            and not p.name.endswith(WEIGHT_FILE_SUFFIXES)
-            and not p.name.endswith(".index.json")
-            and not p.name.startswith(".")
-        ):
-            w.add_file(p.name, p)
-            copied.append(p.name)
-    return copied
 
 
 def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | None) -> tuple[dict, dict, list, list]:
@@ -81,10 +64,10 @@ def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | N
             cfg["draft_vocab_size"] = head.shape[0]
             changes.append(f"config: draft_vocab_size added = {head.shape[0]} (lm_head's rows)")
     if "torch_dtype" not in cfg and "dtype" not in cfg:
-        floats = [t.dtype for t in ck.tensors.values() if t.dtype in _CFG_DTYPE]
+        floats = [t.dtype for t in ck.tensors.values() if t.dtype in CONFIG_DTYPE]
         if floats:
             dt = max(set(floats), key=floats.count)
-            cfg["torch_dtype"] = _CFG_DTYPE[dt]
+            cfg["torch_dtype"] = CONFIG_DTYPE[dt]
             changes.append(f"config: torch_dtype added = {cfg['torch_dtype']} (the weights' dtype)")
     renames: dict[str, str] = {}
     for f in report.findings:

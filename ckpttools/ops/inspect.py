@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.formats.config import context_length, essentials
 from ckpttools.formats.flavor import detect_flavor
+from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 
 __all__ = ["InspectReport", "inspect", "INSPECT_SCHEMA_VERSION"]
 

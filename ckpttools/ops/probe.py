@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ckpttools.io.checkpoint import open_checkpoint
-from ckpttools.formats.config import aux_layer_ids, essentials
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError
+from ckpttools.formats.config import aux_layer_ids, essentials
+from ckpttools.formats.conventions import sglang_default_aux_ids
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
-from ckpttools.ops.validate import sglang_default_aux_ids
-from ckpttools.ops.verify import VerifyReport, _verdict, load_prompts, summarize
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line
 
 __all__ = ["Eagle3Drafter", "TorchSpeculator", "verify_torch"]
 
@@ -298,7 +298,7 @@ def verify_torch(
         rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
     if spec.drafter.rope_note:
         rep.errors.append(spec.drafter.rope_note)
-    rep.verdict = _verdict(rep)
+    rep.verdict = verdict_line(rep)
     return rep
 
 

@@ -17,16 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.formats.config import essentials, require_valid_config
 from ckpttools.errors import MappingError
-from ckpttools.ops.fix import copy_side_files
+from ckpttools.formats.config import essentials, require_valid_config
+from ckpttools.formats.names import canonical_name
+from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.fsutil import check_output_path
 from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
-from ckpttools.formats.names import canonical_name
 from ckpttools.io.safetensors_header import DTYPE_SIZES
+from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
-from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size
 
 __all__ = ["RemapReport", "remap", "FILL_POLICIES"]
 
@@ -330,7 +329,7 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
     v_default = v_src
     if target is not None:
-        from ckpttools.ops.validate import load_target_config
+        from ckpttools.formats.conventions import load_target_config
 
         tcfg = load_target_config(target)[0]
         require_valid_config(tcfg, f"target {target}")

@@ -12,11 +12,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
-from ckpttools.formats.config import aux_layer_ids, config_problems, context_length, essentials, lookup
-from ckpttools.schemas import load_schema
-from ckpttools.errors import ConfigError, MappingError, NoWeightsError
+from ckpttools.errors import MappingError, NoWeightsError
+from ckpttools.formats.config import (
+    aux_layer_ids,
+    config_problems,
+    context_length,
+    essentials,
+    lookup,
+)
+from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.schemas import load_schema
 
 __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sglang_default_aux_ids", "SEVERITIES"]
 
@@ -79,34 +86,6 @@ class ValidationReport:
 def schema(name: str) -> dict[str, Any]:
     """A JSON Schema shipped in ckpttools.schemas."""
     return load_schema(name)
-
-
-def sglang_default_aux_ids(num_target_layers: int) -> list[int]:
-    """SGLang's default captures, as eagle_aux_hidden_state_layer_ids.
-
-    SGLang captures the input of layers [2, L//2, L-3] by default and, for ids given in
-    the config, the input of layer id+1 (the output of layer id). The same captures
-    written as ids are therefore [1, L//2 - 1, L - 4].
-    """
-    L = num_target_layers
-    return [1, L // 2 - 1, L - 4]
-
-
-def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any], str]:
-    """A target's config from a config.json, a directory holding one, or a checkpoint/repo id."""
-    if isinstance(target, Checkpoint):
-        if target.config is None:
-            raise ConfigError(f"{target.source}: the target has no config.json", path=target.source)
-        return target.config, str(target.source)
-    p = Path(target)
-    if p.is_file() and p.suffix == ".json":
-        return load_config(p), str(p)
-    if p.is_dir() and (p / "config.json").is_file():
-        return load_config(p / "config.json"), str(p)
-    with open_checkpoint(target) as ck:
-        if ck.config is None:
-            raise ConfigError(f"{target}: the target has no config.json", path=str(target))
-        return ck.config, str(target)
 
 
 def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:

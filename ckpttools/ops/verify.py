@@ -19,7 +19,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ckpttools.engines.http import Prompt, RequestResult, SGLangClient, VLLMClient, check_figures, check_url, detect_engine
+from ckpttools.engines.http import (
+    Prompt,
+    RequestResult,
+    SGLangClient,
+    VLLMClient,
+    check_figures,
+    check_url,
+    detect_engine,
+)
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
@@ -185,7 +193,8 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
     return rep
 
 
-def _verdict(rep: VerifyReport) -> str:
+def verdict_line(rep: VerifyReport) -> str:
+    """The one-line verdict of a report (shared by every engine's verify)."""
     if rep.accept_length is None:
         return "accept length could not be measured" + (f" ({rep.errors[0]})" if rep.errors else "")
     parts = [f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} "
@@ -381,7 +390,7 @@ def verify(
             from ckpttools.engines.launch import parse_sglang_accept_lens
 
             rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
-        rep.verdict = _verdict(rep)
+        rep.verdict = verdict_line(rep)
         return rep
     finally:
         if server is not None:

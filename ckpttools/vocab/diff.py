@@ -294,7 +294,13 @@ def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | N
                  force: bool = False, metadata: dict[str, str] | None = None,
                  inputs: tuple[str | Path, ...] = ()) -> Path:  # fmt: skip
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
-    from ckpttools.io.fsutil import check_output_path, clean_stale_temporaries, kill_point, rename_noreplace, temp_name
+    from ckpttools.io.fsutil import (
+        check_output_path,
+        clean_stale_temporaries,
+        kill_point,
+        rename_noreplace,
+        temp_name,
+    )
     from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
 
     out = Path(out)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ckpttools.errors import CheckpointNotFoundError, MappingError, PickleRefusedError
+from ckpttools.formats.names import D2T_ALIASES
 
 if TYPE_CHECKING:
     from ckpttools.io.checkpoint import Checkpoint
@@ -25,7 +26,7 @@ MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
 #: the largest vocabulary a mapping may address (real ones are below 300k)
 MAX_VOCAB_SIZE = 1 << 24
 _MAPPING_HINT = "give d2t/t2d as the drafter's tensors or a mapping file (.safetensors/.npy/.json), e.g. from `ckpt vocab build`"
-_D2T_KEYS = ("d2t", "draft_id_to_target_id", "hot_token_id")
+_D2T_KEYS = ("d2t", *D2T_ALIASES)
 _T2D_KEYS = ("t2d",)
 _IDS_KEYS = ("ids", "target_ids", "token_ids", "draft_to_target_ids")
 
