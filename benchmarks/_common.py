@@ -40,8 +40,9 @@ def run_peak_rss(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
     return wall, ru.ru_maxrss * 1024
 
 
-def interleaved(cmds: dict[str, list[str]], repeat: int, out: "Path", max_runs: dict[str, int] | None = None
-                ) -> dict[str, list[tuple[float, int]]]:  # fmt: skip
+def interleaved(
+    cmds: dict[str, list[str]], repeat: int, out: "Path", max_runs: dict[str, int] | None = None
+) -> dict[str, list[tuple[float, int]]]:
     """Run each command ``repeat`` times, interleaved (so writeback from one run hits every
     variant alike), removing ``out`` and syncing before each run. Wall seconds and peak RSS."""
     import shutil
@@ -67,6 +68,8 @@ def report(runs: dict[str, list[tuple[float, int]]], width: int = 34) -> dict[st
     med = {}
     for k, v in runs.items():
         med[k] = statistics.median(t for t, _ in v)
-        print(f"{k:{width}s} median {med[k]:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t, _ in v)})  "
-              f"peak RSS {max(r for _, r in v) / 2**20:7.1f} MiB")
+        print(
+            f"{k:{width}s} median {med[k]:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t, _ in v)})  "
+            f"peak RSS {max(r for _, r in v) / 2**20:7.1f} MiB"
+        )
     return med

@@ -55,24 +55,32 @@ def main() -> None:
         build(fp32, "F32", prefix="model.")
 
     ckpt = [sys.executable, "-m", "ckpttools", "export"]
-    cmds = {"cp -r (bf16 source)": ["cp", "-r", str(bf16), str(w / "o")],
-            "ckpt export (names only)": [*ckpt, str(bf16), "-o", str(w / "o"), "--quiet"]}  # fmt: skip
+    cmds = {
+        "cp -r (bf16 source)": ["cp", "-r", str(bf16), str(w / "o")],
+        "ckpt export (names only)": [*ckpt, str(bf16), "-o", str(w / "o"), "--quiet"],
+    }
     if not a.skip_fp32:
-        cmds |= {"cp -r (fp32 source)": ["cp", "-r", str(fp32), str(w / "o")],
-                 "ckpt export --dtype bf16 (fp32)": [*ckpt, str(fp32), "-o", str(w / "o"), "--dtype", "bf16", "--quiet"],
-                 "naive torch cast (fp32)": [sys.executable, "-c", NAIVE_CAST, str(fp32), str(w / "o")]}  # fmt: skip
+        cmds |= {
+            "cp -r (fp32 source)": ["cp", "-r", str(fp32), str(w / "o")],
+            "ckpt export --dtype bf16 (fp32)": [*ckpt, str(fp32), "-o", str(w / "o"), "--dtype", "bf16", "--quiet"],
+            "naive torch cast (fp32)": [sys.executable, "-c", NAIVE_CAST, str(fp32), str(w / "o")],
+        }
     for src in (bf16, fp32):
         if src.exists():
             subprocess.run(["cat", str(src / "model.safetensors")], stdout=subprocess.DEVNULL, check=True)
     # the fp32 paths are long: two runs each
     runs = interleaved(cmds, a.repeat, w / "o", {k: 2 for k in cmds if "fp32" in k})
     med = report(runs)
-    print(f"export (names only) / cp: {med['ckpt export (names only)'] / med['cp -r (bf16 source)']:.2f}x "
-          "(target <= 1.3x)")
+    print(
+        f"export (names only) / cp: {med['ckpt export (names only)'] / med['cp -r (bf16 source)']:.2f}x "
+        "(target <= 1.3x)"
+    )
     if not a.skip_fp32:
-        print(f"export fp32->bf16 / cp of the fp32 source: "
-              f"{med['ckpt export --dtype bf16 (fp32)'] / med['cp -r (fp32 source)']:.2f}x; "
-              f"/ naive torch cast: {med['ckpt export --dtype bf16 (fp32)'] / med['naive torch cast (fp32)']:.2f}x")
+        print(
+            f"export fp32->bf16 / cp of the fp32 source: "
+            f"{med['ckpt export --dtype bf16 (fp32)'] / med['cp -r (fp32 source)']:.2f}x; "
+            f"/ naive torch cast: {med['ckpt export --dtype bf16 (fp32)'] / med['naive torch cast (fp32)']:.2f}x"
+        )
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
 

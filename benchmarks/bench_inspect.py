@@ -75,8 +75,10 @@ def main() -> None:
         shards = len(ck.headers)
         header_bytes = sum(h.header_len + 8 for h in ck.headers.values())
     disk = sum(f.stat().st_blocks * 512 for f in huge.iterdir())
-    print(f"checkpoint: {shards} shards, {n} tensors, headers describe {total / 1e12:.3f} TB; "
-          f"{disk / 1e6:.1f} MB on disk; headers total {header_bytes / 1e6:.2f} MB")  # fmt: skip
+    print(
+        f"checkpoint: {shards} shards, {n} tensors, headers describe {total / 1e12:.3f} TB; "
+        f"{disk / 1e6:.1f} MB on disk; headers total {header_bytes / 1e6:.2f} MB"
+    )
     ckpt = [sys.executable, "-m", "ckpttools"]
     help_med, help_min = run_timed([*ckpt, "--help"], a.repeat)
     ins_med, ins_min = run_timed([*ckpt, "inspect", str(huge), "--json"], a.repeat)
@@ -91,8 +93,10 @@ def main() -> None:
     print(f"naive, printing nothing     median {quiet_med:.3f} s  min {quiet_min:.3f} s")
     print(f"ratio inspect / naive: {ins_med / naive_med:.2f}x  (below 1 = faster than naive)")
     print(f"ratio inspect / naive printing nothing: {ins_med / quiet_med:.2f}x")
-    print(f"bytes read by inspect beyond `ckpt --help`: {read / 1e6:.2f} MB "
-          f"(headers are {header_bytes / 1e6:.2f} MB of {total / 1e12:.3f} TB)")  # fmt: skip
+    print(
+        f"bytes read by inspect beyond `ckpt --help`: {read / 1e6:.2f} MB "
+        f"(headers are {header_bytes / 1e6:.2f} MB of {total / 1e12:.3f} TB)"
+    )
 
 
 if __name__ == "__main__":

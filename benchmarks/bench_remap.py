@@ -67,11 +67,32 @@ def main() -> None:
     cmds = {
         "cp -r": ["cp", "-r", str(src), str(w / "o")],
         "cp -r && sync": ["sh", "-c", f"cp -r {src} {w / 'o'} && sync"],
-        "ckpt remap": [sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o", str(w / "o"),
-                       "--quiet"],
-        "ckpt remap --fsync": [sys.executable, "-m", "ckpttools", "remap", str(src), "--to", str(mb), "-o",
-                               str(w / "o"), "--quiet", "--fsync"],
-    }  # fmt: skip
+        "ckpt remap": [
+            sys.executable,
+            "-m",
+            "ckpttools",
+            "remap",
+            str(src),
+            "--to",
+            str(mb),
+            "-o",
+            str(w / "o"),
+            "--quiet",
+        ],
+        "ckpt remap --fsync": [
+            sys.executable,
+            "-m",
+            "ckpttools",
+            "remap",
+            str(src),
+            "--to",
+            str(mb),
+            "-o",
+            str(w / "o"),
+            "--quiet",
+            "--fsync",
+        ],
+    }
     if not a.skip_naive:
         cmds["naive load+save (torch)"] = [sys.executable, "-c", NAIVE, str(src), str(mb), str(w / "o")]
     runs = interleaved(cmds, a.repeat, w / "o")
@@ -81,8 +102,10 @@ def main() -> None:
     base = results["cp -r"][0]
     r = results["ckpt remap"]
     rf = results["ckpt remap --fsync"]
-    print(f"remap / cp -r: {r[0] / base:.2f}x (target <= 1.3x); best runs: "
-          f"{min(t for t, _ in runs['ckpt remap']) / min(t for t, _ in runs['cp -r']):.2f}x")
+    print(
+        f"remap / cp -r: {r[0] / base:.2f}x (target <= 1.3x); best runs: "
+        f"{min(t for t, _ in runs['ckpt remap']) / min(t for t, _ in runs['cp -r']):.2f}x"
+    )
     print(f"remap --fsync / (cp -r && sync): {rf[0] / results['cp -r && sync'][0]:.2f}x")
     print(f"remap peak RSS {max(r[1], rf[1]) / 2**20:.0f} MiB (target <= 1024)")
     if "naive load+save (torch)" in results:

@@ -51,8 +51,10 @@ def build(out: Path, dtype: str = "BF16", prefix: str = "") -> Path:
     ids_a, _ = mappings()
     # random bits, but never a NaN/Inf pattern for bf16/fp32 (top exponent bits kept off)
     block = np.random.default_rng(1).integers(0, 255, size=64 << 20, dtype=np.uint8) & np.uint8(0x3F)
-    sp = [TensorSpec(prefix + s.name if s.name not in ("lm_head.weight", "d2t", "t2d") else s.name, s.dtype, s.shape)
-          for s in specs(dtype)]  # fmt: skip
+    sp = [
+        TensorSpec(prefix + s.name if s.name not in ("lm_head.weight", "d2t", "t2d") else s.name, s.dtype, s.shape)
+        for s in specs(dtype)
+    ]
     with CheckpointWriter(out, sp, force=True) as w:
         for s in sp:
             if s.name == "d2t":
@@ -62,14 +64,28 @@ def build(out: Path, dtype: str = "BF16", prefix: str = "") -> Path:
             else:
                 n = s.nbytes
                 w.write_chunks(s.name, (block[: min(len(block), n - i)] for i in range(0, n, len(block))))
-        w.add_json("config.json", {
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
-            "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV, "head_dim": HD,
-            "num_hidden_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
-            "vocab_size": V, "draft_vocab_size": VD, "torch_dtype": "bfloat16" if dtype == "BF16" else "float32",
-            "tie_word_embeddings": False, "rope_theta": 50000.0,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]},
-        })  # fmt: skip
+        w.add_json(
+            "config.json",
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "hidden_size": H,
+                "intermediate_size": INTER,
+                "num_attention_heads": HEADS,
+                "num_key_value_heads": KV,
+                "head_dim": HD,
+                "num_hidden_layers": 1,
+                "hidden_act": "silu",
+                "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072,
+                "vocab_size": V,
+                "draft_vocab_size": VD,
+                "torch_dtype": "bfloat16" if dtype == "BF16" else "float32",
+                "tie_word_embeddings": False,
+                "rope_theta": 50000.0,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]},
+            },
+        )
     return out
 
 

@@ -75,8 +75,7 @@ class NoWeightsError(CkptError, FileNotFoundError):
     """A directory exists but holds no .safetensors weights."""
 
     default_hint = (
-        "point at a directory with model.safetensors or model.safetensors.index.json, "
-        "or at a .safetensors file"
+        "point at a directory with model.safetensors or model.safetensors.index.json, or at a .safetensors file"
     )
 
 
@@ -97,7 +96,7 @@ class PickleRefusedError(CkptError, ValueError):
 
     default_hint = (
         "convert to safetensors in a trusted environment, e.g. "
-        "`python -c \"import torch, safetensors.torch as st; "
+        '`python -c "import torch, safetensors.torch as st; '
         "st.save_file(torch.load('pytorch_model.bin', weights_only=True), 'model.safetensors')\"`"
     )
 

@@ -109,15 +109,23 @@ class Drafter:
         nn = torch.nn
         self.embed = embed  # the target's, frozen (engines share it)
         self.ids = torch.from_numpy(ids)
-        self.m = nn.ModuleDict({
-            "fc": nn.Linear(3 * H, H, bias=False),
-            "input_layernorm": nn.RMSNorm(H, eps=1e-5), "hidden_norm": nn.RMSNorm(H, eps=1e-5),
-            "q": nn.Linear(2 * H, H, bias=False), "k": nn.Linear(2 * H, H, bias=False),
-            "v": nn.Linear(2 * H, H, bias=False), "o": nn.Linear(H, H, bias=False),
-            "post": nn.RMSNorm(H, eps=1e-5), "gate": nn.Linear(H, INTER, bias=False),
-            "up": nn.Linear(H, INTER, bias=False), "down": nn.Linear(INTER, H, bias=False),
-            "norm": nn.RMSNorm(H, eps=1e-5), "lm_head": nn.Linear(H, VD, bias=False),
-        })  # fmt: skip
+        self.m = nn.ModuleDict(
+            {
+                "fc": nn.Linear(3 * H, H, bias=False),
+                "input_layernorm": nn.RMSNorm(H, eps=1e-5),
+                "hidden_norm": nn.RMSNorm(H, eps=1e-5),
+                "q": nn.Linear(2 * H, H, bias=False),
+                "k": nn.Linear(2 * H, H, bias=False),
+                "v": nn.Linear(2 * H, H, bias=False),
+                "o": nn.Linear(H, H, bias=False),
+                "post": nn.RMSNorm(H, eps=1e-5),
+                "gate": nn.Linear(H, INTER, bias=False),
+                "up": nn.Linear(H, INTER, bias=False),
+                "down": nn.Linear(INTER, H, bias=False),
+                "norm": nn.RMSNorm(H, eps=1e-5),
+                "lm_head": nn.Linear(H, VD, bias=False),
+            }
+        )
         hd = H // HEADS
         self.inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2).float() / hd))
 
@@ -142,8 +150,9 @@ class Drafter:
         x = torch.cat([m["input_layernorm"](self.embed[tokens]), m["hidden_norm"](hidden)], -1)
         q, k, v = (m[n](x).view(B, T, HEADS, -1) for n in ("q", "k", "v"))
         q, k = self.rope(q, T), self.rope(k, T)
-        a = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                             is_causal=True)  # fmt: skip
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         res = m["o"](a.transpose(1, 2).reshape(B, T, H)) + res
         y = m["post"](res)
         out = m["down"](torch.nn.functional.silu(m["gate"](y)) * m["up"](y))
@@ -152,12 +161,21 @@ class Drafter:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         m = self.m
-        names = {"fc": "fc.weight", "input_layernorm": "layers.0.input_layernorm.weight",
-                 "hidden_norm": "layers.0.hidden_norm.weight", "q": "layers.0.self_attn.q_proj.weight",
-                 "k": "layers.0.self_attn.k_proj.weight", "v": "layers.0.self_attn.v_proj.weight",
-                 "o": "layers.0.self_attn.o_proj.weight", "post": "layers.0.post_attention_layernorm.weight",
-                 "gate": "layers.0.mlp.gate_proj.weight", "up": "layers.0.mlp.up_proj.weight",
-                 "down": "layers.0.mlp.down_proj.weight", "norm": "norm.weight", "lm_head": "lm_head.weight"}  # fmt: skip
+        names = {
+            "fc": "fc.weight",
+            "input_layernorm": "layers.0.input_layernorm.weight",
+            "hidden_norm": "layers.0.hidden_norm.weight",
+            "q": "layers.0.self_attn.q_proj.weight",
+            "k": "layers.0.self_attn.k_proj.weight",
+            "v": "layers.0.self_attn.v_proj.weight",
+            "o": "layers.0.self_attn.o_proj.weight",
+            "post": "layers.0.post_attention_layernorm.weight",
+            "gate": "layers.0.mlp.gate_proj.weight",
+            "up": "layers.0.mlp.up_proj.weight",
+            "down": "layers.0.mlp.down_proj.weight",
+            "norm": "norm.weight",
+            "lm_head": "lm_head.weight",
+        }
         return {names[k]: m[k].weight.detach().float().numpy() for k in names}
 
 
@@ -209,10 +227,22 @@ def main() -> None:
     src_b = make_source(2, shift_from=src_a)
     corpus_a = sample(src_a, 6000, 10)
     corpus_b = sample(src_b, 4000, 11)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=INTER, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=HEADS, head_dim=H // HEADS,
-                      max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                      bos_token_id=0, eos_token_id=1, pad_token_id=2)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        head_dim=H // HEADS,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+    )
     torch.manual_seed(0)
     print("target A", flush=True)
     target_a = train_target(LlamaForCausalLM(cfg), corpus_a, 800 // k, 3e-3, 0)
@@ -251,10 +281,27 @@ def main() -> None:
     def save_target(model, path: Path) -> None:
         sd = {n: t.detach().float().numpy().astype(ml_dtypes.bfloat16) for n, t in model.state_dict().items()}
         c = model.config.to_dict()
-        conf = {k2: c[k2] for k2 in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                                     "rms_norm_eps", "rope_theta", "tie_word_embeddings", "bos_token_id",
-                                     "eos_token_id", "pad_token_id", "hidden_act") if k2 in c}  # fmt: skip
+        conf = {
+            k2: c[k2]
+            for k2 in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "max_position_embeddings",
+                "rms_norm_eps",
+                "rope_theta",
+                "tie_word_embeddings",
+                "bos_token_id",
+                "eos_token_id",
+                "pad_token_id",
+                "hidden_act",
+            )
+            if k2 in c
+        }
         conf.setdefault("rope_theta", 10000.0)
         conf.update(architectures=["LlamaForCausalLM"], model_type="llama", torch_dtype="bfloat16")
         write_tensors(path, sd, conf)
@@ -264,12 +311,27 @@ def main() -> None:
     sd = {n: w.astype(ml_dtypes.bfloat16) for n, w in d.state_dict().items()}
     sd["d2t"] = m1.d2t
     sd["t2d"] = m1.t2d(V)
-    dcfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
-            "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": HEADS,
-            "head_dim": H // HEADS, "num_hidden_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-5,
-            "max_position_embeddings": 2048, "rope_theta": 10000.0, "tie_word_embeddings": False,
-            "vocab_size": V, "draft_vocab_size": VD, "torch_dtype": "bfloat16", "bos_token_id": 0, "eos_token_id": 1,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX}}  # fmt: skip
+    dcfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS,
+        "head_dim": H // HEADS,
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": V,
+        "draft_vocab_size": VD,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX},
+    }
     write_tensors(out / "drafter", sd, dcfg)
     shutil.copy(work / "mapping-m2.safetensors", out / "mapping-m2.safetensors")
     shutil.copy(work / "counts2.npy", out / "frequencies-m2.npy")

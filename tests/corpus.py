@@ -59,8 +59,11 @@ def raw_st(header: bytes | str, data: bytes = b"", n: int | None = None) -> byte
 
 
 def _entry(dtype: str = "F32", shape: list | str = (1,), offs: list | str = (0, 4)) -> dict:
-    return {"dtype": dtype, "shape": list(shape) if isinstance(shape, tuple) else shape,
-            "data_offsets": list(offs) if isinstance(offs, tuple) else offs}  # fmt: skip
+    return {
+        "dtype": dtype,
+        "shape": list(shape) if isinstance(shape, tuple) else shape,
+        "data_offsets": list(offs) if isinstance(offs, tuple) else offs,
+    }
 
 
 def _j(d: dict) -> str:
@@ -93,14 +96,18 @@ def damaged_safetensors() -> dict[str, bytes]:
         "offsets-float": raw_st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', b"\0" * 4),
         "range-outside": raw_st(_j({"a": _entry(shape=(4,), offs=(16, 32))}), b"\0" * 16),
         "size-mismatch": raw_st(_j({"a": _entry(shape=(3,), offs=(0, 8))}), b"\0" * 8),
-        "overlap": raw_st(_j({"a": _entry(shape=(4,), offs=(0, 16)), "b": _entry(shape=(4,), offs=(8, 24))}),
-                          b"\0" * 24),
+        "overlap": raw_st(
+            _j({"a": _entry(shape=(4,), offs=(0, 16)), "b": _entry(shape=(4,), offs=(8, 24))}), b"\0" * 24
+        ),
         "gap": raw_st(_j({"a": _entry(offs=(0, 4)), "b": _entry(offs=(8, 12))}), b"\0" * 12),
         "trailing-bytes": raw_st(_j(good), b"\0" * 12),
         "truncated-data": raw_st(_j(good), b"\0" * 5),
         "duplicate-field": raw_st('{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"\0" * 4),
-        "duplicate-tensor-dropped": raw_st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
-                                           '"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"\0" * 8),
+        "duplicate-tensor-dropped": raw_st(
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+            '"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+            b"\0" * 8,
+        ),
         "two-metadata": raw_st('{"__metadata__":{"a":"b"},"__metadata__":{"a":"c"}}'),
         "metadata-int": raw_st('{"__metadata__":{"x":1}}'),
         "metadata-nested": raw_st('{"__metadata__":{"x":{"y":"z"}}}'),
@@ -147,14 +154,20 @@ def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: fl
         argv.append(a)
     skip = {c.out.split("/")[0]} if c.out else set()
     before = tree_digest(d, skip)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"),
-           **c.env}  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"), **c.env}
     env.pop("CKPT_DEBUG", None)
     t0 = time.perf_counter()
     problems: list[str] = []
     try:
-        r = subprocess.run([sys.executable, "-m", "ckpttools", *argv], cwd=d / (c.cwd or ""), env=env, capture_output=True,
-                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "ckpttools", *argv],
+            cwd=d / (c.cwd or ""),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         rc, so, se = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, so, se = None, str(e.stdout or ""), str(e.stderr or "")
@@ -254,8 +267,13 @@ def safetensors_cases() -> list[Case]:
             Case(f"st-{name}-inspect-file", ["inspect", "x.safetensors"], 2, f),
             Case(f"st-{name}-validate-dir", ["validate", "dd"], 2, dd),
             Case(f"st-{name}-export", ["export", "dd", "-o", "out"], 2, dd, out="out"),
-            Case(f"st-{name}-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
-                 both(dd, copy_in("m.safetensors")), out="out"),
+            Case(
+                f"st-{name}-remap",
+                ["remap", "dd", "--to", "m.safetensors", "-o", "out"],
+                2,
+                both(dd, copy_in("m.safetensors")),
+                out="out",
+            ),
         ]
     return out
 
@@ -314,19 +332,24 @@ def index_cases() -> list[Case]:
     for name, setup in variants.items():
         out += [
             Case(f"index-{name}-inspect", ["inspect", "sh"], 2, setup),
-            Case(f"index-{name}-export", ["export", "sh", "-o", "out", "--max-shard-size", "100KB"], 2, setup,
-                 out="out"),
+            Case(
+                f"index-{name}-export", ["export", "sh", "-o", "out", "--max-shard-size", "100KB"], 2, setup, out="out"
+            ),
         ]
     return out
 
 
 def path_cases() -> list[Case]:
-    fifo_dir = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "model.safetensors").unlink(),
-                                                      os.mkfifo(d / "dd" / "model.safetensors")))  # fmt: skip
-    cfg_fifo = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(),
-                                                      os.mkfifo(d / "dd" / "config.json")))  # fmt: skip
-    cfg_dir = both(copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(),
-                                                     (d / "dd" / "config.json").mkdir()))  # fmt: skip
+    fifo_dir = both(
+        copy_in("d", "dd"),
+        lambda d, b: ((d / "dd" / "model.safetensors").unlink(), os.mkfifo(d / "dd" / "model.safetensors")),
+    )
+    cfg_fifo = both(
+        copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(), os.mkfifo(d / "dd" / "config.json"))
+    )
+    cfg_dir = both(
+        copy_in("d", "dd"), lambda d, b: ((d / "dd" / "config.json").unlink(), (d / "dd" / "config.json").mkdir())
+    )
     return [
         Case("path-fifo-file", ["inspect", "model.safetensors"], 2, lambda d, b: os.mkfifo(d / "model.safetensors")),
         Case("path-fifo-in-dir", ["inspect", "dd"], 2, fifo_dir),
@@ -344,8 +367,12 @@ def path_cases() -> list[Case]:
         Case("path-hub-id-offline", ["inspect", "org/absent"], 2),
         Case("path-hub-id-bad", ["inspect", "org/name@@@"], 2),
         Case("path-out-under-a-file", ["export", "d", "-o", "f.txt/out"], 2, both(copy_in("d"), write("f.txt", "x"))),
-        Case("path-out-under-a-fifo", ["remap", "d", "--to", "m.safetensors", "-o", "p/out"], 2,
-             both(copy_in("d"), copy_in("m.safetensors"), lambda d, b: os.mkfifo(d / "p"))),
+        Case(
+            "path-out-under-a-fifo",
+            ["remap", "d", "--to", "m.safetensors", "-o", "p/out"],
+            2,
+            both(copy_in("d"), copy_in("m.safetensors"), lambda d, b: os.mkfifo(d / "p")),
+        ),
     ]
 
 
@@ -362,7 +389,10 @@ def config_cases() -> list[Case]:
         "rope-theta-string": (cfg(setk("rope_theta", "1e4")), 1),
         "rope-factor-string": (cfg(setk("rope_scaling", {"rope_type": "yarn", "factor": "4"})), 1),
         "rope-scaling-list": (cfg(setk("rope_scaling", [1, 2])), 1),
-        "aux-ids-strings": (cfg(lambda o: o.__setitem__("eagle_config", {"eagle_aux_hidden_state_layer_ids": ["1"]})), 1),
+        "aux-ids-strings": (
+            cfg(lambda o: o.__setitem__("eagle_config", {"eagle_aux_hidden_state_layer_ids": ["1"]})),
+            1,
+        ),
         "aux-ids-not-list": (cfg(lambda o: o.__setitem__("eagle_config", {"eagle_aux_hidden_state_layer_ids": 3})), 1),
         "layers-1e8-float": (cfg(setk("num_hidden_layers", 1e8)), 1),
         "layers-1e8-int": (cfg(setk("num_hidden_layers", 100_000_000)), 1),
@@ -380,17 +410,32 @@ def config_cases() -> list[Case]:
         out += [
             Case(f"config-{name}-validate", ["validate", "dd"], vcode, setup),
             # export sets draft_vocab_size from lm_head's rows, which repairs that one
-            Case(f"config-{name}-export", ["export", "dd", "-o", "out"], 2 if name != "draft-vocab-gt-vocab" else 0,
-                 setup, out="out"),
-            Case(f"config-{name}-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
-                 both(setup, copy_in("m.safetensors")), out="out"),
+            Case(
+                f"config-{name}-export",
+                ["export", "dd", "-o", "out"],
+                2 if name != "draft-vocab-gt-vocab" else 0,
+                setup,
+                out="out",
+            ),
+            Case(
+                f"config-{name}-remap",
+                ["remap", "dd", "--to", "m.safetensors", "-o", "out"],
+                2,
+                both(setup, copy_in("m.safetensors")),
+                out="out",
+            ),
         ]
     # the same damage in the target's config
-    for name, key, val in (("t-mpe-string", "max_position_embeddings", "x"), ("t-layers-huge", "num_hidden_layers", 10**9),
-                           ("t-hidden-float", "hidden_size", 64.5)):  # fmt: skip
+    for name, key, val in (
+        ("t-mpe-string", "max_position_embeddings", "x"),
+        ("t-layers-huge", "num_hidden_layers", 10**9),
+        ("t-hidden-float", "hidden_size", 64.5),
+    ):
         setup = both(copy_in("d"), copy_in("t"), edit_json("t/config.json", setk(key, val)))
-        out += [Case(f"config-{name}-validate", ["validate", "d", "--target", "t"], 1, setup),
-                Case(f"config-{name}-export", ["export", "d", "-o", "out", "--target", "t"], 2, setup, out="out")]
+        out += [
+            Case(f"config-{name}-validate", ["validate", "d", "--target", "t"], 1, setup),
+            Case(f"config-{name}-export", ["export", "d", "-o", "out", "--target", "t"], 2, setup, out="out"),
+        ]
     return out
 
 
@@ -435,11 +480,25 @@ def mapping_cases() -> list[Case]:
         ]
     evil = _evil_pt()
     if evil is not None:
-        out.append(Case("map-pt-malicious-diff", ["diff-vocab", "d", "evil.pt"], 2,
-                        both(copy_in("d"), write("evil.pt", evil)), stderr_has="refused"))  # fmt: skip
+        out.append(
+            Case(
+                "map-pt-malicious-diff",
+                ["diff-vocab", "d", "evil.pt"],
+                2,
+                both(copy_in("d"), write("evil.pt", evil)),
+                stderr_has="refused",
+            )
+        )
     # lm_head rows disagree with d2t (the reads must stay inside the tensor)
-    out.append(Case("map-head-short-remap", ["remap", "dd", "--to", "m.safetensors", "-o", "out"], 2,
-                    both(copy_in("m.safetensors"), _short_head), out="out"))  # fmt: skip
+    out.append(
+        Case(
+            "map-head-short-remap",
+            ["remap", "dd", "--to", "m.safetensors", "-o", "out"],
+            2,
+            both(copy_in("m.safetensors"), _short_head),
+            out="out",
+        )
+    )
     return out
 
 
@@ -501,24 +560,58 @@ def frequency_cases() -> list[Case]:
     out = []
     for fname, data in variants.items():
         out += [
-            Case(f"freq-{fname}-build", ["vocab", "build", "--frequencies", fname, "--vocab-size", "1024",
-                                         "--draft-vocab-size", "16", "-o", "map.safetensors"], 2,
-                 write(fname, data), out="map.safetensors"),  # fmt: skip
-            Case(f"freq-{fname}-remap", ["remap", "d", "--frequencies", fname, "--draft-vocab-size", "16", "-o", "out"],
-                 2, both(copy_in("d"), write(fname, data)), out="out"),  # fmt: skip
+            Case(
+                f"freq-{fname}-build",
+                [
+                    "vocab",
+                    "build",
+                    "--frequencies",
+                    fname,
+                    "--vocab-size",
+                    "1024",
+                    "--draft-vocab-size",
+                    "16",
+                    "-o",
+                    "map.safetensors",
+                ],
+                2,
+                write(fname, data),
+                out="map.safetensors",
+            ),
+            Case(
+                f"freq-{fname}-remap",
+                ["remap", "d", "--frequencies", fname, "--draft-vocab-size", "16", "-o", "out"],
+                2,
+                both(copy_in("d"), write(fname, data)),
+                out="out",
+            ),
         ]
-    out.append(Case("freq-fifo-build", ["vocab", "build", "--frequencies", "f.npy", "--draft-vocab-size", "4", "-o",
-                                        "map.safetensors"], 2, lambda d, b: os.mkfifo(d / "f.npy"),
-                    out="map.safetensors"))  # fmt: skip
-    out.append(Case("freq-vd-too-big-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size",
-                                              "5000", "-o", "map.safetensors"], 2, copy_in("freq.npy"),
-                    out="map.safetensors"))  # fmt: skip
+    out.append(
+        Case(
+            "freq-fifo-build",
+            ["vocab", "build", "--frequencies", "f.npy", "--draft-vocab-size", "4", "-o", "map.safetensors"],
+            2,
+            lambda d, b: os.mkfifo(d / "f.npy"),
+            out="map.safetensors",
+        )
+    )
+    out.append(
+        Case(
+            "freq-vd-too-big-build",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "5000", "-o", "map.safetensors"],
+            2,
+            copy_in("freq.npy"),
+            out="map.safetensors",
+        )
+    )
     return out
 
 
 def tokenizer_cases() -> list[Case]:
     def tok(change: Callable[[dict], object]) -> Setup:
-        return both(copy_in("d"), copy_in("tok", "good"), copy_in("tok", "bad"), edit_json("bad/tokenizer.json", change))
+        return both(
+            copy_in("d"), copy_in("tok", "good"), copy_in("tok", "bad"), edit_json("bad/tokenizer.json", change)
+        )
 
     def vocab_set(k: str, v: object) -> Callable[[dict], None]:
         return lambda o: o["model"]["vocab"].__setitem__(k, v)
@@ -539,8 +632,13 @@ def tokenizer_cases() -> list[Case]:
     out = []
     for name, setup in variants.items():
         out += [
-            Case(f"tok-{name}-remap", ["remap", "d", "--to", "d", "--source-tokenizer", "bad", "--target-tokenizer",
-                                       "good", "-o", "out"], 2, setup, out="out"),  # fmt: skip
+            Case(
+                f"tok-{name}-remap",
+                ["remap", "d", "--to", "d", "--source-tokenizer", "bad", "--target-tokenizer", "good", "-o", "out"],
+                2,
+                setup,
+                out="out",
+            ),
             Case(f"tok-{name}-diff", ["diff-vocab", "d", "d", "--tokenizer", "bad"], 2, setup),
         ]
     return out
@@ -551,8 +649,13 @@ def size_cases() -> list[Case]:
     for i, v in enumerate(["inf", "nan", "-5GB", "0", "abc", "1e30", "5XB", "", "1e400", "-inf"]):
         out += [
             Case(f"size-{i}-export", ["export", "d", "-o", "out", "--max-shard-size", v], 2, copy_in("d"), out="out"),
-            Case(f"size-{i}-remap", ["remap", "d", "--to", "m.safetensors", "-o", "out", "--max-shard-size", v], 2,
-                 both(copy_in("d"), copy_in("m.safetensors")), out="out"),
+            Case(
+                f"size-{i}-remap",
+                ["remap", "d", "--to", "m.safetensors", "-o", "out", "--max-shard-size", v],
+                2,
+                both(copy_in("d"), copy_in("m.safetensors")),
+                out="out",
+            ),
         ]
     return out
 
@@ -562,23 +665,44 @@ def output_cases() -> list[Case]:
     return [
         Case("out-is-input-export", ["export", "d", "-o", "d", "--force"], 2, copy_in("d")),
         Case("out-inside-input-export", ["export", "d", "-o", "d/sub", "--force"], 2, copy_in("d")),
-        Case("out-holds-input-export", ["export", "w/d", "-o", "w", "--force"], 2,
-             lambda d, b: shutil.copytree(b / "d", d / "w" / "d")),
+        Case(
+            "out-holds-input-export",
+            ["export", "w/d", "-o", "w", "--force"],
+            2,
+            lambda d, b: shutil.copytree(b / "d", d / "w" / "d"),
+        ),
         Case("out-is-input-remap", ["remap", "d", "--to", "m.safetensors", "-o", "d", "--force"], 2, dm),
         Case("out-is-mapping-remap", ["remap", "d", "--to", "m.safetensors", "-o", "m.safetensors", "--force"], 2, dm),
-        Case("out-link-to-input", ["export", "d", "-o", "l", "--force"], 2,
-             both(copy_in("d"), lambda d, b: (d / "l").symlink_to("d"))),
+        Case(
+            "out-link-to-input",
+            ["export", "d", "-o", "l", "--force"],
+            2,
+            both(copy_in("d"), lambda d, b: (d / "l").symlink_to("d")),
+        ),
         Case("out-is-input-fix", ["validate", "d", "--fix", "-o", "d", "--force"], 2, copy_in("d")),
-        Case("out-is-target-fix", ["validate", "d", "--target", "t", "--fix", "-o", "t", "--force"], 2,
-             both(copy_in("d"), copy_in("t"))),
-        Case("out-is-freq-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o",
-                                   "freq.npy", "--force"], 2, copy_in("freq.npy")),  # fmt: skip
+        Case(
+            "out-is-target-fix",
+            ["validate", "d", "--target", "t", "--fix", "-o", "t", "--force"],
+            2,
+            both(copy_in("d"), copy_in("t")),
+        ),
+        Case(
+            "out-is-freq-build",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o", "freq.npy", "--force"],
+            2,
+            copy_in("freq.npy"),
+        ),
         Case("out-exists-export", ["export", "d", "-o", "o"], 2, both(copy_in("d"), write("o/keep.txt", "mine"))),
-        Case("out-exists-build", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o",
-                                  "freq2.npy"], 2, both(copy_in("freq.npy"), write("freq2.npy", "mine"))),  # fmt: skip
+        Case(
+            "out-exists-build",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o", "freq2.npy"],
+            2,
+            both(copy_in("freq.npy"), write("freq2.npy", "mine")),
+        ),
         Case("out-cwd-is-input", ["export", ".", "-o", "..", "--force"], 2, copy_in("d"), cwd="d"),
-        Case("out-cwd-is-input-remap", ["remap", ".", "--to", "../m.safetensors", "-o", ".", "--force"], 2, dm,
-             cwd="d"),
+        Case(
+            "out-cwd-is-input-remap", ["remap", ".", "--to", "../m.safetensors", "-o", ".", "--force"], 2, dm, cwd="d"
+        ),
         Case("fix-inplace-hub-id", ["validate", "org/x", "--fix", "--in-place"], 2),
         Case("fix-needs-out", ["validate", "d", "--fix"], 2, copy_in("d")),
     ]
@@ -587,8 +711,12 @@ def output_cases() -> list[Case]:
 def example_cases() -> list[Case]:
     return [
         Case("example-vocab-negative", ["example", "drafter", "o", "--vocab-size", "-1"], 2, out="o"),
-        Case("example-vd-gt-v", ["example", "drafter", "o", "--vocab-size", "100", "--draft-vocab-size", "200"], 2,
-             out="o"),
+        Case(
+            "example-vd-gt-v",
+            ["example", "drafter", "o", "--vocab-size", "100", "--draft-vocab-size", "200"],
+            2,
+            out="o",
+        ),
         Case("example-hidden-negative", ["example", "drafter", "o", "--hidden-size", "-64"], 2, out="o"),
         Case("example-hidden-odd", ["example", "drafter", "o", "--hidden-size", "12"], 2, out="o"),
         Case("example-hidden-huge", ["example", "drafter", "o", "--hidden-size", "100000000"], 2, out="o"),
@@ -614,29 +742,70 @@ def ordinary_cases() -> list[Case]:
         Case("ok-sharded-dot-slash", ["inspect", "./sh/", "--no-tensors"], 0, copy_in("sh")),
         Case("ok-sharded-dotdot", ["inspect", "sh/../sh", "--no-tensors"], 0, copy_in("sh")),
         Case("ok-sharded-index-file", ["inspect", "sh/model.safetensors.index.json", "--no-tensors"], 0, copy_in("sh")),
-        Case("ok-sharded-dir-link", ["inspect", "ln", "--no-tensors"], 0,
-             both(copy_in("sh"), lambda d, b: (d / "ln").symlink_to("sh"))),
-        Case("ok-sharded-export-small-shards", ["export", "sh", "-o", "ds", "--max-shard-size", "100KB"], 0,
-             copy_in("sh"), out="ds"),
-        Case("ok-sharded-remap", ["remap", "sh", "--to", "m.safetensors", "-o", "rs", "--max-shard-size", "50KB"], 0,
-             both(copy_in("sh"), copy_in("m.safetensors")), out="rs"),
+        Case(
+            "ok-sharded-dir-link",
+            ["inspect", "ln", "--no-tensors"],
+            0,
+            both(copy_in("sh"), lambda d, b: (d / "ln").symlink_to("sh")),
+        ),
+        Case(
+            "ok-sharded-export-small-shards",
+            ["export", "sh", "-o", "ds", "--max-shard-size", "100KB"],
+            0,
+            copy_in("sh"),
+            out="ds",
+        ),
+        Case(
+            "ok-sharded-remap",
+            ["remap", "sh", "--to", "m.safetensors", "-o", "rs", "--max-shard-size", "50KB"],
+            0,
+            both(copy_in("sh"), copy_in("m.safetensors")),
+            out="rs",
+        ),
         Case("ok-sharded-validate", ["validate", "sh", "--target", "t"], 0, both(copy_in("sh"), copy_in("t"))),
-        Case("ok-diff-relative", ["diff-vocab", "./d", "m.safetensors"], 0, both(copy_in("d"), copy_in("m.safetensors"))),
-        Case("ok-build-new-subdir", ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "16", "-o",
-                                     "new/dir/m.safetensors"], 0, copy_in("freq.npy"), out="new"),  # fmt: skip
-        Case("ok-file-link", ["inspect", "f.safetensors"], 0,
-             both(copy_in("d"), lambda d, b: (d / "f.safetensors").symlink_to("d/model.safetensors"))),
-        Case("ok-export-into-link-dir", ["export", "d", "-o", "ln/out"], 0,
-             both(copy_in("d"), lambda d, b: ((d / "real").mkdir(), (d / "ln").symlink_to("real"))), out="real"),
+        Case(
+            "ok-diff-relative", ["diff-vocab", "./d", "m.safetensors"], 0, both(copy_in("d"), copy_in("m.safetensors"))
+        ),
+        Case(
+            "ok-build-new-subdir",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "16", "-o", "new/dir/m.safetensors"],
+            0,
+            copy_in("freq.npy"),
+            out="new",
+        ),
+        Case(
+            "ok-file-link",
+            ["inspect", "f.safetensors"],
+            0,
+            both(copy_in("d"), lambda d, b: (d / "f.safetensors").symlink_to("d/model.safetensors")),
+        ),
+        Case(
+            "ok-export-into-link-dir",
+            ["export", "d", "-o", "ln/out"],
+            0,
+            both(copy_in("d"), lambda d, b: ((d / "real").mkdir(), (d / "ln").symlink_to("real"))),
+            out="real",
+        ),
         Case("ok-tilde-free-relative-fix", ["validate", "d", "--fix", "-o", "fixed"], 0, copy_in("d"), out="fixed"),
         Case("ok-relative-out-dotdot", ["export", "../sh", "-o", "../ex"], 0, sub_cwd, out="ex", cwd="w"),
     ]
 
 
 def all_cases() -> list[Case]:
-    cases = (safetensors_cases() + index_cases() + path_cases() + config_cases() + mapping_cases()
-             + frequency_cases() + tokenizer_cases() + size_cases() + output_cases() + example_cases()
-             + ordinary_cases() + verify_cases())  # fmt: skip
+    cases = (
+        safetensors_cases()
+        + index_cases()
+        + path_cases()
+        + config_cases()
+        + mapping_cases()
+        + frequency_cases()
+        + tokenizer_cases()
+        + size_cases()
+        + output_cases()
+        + example_cases()
+        + ordinary_cases()
+        + verify_cases()
+    )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases
@@ -647,14 +816,35 @@ def verify_cases() -> list[Case]:
     p = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
     prompts = copy_in("prompts.jsonl")
     out = []
-    for mode, code in (("sg-500", 3), ("sg-timeout", 3), ("sg-close", 3), ("sg-not-json", 3), ("sg-empty-list", 3),
-                       ("sg-meta-string", 3), ("sg-nospec-fields", 3), ("sg-types", 3), ("sg-1001", 3),
-                       ("sg-negative", 3), ("sg-hist-bad", 3), ("sg-bool", 3), ("sg-specoff", 2),
-                       ("sg-info-list", 2), ("sg-info-empty", 2), ("sg-info-steps-string", 0)):  # fmt: skip
+    for mode, code in (
+        ("sg-500", 3),
+        ("sg-timeout", 3),
+        ("sg-close", 3),
+        ("sg-not-json", 3),
+        ("sg-empty-list", 3),
+        ("sg-meta-string", 3),
+        ("sg-nospec-fields", 3),
+        ("sg-types", 3),
+        ("sg-1001", 3),
+        ("sg-negative", 3),
+        ("sg-hist-bad", 3),
+        ("sg-bool", 3),
+        ("sg-specoff", 2),
+        ("sg-info-list", 2),
+        ("sg-info-empty", 2),
+        ("sg-info-steps-string", 0),
+    ):
         extra = ["--timeout", "0.5"] if mode == "sg-timeout" else []
         out.append(Case(f"verify-{mode}", ["verify", "--host", "{srv}/" + mode, *p, *extra], code, prompts))
-    for mode, code in (("vl-static", 3), ("vl-decreasing", 2), ("vl-negative", 2), ("vl-more-accepted", 2),
-                       ("vl-usage-string", 3), ("vl-usage-list", 3), ("vl-no-model", 2)):  # fmt: skip
+    for mode, code in (
+        ("vl-static", 3),
+        ("vl-decreasing", 2),
+        ("vl-negative", 2),
+        ("vl-more-accepted", 2),
+        ("vl-usage-string", 3),
+        ("vl-usage-list", 3),
+        ("vl-no-model", 2),
+    ):
         out.append(Case(f"verify-{mode}", ["verify", "--engine", "vllm", "--host", "{srv}/" + mode, *p], code, prompts))
     bad_tok = both(prompts, write("badtok/tokenizer.json", '{"model": {"vocab": {"a": "x"}}}'))
     out += [
@@ -662,21 +852,46 @@ def verify_cases() -> list[Case]:
         Case("verify-bad-ipv6", ["verify", "--host", "http://[::1", *p], 2, prompts),
         Case("verify-ftp-scheme", ["verify", "--host", "ftp://127.0.0.1:1", *p], 2, prompts),
         Case("verify-refused", ["verify", "--host", "http://127.0.0.1:9", *p], 2, prompts),
-        Case("verify-prompts-ids-strings", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             write("pp.jsonl", '{"input_ids": ["a"]}\n')),
-        Case("verify-prompts-ids-negative", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             write("pp.jsonl", '{"input_ids": [1, -2]}\n')),
-        Case("verify-prompts-non-utf8", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             write("pp.jsonl", b'{"prompt": "\xff"}\n')),
-        Case("verify-prompts-list-line", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             write("pp.jsonl", "[1, 2]\n")),
-        Case("verify-prompts-empty", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             write("pp.jsonl", "\n\n")),
-        Case("verify-prompts-fifo", ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"], 2,
-             lambda d, b: os.mkfifo(d / "pp.jsonl")),
+        Case(
+            "verify-prompts-ids-strings",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            write("pp.jsonl", '{"input_ids": ["a"]}\n'),
+        ),
+        Case(
+            "verify-prompts-ids-negative",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            write("pp.jsonl", '{"input_ids": [1, -2]}\n'),
+        ),
+        Case(
+            "verify-prompts-non-utf8",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            write("pp.jsonl", b'{"prompt": "\xff"}\n'),
+        ),
+        Case(
+            "verify-prompts-list-line",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            write("pp.jsonl", "[1, 2]\n"),
+        ),
+        Case(
+            "verify-prompts-empty",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            write("pp.jsonl", "\n\n"),
+        ),
+        Case(
+            "verify-prompts-fifo",
+            ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl"],
+            2,
+            lambda d, b: os.mkfifo(d / "pp.jsonl"),
+        ),
         Case("verify-prompts-missing", ["verify", "--host", "{srv}/sg-ok", "--prompts", "nope.jsonl"], 2),
-        Case("verify-tokenizer-malformed", ["verify", "--host", "{srv}/sg-ok", *p, "--tokenizer", "badtok"], 2,
-             bad_tok),
+        Case(
+            "verify-tokenizer-malformed", ["verify", "--host", "{srv}/sg-ok", *p, "--tokenizer", "badtok"], 2, bad_tok
+        ),
         Case("verify-ok", ["verify", "--host", "{srv}/sg-ok", *p], 0, prompts, stdout_has="accept length 2.00"),
     ]
     return out

@@ -16,8 +16,17 @@ from typing import Any, Callable
 class FakeSGLang:
     """A real HTTP server on 127.0.0.1. ``meta_for(i, body)`` gives request i's meta_info."""
 
-    def __init__(self, meta_for: Callable[[int, dict], dict], *, spec: bool = True, old_info_path: bool = False,
-                 delay: float = 0.0, status: int = 200, raw: bytes | None = None, avg_accept: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        meta_for: Callable[[int, dict], dict],
+        *,
+        spec: bool = True,
+        old_info_path: bool = False,
+        delay: float = 0.0,
+        status: int = 200,
+        raw: bytes | None = None,
+        avg_accept: float | None = None,
+    ):
         self.meta_for, self.spec, self.old_info_path = meta_for, spec, old_info_path
         self.delay, self.status, self.raw, self.avg_accept = delay, status, raw, avg_accept
         self.requests: list[dict] = []
@@ -38,11 +47,16 @@ class FakeSGLang:
             def do_GET(self) -> None:
                 info_path = "/get_server_info" if outer.old_info_path else "/server_info"
                 if self.path == info_path:
-                    info = {"model_path": "/models/target", "skip_tokenizer_init": True,
-                            "speculative_algorithm": "EAGLE3" if outer.spec else None,
-                            "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-                            "speculative_draft_model_path": "/models/drafter",
-                            "internal_states": [{"avg_spec_accept_length": outer.avg_accept}]}  # fmt: skip
+                    info = {
+                        "model_path": "/models/target",
+                        "skip_tokenizer_init": True,
+                        "speculative_algorithm": "EAGLE3" if outer.spec else None,
+                        "speculative_num_steps": 3,
+                        "speculative_eagle_topk": 1,
+                        "speculative_num_draft_tokens": 4,
+                        "speculative_draft_model_path": "/models/drafter",
+                        "internal_states": [{"avg_spec_accept_length": outer.avg_accept}],
+                    }
                     self._send(200, json.dumps(info).encode())
                 elif self.path == "/health":
                     self._send(200, b"")
@@ -73,8 +87,9 @@ class FakeSGLang:
                 if meta is None:  # this request fails
                     self._send(500, b'{"error": "request failed"}')
                     return
-                self._send(200, json.dumps({"output_ids": [20] * meta.get("completion_tokens", 0),
-                                            "meta_info": meta}).encode())  # fmt: skip
+                self._send(
+                    200, json.dumps({"output_ids": [20] * meta.get("completion_tokens", 0), "meta_info": meta}).encode()
+                )
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -92,12 +107,20 @@ class FakeSGLang:
 def meta_0517(completion: int, verify: int, correct: int, steps: int = 3) -> dict:
     """meta_info with the 0.5.17 field set (as in generate-*.json), for given counts."""
     hist = [0] * (steps + 1)
-    return {"completion_tokens": completion, "prompt_tokens": 8, "spec_verify_ct": verify,
-            "spec_num_correct_drafts": correct, "spec_accepted_drafts": correct,
-            "spec_num_proposed_drafts": verify * steps, "spec_proposed_drafts": verify * steps,
-            "spec_accept_rate": correct / (verify * steps), "spec_accept_length": completion / verify,
-            "spec_accept_histogram": hist, "spec_correct_drafts_histogram": hist,
-            "finish_reason": {"type": "length", "length": completion}}  # fmt: skip
+    return {
+        "completion_tokens": completion,
+        "prompt_tokens": 8,
+        "spec_verify_ct": verify,
+        "spec_num_correct_drafts": correct,
+        "spec_accepted_drafts": correct,
+        "spec_num_proposed_drafts": verify * steps,
+        "spec_proposed_drafts": verify * steps,
+        "spec_accept_rate": correct / (verify * steps),
+        "spec_accept_length": completion / verify,
+        "spec_accept_histogram": hist,
+        "spec_correct_drafts_histogram": hist,
+        "finish_reason": {"type": "length", "length": completion},
+    }
 
 
 class MisbehavingServer:
@@ -107,8 +130,12 @@ class MisbehavingServer:
     way MODE says (SGLang modes start with ``sg-``, vLLM ones with ``vl-``).
     """
 
-    GOOD_META = {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4,
-                 "spec_accept_histogram": [1, 1, 1, 1]}  # fmt: skip
+    GOOD_META = {
+        "completion_tokens": 8,
+        "spec_verify_ct": 4,
+        "spec_num_correct_drafts": 4,
+        "spec_accept_histogram": [1, 1, 1, 1],
+    }
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
@@ -137,8 +164,12 @@ class MisbehavingServer:
                 if mode.startswith("vl-"):
                     return outer.vllm_get(self, mode, path)
                 if path in ("/server_info", "/get_server_info"):
-                    info: Any = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                                 "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}  # fmt: skip
+                    info: Any = {
+                        "speculative_algorithm": "EAGLE3",
+                        "speculative_num_steps": 3,
+                        "speculative_eagle_topk": 1,
+                        "speculative_num_draft_tokens": 4,
+                    }
                     if mode == "sg-specoff":
                         info["speculative_algorithm"] = None
                     elif mode == "sg-info-list":
@@ -204,8 +235,11 @@ class MisbehavingServer:
                 c = 1000.0 - c
             elif mode == "vl-negative":
                 c = -5.0
-            lines = [f"vllm:spec_decode_num_drafts_total {c}", f"vllm:spec_decode_num_draft_tokens_total {3 * c}",
-                     f"vllm:spec_decode_num_accepted_tokens_total {2 * c if mode != 'vl-more-accepted' else 9 * c}"]
+            lines = [
+                f"vllm:spec_decode_num_drafts_total {c}",
+                f"vllm:spec_decode_num_draft_tokens_total {3 * c}",
+                f"vllm:spec_decode_num_accepted_tokens_total {2 * c if mode != 'vl-more-accepted' else 9 * c}",
+            ]
             body = "\n".join(lines) + "\n"
             h.send_response(200)
             h.send_header("Content-Type", "text/plain")

@@ -12,9 +12,16 @@ from ckpttools.demo.tiny import write_tensors
 from ckpttools.io.checkpoint import open_checkpoint
 
 
-def rewrite(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: dict[str, str] | None = None,
-            config: dict[str, Any] | None = None, remove_keys: tuple[str, ...] = (),
-            replace: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None) -> Path:  # fmt: skip
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    drop: tuple[str, ...] = (),
+    rename: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
+    remove_keys: tuple[str, ...] = (),
+    replace: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+) -> Path:
     """A copy of a checkpoint with tensors dropped/renamed/replaced and config keys changed."""
     rename, replace = rename or {}, replace or {}
     with open_checkpoint(src) as ck:
@@ -30,5 +37,8 @@ def rewrite(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: dict[st
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

@@ -53,13 +53,16 @@ class LocalHub:
             def log_message(self, *a: Any) -> None:
                 pass
 
-            def _reply(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None,
-                       head: bool = False) -> None:  # fmt: skip
+            def _reply(
+                self, code: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False
+            ) -> None:
                 self.send_response(code)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)) if not head else (headers or {}).get(
-                    "X-Linked-Size", str(len(body))))
+                self.send_header(
+                    "Content-Length",
+                    str(len(body)) if not head else (headers or {}).get("X-Linked-Size", str(len(body))),
+                )
                 self.end_headers()
                 if not head and body:
                     self.wfile.write(body)
@@ -75,21 +78,39 @@ class LocalHub:
                         return self._reply(404, b'{"error":"not found"}')
                     if repo.status != 200:
                         return self._reply(repo.status, b'{"error":"gated"}')
-                    tree = [{"type": "file", "path": f, "size": len(d), "oid": hashlib.sha1(d).hexdigest(),
-                             **({"lfs": {"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}}
-                                if f.endswith(".safetensors") else {})}
-                            for f, d in sorted(repo.files.items())]  # fmt: skip
+                    tree = [
+                        {
+                            "type": "file",
+                            "path": f,
+                            "size": len(d),
+                            "oid": hashlib.sha1(d).hexdigest(),
+                            **(
+                                {"lfs": {"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}}
+                                if f.endswith(".safetensors")
+                                else {}
+                            ),
+                        }
+                        for f, d in sorted(repo.files.items())
+                    ]
                     return self._reply(200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, head)
                 m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?/?$", path)
                 if m:
                     repo = hub.repos.get(m[1])
                     if repo is None or (m[2] not in (None, "main", repo.commit)):
-                        return self._reply(404, b'{"error":"Repository not found"}',
-                                           {"X-Error-Code": "RepoNotFound" if repo is None else "RevisionNotFound"})
+                        return self._reply(
+                            404,
+                            b'{"error":"Repository not found"}',
+                            {"X-Error-Code": "RepoNotFound" if repo is None else "RevisionNotFound"},
+                        )
                     if repo.status != 200:
                         return self._reply(repo.status, b'{"error":"gated"}')
-                    info = {"id": m[1], "modelId": m[1], "sha": repo.commit, "private": False,
-                            "siblings": [{"rfilename": f} for f in sorted(repo.files)]}  # fmt: skip
+                    info = {
+                        "id": m[1],
+                        "modelId": m[1],
+                        "sha": repo.commit,
+                        "private": False,
+                        "siblings": [{"rfilename": f} for f in sorted(repo.files)],
+                    }
                     return self._reply(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
                 m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
                 if not m:
@@ -105,8 +126,12 @@ class LocalHub:
                 if data is None:
                     return self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.commit}, head)
                 etag = hashlib.sha256(data).hexdigest()
-                hdr = {"X-Repo-Commit": repo.commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
-                       "X-Linked-Size": str(len(data))}  # fmt: skip
+                hdr = {
+                    "X-Repo-Commit": repo.commit,
+                    "ETag": f'"{etag}"',
+                    "Accept-Ranges": "bytes",
+                    "X-Linked-Size": str(len(data)),
+                }
                 rng = self.headers.get("Range")
                 if rng and not head:
                     r = re.match(r"bytes=(\d+)-(\d*)$", rng)

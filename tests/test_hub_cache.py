@@ -18,8 +18,14 @@ from .local_hub import LocalHub, Repo
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ckpttools", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ckpttools", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +35,15 @@ def hf_home(tmp_path_factory) -> Path:
     build_drafter(src / "sharded", "sglang", max_shard_size=40_000, embed_tokens=True)
     home = tmp_path_factory.mktemp("hf-home")
     with LocalHub({"org/single": Repo.from_dir(src / "single"), "org/sharded": Repo.from_dir(src / "sharded")}) as hub:
-        code = ("from huggingface_hub import snapshot_download as s; s('org/single'); s('org/sharded')")
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
-               "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
+        code = "from huggingface_hub import snapshot_download as s; s('org/single'); s('org/sharded')"
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": hub.url,
+            "HF_HOME": str(home),
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
         env.pop("HF_HUB_OFFLINE", None)
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr

@@ -18,9 +18,16 @@ from ckpttools.ops.inspect import inspect
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED_KIND = {
-    "sglang": "sglang", "eagle": "eagle", "vllm": "vllm", "speculators": "vllm", "mla": "mla",
-    "modelopt": "modelopt", "training": "sglang", "target": "target", "sharded": "sglang",
-}  # fmt: skip
+    "sglang": "sglang",
+    "eagle": "eagle",
+    "vllm": "vllm",
+    "speculators": "vllm",
+    "mla": "mla",
+    "modelopt": "modelopt",
+    "training": "sglang",
+    "target": "target",
+    "sharded": "sglang",
+}
 
 
 def _schema():
@@ -77,11 +84,9 @@ def test_no_tensors_flag(ckpts):
 def test_identity_and_missing_mapping_are_reported(tmp_path):
     from ckpttools.demo.tiny import build_drafter
 
-    full = build_drafter(tmp_path / "full", "sglang", vocab_size=300, draft_vocab_size=300,
-                         mapping=list(range(300)))  # fmt: skip
+    full = build_drafter(tmp_path / "full", "sglang", vocab_size=300, draft_vocab_size=300, mapping=list(range(300)))
     assert inspect(full).vocab_mapping["identity"] is True
-    none = build_drafter(tmp_path / "none", "sglang", draft_vocab_size=256, mapping=None,
-                         config_overrides={})  # fmt: skip
+    none = build_drafter(tmp_path / "none", "sglang", draft_vocab_size=256, mapping=None, config_overrides={})
     # strip the mapping: rebuild the same drafter without d2t/t2d
     from ckpttools.demo.tiny import write_tensors
     from ckpttools.io.checkpoint import open_checkpoint
@@ -108,8 +113,12 @@ def test_inspect_and_help_never_import_torch(ckpts, tmp_path):
     (fake / "__init__.py").write_text(TRIPWIRE)
     mark = tmp_path / "tripped"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "CKPT_TRIPWIRE": str(mark)}
-    for args in (["--help"], ["inspect", str(ckpts["sglang"]), "--json"], ["inspect", str(ckpts["sharded"])],
-                 ["inspect", str(ckpts["modelopt"])]):  # fmt: skip
+    for args in (
+        ["--help"],
+        ["inspect", str(ckpts["sglang"]), "--json"],
+        ["inspect", str(ckpts["sharded"])],
+        ["inspect", str(ckpts["modelopt"])],
+    ):
         r = subprocess.run([sys.executable, "-m", "ckpttools", *args], capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr
         assert not mark.exists(), f"ckpt {' '.join(args)} imported torch"

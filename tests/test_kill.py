@@ -34,8 +34,9 @@ def _ckpt(args: list[str], cwd: Path, kill_at: str | None = None) -> subprocess.
     env.pop("CKPT_TEST_KILL_AT", None)
     if kill_at:
         env["CKPT_TEST_KILL_AT"] = kill_at
-    return subprocess.run([sys.executable, "-m", "ckpttools", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ckpttools", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def signature(p: Path) -> object:
@@ -67,8 +68,12 @@ COMMANDS = {
 
 def _kill_steps(cmd: str, force: bool) -> list[str]:
     # a fresh OUT is renamed once (no exchange); vocab build writes one file and replaces it in one rename
-    return [s for s in STEPS if not (s == "after-exchange" and not force)
-            and not (cmd == "vocab-build" and s in ("sealing", "after-exchange"))]
+    return [
+        s
+        for s in STEPS
+        if not (s == "after-exchange" and not force)
+        and not (cmd == "vocab-build" and s in ("sealing", "after-exchange"))
+    ]
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["new-out", "force-over-old"])

@@ -31,7 +31,9 @@ def reference_generate(spec: TorchSpeculator, prompt: list[int], max_new: int) -
         f = pos.float()[:, None] * d.inv_freq[None]
         emb = torch.cat([f, f], -1)
         h = d.hd // 2
-        return (x.float() * emb.cos()[:, None] + torch.cat([-x[..., h:], x[..., :h]], -1).float() * emb.sin()[:, None]).to(x.dtype)
+        return (
+            x.float() * emb.cos()[:, None] + torch.cat([-x[..., h:], x[..., :h]], -1).float() * emb.sin()[:, None]
+        ).to(x.dtype)
 
     def drafter_all(tokens, hidden_in):
         """hidden_in[i]: a 3H aux row (goes through fc) or an H row (the drafter's own)."""
@@ -39,19 +41,28 @@ def reference_generate(spec: TorchSpeculator, prompt: list[int], max_new: int) -
         T = len(tokens)
         pos = torch.arange(T)
         e = d.embed[torch.tensor(tokens)]
-        x = torch.cat([_rms(e, w["layers.0.input_layernorm.weight"], d.eps), _rms(hs, w["layers.0.hidden_norm.weight"], d.eps)], -1)
+        x = torch.cat(
+            [_rms(e, w["layers.0.input_layernorm.weight"], d.eps), _rms(hs, w["layers.0.hidden_norm.weight"], d.eps)],
+            -1,
+        )
         p = "layers.0.self_attn."
         q = rope((x @ w[p + "q_proj.weight"].T).view(T, d.heads, d.hd), pos)
         k = rope((x @ w[p + "k_proj.weight"].T).view(T, d.kv, d.hd), pos)
         v = (x @ w[p + "v_proj.weight"].T).view(T, d.kv, d.hd)
         rep = d.heads // d.kv
         a = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1).float(), k.repeat_interleave(rep, 1).transpose(0, 1).float(),
-            v.repeat_interleave(rep, 1).transpose(0, 1).float(), is_causal=True)  # fmt: skip
+            q.transpose(0, 1).float(),
+            k.repeat_interleave(rep, 1).transpose(0, 1).float(),
+            v.repeat_interleave(rep, 1).transpose(0, 1).float(),
+            is_causal=True,
+        )
         res = a.transpose(0, 1).reshape(T, -1).to(x.dtype) @ w[p + "o_proj.weight"].T + hs
         y = _rms(res, w["layers.0.post_attention_layernorm.weight"], d.eps)
         m = "layers.0.mlp."
-        out = (torch.nn.functional.silu((y @ w[m + "gate_proj.weight"].T).float()) * (y @ w[m + "up_proj.weight"].T).float()).to(y.dtype) @ w[m + "down_proj.weight"].T
+        out = (
+            torch.nn.functional.silu((y @ w[m + "gate_proj.weight"].T).float())
+            * (y @ w[m + "up_proj.weight"].T).float()
+        ).to(y.dtype) @ w[m + "down_proj.weight"].T
         pre = out + res
         logits = _rms(pre, w["norm.weight"], d.eps).float() @ w["lm_head.weight"].float().T
         return d.hot[logits.argmax(-1)], pre

@@ -30,8 +30,10 @@ CALLS = {
     "build_vocab": "assert ckpttools.build_vocab(np.arange(1024.0), 16, out / 'map.safetensors').draft_vocab_size == 16",
     "remap": "assert ckpttools.remap('d', out / 'remapped', to='m.safetensors').rows_carried >= 0",
     "export": "assert ckpttools.export('d', out / 'exported').output",
-    "verify": ("try:\n    ckpttools.verify('http://127.0.0.1:9', prompts='p.jsonl', num_prompts=1)\n"
-               "except ckpttools.ServerError:\n    pass\nelse:\n    raise AssertionError('no server, no report')"),
+    "verify": (
+        "try:\n    ckpttools.verify('http://127.0.0.1:9', prompts='p.jsonl', num_prompts=1)\n"
+        "except ckpttools.ServerError:\n    pass\nelse:\n    raise AssertionError('no server, no report')"
+    ),
     "verify_torch": "assert ckpttools.verify_torch('t', 'd', num_prompts=1, max_new_tokens=4, prompts='p.jsonl').engine",
     "detect_flavor": "assert ckpttools.detect_flavor({'architectures': ['LlamaForCausalLMEagle3']}, ['fc.weight']).kind",
     "load_mapping": "assert ckpttools.load_mapping('m.safetensors').draft_vocab_size == 256",

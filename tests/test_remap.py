@@ -55,8 +55,16 @@ def test_a_to_b_to_a_restores_shared_rows_and_rows_follow_tokens(m, fill):
     v, ids_a, ids_b = m
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        d = build_drafter(t / "a", vocab_size=v, draft_vocab_size=len(ids_a), mapping=ids_a, hidden_size=16,
-                          num_heads=2, num_kv_heads=1, intermediate_size=32)  # fmt: skip
+        d = build_drafter(
+            t / "a",
+            vocab_size=v,
+            draft_vocab_size=len(ids_a),
+            mapping=ids_a,
+            hidden_size=16,
+            num_heads=2,
+            num_kv_heads=1,
+            intermediate_size=32,
+        )
         save_mapping(VocabMapping.from_ids(ids_b, v), t / "b.safetensors")
         r = remap(d, t / "ab", to=t / "b.safetensors", fill=fill)
         src, ab = rows_by_token(d), rows_by_token(t / "ab")
@@ -66,9 +74,13 @@ def test_a_to_b_to_a_restores_shared_rows_and_rows_follow_tokens(m, fill):
         with open_checkpoint(d) as ck:
             head = ck.read("lm_head.weight").astype(np.float32)
             carried_slots = [i for i, tok in enumerate(ids_a) if tok in shared]
-            fill_row = (np.zeros(16, np.float32) if fill == "zero" else
-                        head[carried_slots].astype(np.float64).mean(0).astype(np.float32) if carried_slots
-                        else np.zeros(16, np.float32))  # fmt: skip
+            fill_row = (
+                np.zeros(16, np.float32)
+                if fill == "zero"
+                else head[carried_slots].astype(np.float64).mean(0).astype(np.float32)
+                if carried_slots
+                else np.zeros(16, np.float32)
+            )
             import ml_dtypes
 
             fill_bytes = fill_row.astype(ml_dtypes.bfloat16).tobytes()
@@ -91,8 +103,17 @@ def test_a_to_b_to_a_restores_shared_rows_and_rows_follow_tokens(m, fill):
 def test_remap_to_own_mapping_is_byte_identical(v, vd, embed):
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        d = build_drafter(t / "a", vocab_size=v, draft_vocab_size=vd, hidden_size=16, num_heads=2, num_kv_heads=1,
-                          intermediate_size=32, embed_tokens=embed, seed=v)  # fmt: skip
+        d = build_drafter(
+            t / "a",
+            vocab_size=v,
+            draft_vocab_size=vd,
+            hidden_size=16,
+            num_heads=2,
+            num_kv_heads=1,
+            intermediate_size=32,
+            embed_tokens=embed,
+            seed=v,
+        )
         remap(d, t / "same", to=d)
         assert all_bytes(d) == all_bytes(t / "same")
         cfg_a = json.loads((d / "config.json").read_text())
@@ -106,13 +127,22 @@ def test_the_seed_case_32000_slots_over_163840(tmp_path):
     ids_a = np.sort(rng.choice(np.arange(2000, v), size=vd, replace=False))
     kept = np.sort(rng.choice(ids_a, size=vd - 298, replace=False))
     ids_b = np.sort(np.concatenate([kept, rng.choice(2000, size=298, replace=False)]))
-    a = build_drafter(tmp_path / "k2", vocab_size=v, draft_vocab_size=vd, mapping=ids_a, hidden_size=16,
-                      num_heads=2, num_kv_heads=1, intermediate_size=32)  # fmt: skip
+    a = build_drafter(
+        tmp_path / "k2",
+        vocab_size=v,
+        draft_vocab_size=vd,
+        mapping=ids_a,
+        hidden_size=16,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=32,
+    )
     save_mapping(VocabMapping.from_ids(ids_b, v), tmp_path / "m2.safetensors")
     d = diff_vocab(a, tmp_path / "m2.safetensors")
     assert d.slots_agree < 300 and d.shared_tokens == vd - 298
-    r = CliRunner().invoke(cli, ["remap", str(a), "--to", str(tmp_path / "m2.safetensors"), "-o", str(tmp_path / "out"),
-                                 "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli, ["remap", str(a), "--to", str(tmp_path / "m2.safetensors"), "-o", str(tmp_path / "out"), "--json"]
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["rows_carried"] == vd - 298 and rep["rows_filled"] == 298
@@ -136,10 +166,13 @@ def test_fill_target_reads_only_needed_rows_from_a_sharded_target(tmp_path):
         assert out[tok] == (src[tok] if tok in src else t_head[tok].tobytes())
     assert r.rows_carried == len(set(range(0, 200, 2)) & set(range(0, 300, 3)))
     small = build_target(tmp_path / "small", hidden_size=32)
-    with pytest.raises(MappingError, match="needs equal hidden sizes: the drafter's is 64, the target's lm_head has 32"):
+    with pytest.raises(
+        MappingError, match="needs equal hidden sizes: the drafter's is 64, the target's lm_head has 32"
+    ):
         remap(d, tmp_path / "o2", to=tmp_path / "m.safetensors", fill="target", target=small)
-    r = CliRunner().invoke(cli, ["remap", str(d), "--to", str(tmp_path / "m.safetensors"), "--fill", "target",
-                                 "-o", str(tmp_path / "o3")])  # fmt: skip
+    r = CliRunner().invoke(
+        cli, ["remap", str(d), "--to", str(tmp_path / "m.safetensors"), "--fill", "target", "-o", str(tmp_path / "o3")]
+    )
     assert r.exit_code == 2 and "--fill target needs --target" in r.stderr
 
 
@@ -168,8 +201,20 @@ def test_frequencies_destination_and_token_mass(tmp_path):
     counts = np.zeros(400)
     counts[:100] = np.arange(100, 0, -1)
     np.save(tmp_path / "c.npy", counts)
-    r = CliRunner().invoke(cli, ["remap", str(d), "--frequencies", str(tmp_path / "c.npy"), "--draft-vocab-size", "60",
-                                 "-o", str(tmp_path / "o"), "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "remap",
+            str(d),
+            "--frequencies",
+            str(tmp_path / "c.npy"),
+            "--draft-vocab-size",
+            "60",
+            "-o",
+            str(tmp_path / "o"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["rows_carried"] == 50 and rep["rows_filled"] == 10
@@ -202,15 +247,25 @@ def test_output_is_atomic_refuses_overwrite_and_has_a_manifest(tmp_path):
 
 
 def test_kill_9_during_remap_leaves_nothing_at_out(tmp_path):
-    d = build_drafter(tmp_path / "d", hidden_size=256, num_heads=4, num_kv_heads=4, intermediate_size=1024,
-                      vocab_size=50_000, draft_vocab_size=20_000, embed_tokens=True)  # fmt: skip
+    d = build_drafter(
+        tmp_path / "d",
+        hidden_size=256,
+        num_heads=4,
+        num_kv_heads=4,
+        intermediate_size=1024,
+        vocab_size=50_000,
+        draft_vocab_size=20_000,
+        embed_tokens=True,
+    )
     save_mapping(VocabMapping.from_ids(np.arange(1, 20_001), 50_000), tmp_path / "m.safetensors")
     before = tree_digest(d)
     out = tmp_path / "out"
     # the progress callback (public API) sleeps after each tensor, so the kill lands mid-write
-    code = ("import time; from ckpttools.ops.remap import remap; "
-            f"remap({str(d)!r}, {str(out)!r}, to={str(tmp_path / 'm.safetensors')!r}, fill='mean', "
-            "progress=lambda done, total, name: time.sleep(0.3))")  # fmt: skip
+    code = (
+        "import time; from ckpttools.ops.remap import remap; "
+        f"remap({str(d)!r}, {str(out)!r}, to={str(tmp_path / 'm.safetensors')!r}, fill='mean', "
+        "progress=lambda done, total, name: time.sleep(0.3))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 60
     tmps: list[Path] = []
@@ -238,8 +293,9 @@ def _byte_level_tokenizer(tmp: Path, texts: list[str]) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<s>", "</s>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(texts, trainer)
     p = tmp / "bl" / "tokenizer.json"
     p.parent.mkdir()
@@ -258,8 +314,17 @@ def test_cross_tokenizer_remap_with_the_real_tinyllama_tokenizer(tmp_path):
     bl_tok = Tokenizer.from_file(str(bl))
     v_old, v_new = tl_tok.get_vocab_size(), bl_tok.get_vocab_size()
     src_ids = np.sort(np.random.default_rng(0).choice(np.arange(3, v_old), 4000, replace=False))
-    d = build_drafter(tmp_path / "d", vocab_size=v_old, draft_vocab_size=4000, mapping=src_ids, embed_tokens=True,
-                      hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32)  # fmt: skip
+    d = build_drafter(
+        tmp_path / "d",
+        vocab_size=v_old,
+        draft_vocab_size=4000,
+        mapping=src_ids,
+        embed_tokens=True,
+        hidden_size=16,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=32,
+    )
     save_mapping(VocabMapping.identity(v_new), tmp_path / "full-new.safetensors")
     r = remap(d, tmp_path / "o", to=tmp_path / "full-new.safetensors", source_tokenizer=tl, target_tokenizer=bl)
     assert r.vocab_size_after == v_new and r.draft_vocab_size_after == v_new

@@ -21,8 +21,10 @@ REAL = Path(__file__).parent / "data" / "real-configs"
 # drafter config -> (target config or None, the errors a careful engineer expects)
 REAL_PAIRS = {
     # float16 drafters behind bfloat16 Llama-3.1 targets: SGLang 0.5.17 crashes at fc under --dtype auto
-    "SafeAILab-EAGLE--traineagle3-llama3.1-8b": ("meta-llama--Llama-3.1-8B-Instruct",
-                                                  {"config.architectures", "target.context_length", "target.dtype"}),
+    "SafeAILab-EAGLE--traineagle3-llama3.1-8b": (
+        "meta-llama--Llama-3.1-8B-Instruct",
+        {"config.architectures", "target.context_length", "target.dtype"},
+    ),
     "SpecForge--llama3-8B-eagle3": ("meta-llama--Llama-3.1-8B-Instruct", {"target.context_length", "target.dtype"}),
     "SpecForge--llama3-70B-eagle3": ("meta-llama--Llama-3.1-70B", {"target.context_length", "target.dtype"}),
     "SpecForge--qwen3-8b-eagle3": ("Qwen--Qwen3-8B", set()),
@@ -32,7 +34,7 @@ REAL_PAIRS = {
     "SpecForge--qwen2.5-0.5b-eagle3": (None, set()),
     "SpecForge--llama4-scout-17B-16E-eagle3": (None, set()),
     "TorchSpec--minimax-m25-eagle3": (None, {"config.draft_vocab_size"}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("drafter", sorted(REAL_PAIRS))
@@ -50,8 +52,10 @@ def test_real_published_configs(drafter):
 
 
 def test_official_eagle_config_messages():
-    r = validate(REAL / "SafeAILab-EAGLE--traineagle3-llama3.1-8b.config.json",
-                 REAL / "meta-llama--Llama-3.1-8B-Instruct.config.json")  # fmt: skip
+    r = validate(
+        REAL / "SafeAILab-EAGLE--traineagle3-llama3.1-8b.config.json",
+        REAL / "meta-llama--Llama-3.1-8B-Instruct.config.json",
+    )
     arch = next(f for f in r.errors if f.id == "config.architectures")
     assert "plain Llama" in arch.message and arch.location == "$.architectures[0]"
     ctx = next(f for f in r.errors if f.id == "target.context_length")
@@ -143,10 +147,16 @@ def test_schema_errors_all_at_once_with_paths(tmp_path):
     assert paths == ["$", "$.eagle_config.eagle_aux_hidden_state_layer_ids[1]", "$.hidden_size", "$.rms_norm_eps"]
 
 
-@pytest.mark.parametrize("arch,expect", [
-    ("LlamaForCausalLMEagle3", None), ("Eagle3DeepseekV2ForCausalLM", None),
-    ("LlamaForCausalLM", "plain Llama"), ("Eagle3LlamaForCausalLM", "vLLM's"), ("Qwen3ForCausalLM", "not an EAGLE-3 class"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "arch,expect",
+    [
+        ("LlamaForCausalLMEagle3", None),
+        ("Eagle3DeepseekV2ForCausalLM", None),
+        ("LlamaForCausalLM", "plain Llama"),
+        ("Eagle3LlamaForCausalLM", "vLLM's"),
+        ("Qwen3ForCausalLM", "not an EAGLE-3 class"),
+    ],
+)
 def test_architectures(tmp_path, arch, expect):
     cfg = json.loads((REAL / "SpecForge--qwen3-8b-eagle3.config.json").read_text()) | {"architectures": [arch]}
     (tmp_path / "c.json").write_text(json.dumps(cfg))
@@ -179,7 +189,9 @@ def test_tensor_checks(tmp_path):
     f = next(f for f in validate(no_head).findings if f.id == "tensors.lm_head_missing")
     assert f.severity == "error" and "accept length falls to 1.00" in f.message
     no_q = rewrite(d, tmp_path / "noq", drop=("layers.0.self_attn.q_proj.weight",))
-    assert ("tensors.missing", "layers.0.self_attn.q_proj.weight") in {(f.id, f.location) for f in validate(no_q).errors}
+    assert ("tensors.missing", "layers.0.self_attn.q_proj.weight") in {
+        (f.id, f.location) for f in validate(no_q).errors
+    }
     shape = rewrite(d, tmp_path / "shape", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3]}})
     bad = next(f for f in validate(shape).errors if f.id == "tensors.shape")
     assert bad.location == "fc.weight" and "[64, 128]" in bad.message
@@ -195,8 +207,13 @@ def test_mapping_checks(tmp_path):
     nomap = rewrite(d, tmp_path / "nomap", drop=("d2t", "t2d"))
     f = next(f for f in validate(nomap).errors if f.id == "mapping.missing")
     assert "SGLang will treat draft ids as target ids" in f.message
-    full = rewrite(d, tmp_path / "full", drop=("d2t", "t2d"), config={"draft_vocab_size": None},
-                   replace={"lm_head.weight": lambda a: np.zeros((1024, 64), a.dtype)})  # fmt: skip
+    full = rewrite(
+        d,
+        tmp_path / "full",
+        drop=("d2t", "t2d"),
+        config={"draft_vocab_size": None},
+        replace={"lm_head.weight": lambda a: np.zeros((1024, 64), a.dtype)},
+    )
     assert "mapping.missing" not in _ids(validate(full))
     dup = rewrite(d, tmp_path / "dup", replace={"d2t": lambda a: np.where(np.arange(len(a)) == 1, a[0] - 1, a)})
     assert {"mapping.d2t-duplicates", "mapping.t2d-mismatch"} <= _ids(validate(dup), "error")
@@ -243,15 +260,24 @@ def test_dtype_against_target(tmp_path):
 def test_multi_layer_drafter_shapes(tmp_path):
     d = build_drafter(tmp_path / "d", num_layers=2)
     assert validate(d).ok  # layer 1 takes H, as SGLang 0.5.17 builds it
-    wide = rewrite(d, tmp_path / "wide", replace={"layers.1.self_attn.q_proj.weight": lambda a: np.zeros((64, 128), a.dtype)})
+    wide = rewrite(
+        d, tmp_path / "wide", replace={"layers.1.self_attn.q_proj.weight": lambda a: np.zeros((64, 128), a.dtype)}
+    )
     bad = next(f for f in validate(wide).errors if f.id == "tensors.shape")
     assert bad.location == "layers.1.self_attn.q_proj.weight" and "[64, 64]" in bad.message
 
 
 def test_deep_checks(tmp_path):
     d = build_drafter(tmp_path / "d")
-    nan = rewrite(d, tmp_path / "nan", replace={"layers.0.mlp.up_proj.weight": lambda a: np.where(
-        np.arange(a.size).reshape(a.shape) == 5, np.float32("nan"), a.astype(np.float32)).astype(a.dtype)})
+    nan = rewrite(
+        d,
+        tmp_path / "nan",
+        replace={
+            "layers.0.mlp.up_proj.weight": lambda a: np.where(
+                np.arange(a.size).reshape(a.shape) == 5, np.float32("nan"), a.astype(np.float32)
+            ).astype(a.dtype)
+        },
+    )
     f = next(f for f in validate(nan, deep=True).errors if f.id == "deep.nonfinite")
     assert f.location == "layers.0.mlp.up_proj.weight" and f.message.startswith("1 NaN")
     zero = rewrite(d, tmp_path / "zero", replace={"lm_head.weight": lambda a: np.zeros_like(a)})

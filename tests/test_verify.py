@@ -56,8 +56,13 @@ def test_mixed_requests_match_hand_computation(prompts_file):
 
     def meta(i, body):
         c, v, k = rows[i % 4]
-        return {"completion_tokens": c, "spec_verify_ct": v, "spec_num_correct_drafts": k,
-                "spec_num_proposed_drafts": 3 * v, "spec_accept_histogram": hists[i % 4]}  # fmt: skip
+        return {
+            "completion_tokens": c,
+            "spec_verify_ct": v,
+            "spec_num_correct_drafts": k,
+            "spec_num_proposed_drafts": 3 * v,
+            "spec_accept_histogram": hists[i % 4],
+        }
 
     with FakeSGLang(meta) as s:
         r = verify(s.url, prompts=prompts_file, num_prompts=4)
@@ -80,8 +85,14 @@ def test_older_releases(prompts_file):
         r = verify(s.url, prompts=prompts_file, num_prompts=2)
     assert r.accept_length == pytest.approx(3.0) and "includes the prefill token" in r.fields_used
     # late-2025 names
-    with FakeSGLang(lambda i, b: {"completion_tokens": 30, "spec_verify_ct": 10, "spec_accept_token_num": 15,
-                                  "spec_draft_token_num": 30}) as s:  # fmt: skip
+    with FakeSGLang(
+        lambda i, b: {
+            "completion_tokens": 30,
+            "spec_verify_ct": 10,
+            "spec_accept_token_num": 15,
+            "spec_draft_token_num": 30,
+        }
+    ) as s:
         r = verify(s.url, prompts=prompts_file, num_prompts=2)
     assert r.accept_length == 2.5 and r.fields_used == "1 + spec_accept_token_num / spec_verify_ct"
 
@@ -115,39 +126,60 @@ def test_faults_are_clear_and_partial_results_kept(prompts_file, tmp_path):
     with FakeSGLang(lambda i, b: {}, raw=b"<html>oops") as s:
         rep = verify(s.url, prompts=prompts_file, num_prompts=1)
     assert "malformed JSON" in rep.errors[0]
-    with FakeSGLang(lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4},
-                    delay=1.5) as s:  # fmt: skip
+    with FakeSGLang(
+        lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4}, delay=1.5
+    ) as s:
         out = tmp_path / "r.json"
-        res = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "2",
-                                       "--timeout", "0.5", "--output", str(out)])  # fmt: skip
+        res = CliRunner().invoke(
+            cli,
+            [
+                "verify",
+                "--host",
+                s.url,
+                "--prompts",
+                prompts_file,
+                "--num-prompts",
+                "2",
+                "--timeout",
+                "0.5",
+                "--output",
+                str(out),
+            ],
+        )
         # nothing measured is a failure with its own exit code, never a pass
         assert res.exit_code == 3 and "timed out" in res.stdout
         assert "ckpt: error: accept length could not be measured" in res.stderr
         saved = json.loads(out.read_text())
         assert saved["failed"] == 2 and saved["accept_length"] is None
     # some requests fail, the rest still count
-    with FakeSGLang(lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4}
-                    if i % 2 == 0 else None) as s:  # fmt: skip
+    with FakeSGLang(
+        lambda i, b: {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4} if i % 2 == 0 else None
+    ) as s:
         rep = verify(s.url, prompts=prompts_file, num_prompts=4)
     assert rep.completed == 2 and rep.failed == 2 and rep.accept_length == 2.0
 
 
 def test_bar_verdict_and_early_stop(prompts_file):
-    with FakeSGLang(lambda i, b: {"completion_tokens": 10, "spec_verify_ct": 10, "spec_num_correct_drafts": i % 2}) as s:
+    with FakeSGLang(
+        lambda i, b: {"completion_tokens": 10, "spec_verify_ct": 10, "spec_num_correct_drafts": i % 2}
+    ) as s:
         rep = verify(s.url, prompts=prompts_file, num_prompts=40, min_accept_len=2.0)
     assert rep.passed is False and rep.exit_code == 1
     assert rep.completed == 5 and rep.stopped_early.startswith("after 5 requests the 95% interval")
     assert "FAIL: below the bar of 2.00" in rep.verdict
     with FakeSGLang(lambda i, b: {"completion_tokens": 40, "spec_verify_ct": 10, "spec_num_correct_drafts": 30}) as s:
-        r = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "6",
-                                     "--min-accept-len", "3.5"])  # fmt: skip
+        r = CliRunner().invoke(
+            cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "6", "--min-accept-len", "3.5"]
+        )
     assert r.exit_code == 0 and "PASS: at or above the bar of 3.50" in r.stdout
 
 
 def test_baseline_speedup_said_plainly_when_below_1(prompts_file):
     fast = {"completion_tokens": 40, "spec_verify_ct": 40, "spec_num_correct_drafts": 0}
-    with FakeSGLang(lambda i, b: fast, delay=0.2) as spec, FakeSGLang(lambda i, b: {"completion_tokens": 40},
-                                                                      spec=False, delay=0.05) as base:  # fmt: skip
+    with (
+        FakeSGLang(lambda i, b: fast, delay=0.2) as spec,
+        FakeSGLang(lambda i, b: {"completion_tokens": 40}, spec=False, delay=0.05) as base,
+    ):
         rep = verify(spec.url, prompts=prompts_file, num_prompts=3, baseline_host=base.url)
     assert rep.speedup is not None and rep.speedup < 1
     assert "SLOWER than the same target without speculation" in rep.verdict
@@ -188,23 +220,47 @@ def test_launch_commands_and_log_parsing(tmp_path):
     s = LaunchSpec("sglang", "/t", "/d", port=31000, steps=3, topk=1)
     cmd = build_command(s)
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
-    for flag, val in (("--speculative-algorithm", "EAGLE3"), ("--speculative-num-steps", "3"),
-                      ("--speculative-eagle-topk", "1"), ("--speculative-num-draft-tokens", "4"),
-                      ("--speculative-draft-model-path", "/d"), ("--host", "127.0.0.1")):  # fmt: skip
+    for flag, val in (
+        ("--speculative-algorithm", "EAGLE3"),
+        ("--speculative-num-steps", "3"),
+        ("--speculative-eagle-topk", "1"),
+        ("--speculative-num-draft-tokens", "4"),
+        ("--speculative-draft-model-path", "/d"),
+        ("--host", "127.0.0.1"),
+    ):
         assert cmd[cmd.index(flag) + 1] == val
     v = build_command(LaunchSpec("vllm", "/t", "/d", steps=5, engine_args=["--enforce-eager"]))
-    assert json.loads(v[v.index("--speculative-config") + 1]) == {"method": "eagle3", "model": "/d",
-                                                                   "num_speculative_tokens": 5}  # fmt: skip
+    assert json.loads(v[v.index("--speculative-config") + 1]) == {
+        "method": "eagle3",
+        "model": "/d",
+        "num_speculative_tokens": 5,
+    }
     assert v[-1] == "--enforce-eager"
-    log = (RESPONSES / "server-log-excerpt.txt")
+    log = RESPONSES / "server-log-excerpt.txt"
     if log.is_file():
         lens = parse_sglang_accept_lens(log.read_text())
         assert lens and all(x == 4.0 for x in lens)
 
 
 def test_launch_failure_shows_the_log(tmp_path):
-    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "sglang", "--target", "/nonexistent",
-                                 "--drafter", "/nonexistent", "--engine-python", "/bin/false",
-                                 "--log", str(tmp_path / "s.log"), "--ready-timeout", "30"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--launch",
+            "--engine",
+            "sglang",
+            "--target",
+            "/nonexistent",
+            "--drafter",
+            "/nonexistent",
+            "--engine-python",
+            "/bin/false",
+            "--log",
+            str(tmp_path / "s.log"),
+            "--ready-timeout",
+            "30",
+        ],
+    )
     assert r.exit_code == 2 and "exited with code 1 before it was ready" in r.stderr
     assert (tmp_path / "s.log").read_text().startswith("$ /bin/false -m sglang.launch_server")

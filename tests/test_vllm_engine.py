@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 pytestmark = [
     pytest.mark.vllm,
-    pytest.mark.skipif(not Path(VLLM_PY).is_file(), reason=f"no vLLM interpreter at {VLLM_PY} (tests/run.sh installs it)"),
+    pytest.mark.skipif(
+        not Path(VLLM_PY).is_file(), reason=f"no vLLM interpreter at {VLLM_PY} (tests/run.sh installs it)"
+    ),
 ]
 ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
 STEPS = 3
@@ -61,11 +63,35 @@ VLLM_FIGURES: dict = {}  # filled by the launch tests, read by the torch agreeme
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path):
     (tp, dp), prompts = pairs[0][pair], pairs[1]
-    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(dp),
-                                 "--steps", str(STEPS), "--prompts", str(prompts), "--num-prompts", "6",
-                                 "--max-new-tokens", "32", "--ignore-eos", "--engine-python", VLLM_PY,
-                                 "--log", str(tmp_path / "vllm.log"), "--json", "--quiet",
-                                 *[f"--engine-arg={a}" for a in ARGS]])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--launch",
+            "--engine",
+            "vllm",
+            "--target",
+            str(tp),
+            "--drafter",
+            str(dp),
+            "--steps",
+            str(STEPS),
+            "--prompts",
+            str(prompts),
+            "--num-prompts",
+            "6",
+            "--max-new-tokens",
+            "32",
+            "--ignore-eos",
+            "--engine-python",
+            VLLM_PY,
+            "--log",
+            str(tmp_path / "vllm.log"),
+            "--json",
+            "--quiet",
+            *[f"--engine-arg={a}" for a in ARGS],
+        ],
+    )
     assert r.exit_code == 0, r.output + (tmp_path / "vllm.log").read_text()[-3000:]
     rep = json.loads(r.stdout)
     assert rep["accept_length"] == EXPECTED[pair]
@@ -97,17 +123,44 @@ def test_torch_probe_within_005_of_vllm_on_the_trained_pair(tmp_path):
 
     s = story_dir()
     vp = export(s / "drafter", tmp_path / "drafter-vllm", format="vllm", target=s / "target-a").output
-    r = CliRunner().invoke(cli, ["verify", "--launch", "--engine", "vllm", "--target", str(s / "target-a"),
-                                 "--drafter", vp, "--steps", str(STEPS), "--prompts", str(s / "prompts.jsonl"),
-                                 "--num-prompts", "12", "--max-new-tokens", "64", "--ignore-eos",
-                                 "--engine-python", VLLM_PY, "--log", str(tmp_path / "vllm.log"), "--json", "--quiet",
-                                 *[f"--engine-arg={a}" for a in ARGS]])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--launch",
+            "--engine",
+            "vllm",
+            "--target",
+            str(s / "target-a"),
+            "--drafter",
+            vp,
+            "--steps",
+            str(STEPS),
+            "--prompts",
+            str(s / "prompts.jsonl"),
+            "--num-prompts",
+            "12",
+            "--max-new-tokens",
+            "64",
+            "--ignore-eos",
+            "--engine-python",
+            VLLM_PY,
+            "--log",
+            str(tmp_path / "vllm.log"),
+            "--json",
+            "--quiet",
+            *[f"--engine-arg={a}" for a in ARGS],
+        ],
+    )
     assert r.exit_code == 0, r.output + (tmp_path / "vllm.log").read_text()[-3000:]
     v = json.loads(r.stdout)
-    t = verify_torch(s / "target-a", s / "drafter", steps=STEPS, prompts=str(s / "prompts.jsonl"), num_prompts=12,
-                     max_new_tokens=64)  # fmt: skip
-    print(f"trained pair: vLLM {v['accept_length']:.4f} per position {v['per_position_acceptance']}; "
-          f"torch {t.accept_length:.4f} per position {t.per_position_acceptance}")
+    t = verify_torch(
+        s / "target-a", s / "drafter", steps=STEPS, prompts=str(s / "prompts.jsonl"), num_prompts=12, max_new_tokens=64
+    )
+    print(
+        f"trained pair: vLLM {v['accept_length']:.4f} per position {v['per_position_acceptance']}; "
+        f"torch {t.accept_length:.4f} per position {t.per_position_acceptance}"
+    )
     assert abs(t.accept_length - v["accept_length"]) <= 0.05
     assert v["accept_length"] > 2.5  # a trained, matched pair
 
@@ -117,10 +170,23 @@ def running(pairs, tmp_path_factory):
     """A spec server (repeat target, matching drafter) and a baseline (the target alone)."""
     (tp, dp), _ = pairs[0][("repeat", "id")], pairs[1]
     logs = tmp_path_factory.mktemp("logs")
-    spec = RunningServer(LaunchSpec("vllm", str(tp), str(dp), port=free_port(), steps=STEPS, engine_args=ARGS,
-                                    python=VLLM_PY, log_path=str(logs / "spec.log"))).start()  # fmt: skip
-    base = RunningServer(LaunchSpec("vllm", str(tp), None, port=free_port(), engine_args=ARGS, python=VLLM_PY,
-                                    log_path=str(logs / "base.log"))).start()  # fmt: skip
+    spec = RunningServer(
+        LaunchSpec(
+            "vllm",
+            str(tp),
+            str(dp),
+            port=free_port(),
+            steps=STEPS,
+            engine_args=ARGS,
+            python=VLLM_PY,
+            log_path=str(logs / "spec.log"),
+        )
+    ).start()
+    base = RunningServer(
+        LaunchSpec(
+            "vllm", str(tp), None, port=free_port(), engine_args=ARGS, python=VLLM_PY, log_path=str(logs / "base.log")
+        )
+    ).start()
     import httpx
 
     try:
@@ -135,8 +201,22 @@ def running(pairs, tmp_path_factory):
 
 def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
     spec, _ = running
-    r = CliRunner().invoke(cli, ["verify", "--host", spec.spec.url, "--prompts", str(pairs[1]), "--num-prompts", "6",
-                                 "--max-new-tokens", "32", "--ignore-eos", "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--host",
+            spec.spec.url,
+            "--prompts",
+            str(pairs[1]),
+            "--num-prompts",
+            "6",
+            "--max-new-tokens",
+            "32",
+            "--ignore-eos",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["engine"] == "vllm" and rep["accept_length"] == STEPS + 1.0
@@ -145,8 +225,14 @@ def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
 
 def test_baseline_host_gives_a_speedup(running, pairs):
     spec, base = running
-    rep = verify(spec.spec.url, prompts=str(pairs[1]), num_prompts=6, max_new_tokens=32, ignore_eos=True,
-                 baseline_host=base.spec.url)  # fmt: skip
+    rep = verify(
+        spec.spec.url,
+        prompts=str(pairs[1]),
+        num_prompts=6,
+        max_new_tokens=32,
+        ignore_eos=True,
+        baseline_host=base.spec.url,
+    )
     assert rep.baseline["completed"] == 6 and rep.baseline["output_tokens"] == 6 * 32
     assert rep.speedup is not None and rep.speedup > 0
     assert rep.speedup == pytest.approx(rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"])
@@ -162,8 +248,24 @@ def test_baseline_server_is_not_measurable(running, pairs):
 
 def test_early_stop_against_a_real_server(running, pairs):
     spec, _ = running
-    r = CliRunner().invoke(cli, ["verify", "--host", spec.spec.url, "--prompts", str(pairs[1]), "--num-prompts", "40",
-                                 "--max-new-tokens", "16", "--ignore-eos", "--min-accept-len", "4.5", "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--host",
+            spec.spec.url,
+            "--prompts",
+            str(pairs[1]),
+            "--num-prompts",
+            "40",
+            "--max-new-tokens",
+            "16",
+            "--ignore-eos",
+            "--min-accept-len",
+            "4.5",
+            "--json",
+        ],
+    )
     assert r.exit_code == 1
     rep = json.loads(r.stdout)
     assert rep["completed"] == 5 and rep["stopped_early"].startswith("after 5 requests")
@@ -176,7 +278,9 @@ def test_demo_story_holds_in_real_vllm(tmp_path):
 
     r = CliRunner().invoke(cli, ["demo", "--engine", "vllm", "--engine-python", VLLM_PY, "--workdir", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    m = re.search(r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout)
+    m = re.search(
+        r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout
+    )
     assert m, r.stdout
     matched, naive, remapped, b = map(float, m.groups())
     print(r.stdout.splitlines()[-1])

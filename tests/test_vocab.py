@@ -79,9 +79,11 @@ def test_one_inserted_token_shifts_every_slot_but_tokens_are_shared():
     assert d.slots_agree == 0 and d.slots_differ == 32_000
     assert d.shared_tokens == 31_999 and d.only_a == 1 and d.only_b == 1
     assert d.remap_rows_carried == 31_999 and d.remap_rows_to_initialize == 1
-    assert d.verdict == ("slots differ at 32,000 of 32,000, but 31,999 tokens are shared: a remap carries "
-                         "31,999 rows and initializes 1. Swapping d2t/t2d without moving lm_head rows would "
-                         "break acceptance; remap instead")  # fmt: skip
+    assert d.verdict == (
+        "slots differ at 32,000 of 32,000, but 31,999 tokens are shared: a remap carries "
+        "31,999 rows and initializes 1. Swapping d2t/t2d without moving lm_head rows would "
+        "break acceptance; remap instead"
+    )
 
 
 def test_cli_on_drafter_checkpoints_and_mapping_files(tmp_path):
@@ -123,8 +125,13 @@ def test_tokenizer_strings_from_the_real_tinyllama_tokenizer(tmp_path):
     from tokenizers import Tokenizer
 
     ref = Tokenizer.from_file(str(tok / "tokenizer.json"))
-    assert d.differing_slots[0] == {"slot": 0, "a": 100, "b": 101, "a_token": ref.id_to_token(100),
-                                    "b_token": ref.id_to_token(101)}  # fmt: skip
+    assert d.differing_slots[0] == {
+        "slot": 0,
+        "a": 100,
+        "b": 101,
+        "a_token": ref.id_to_token(100),
+        "b_token": ref.id_to_token(101),
+    }
     assert d.only_a_tokens == [{"id": 100, "token": ref.id_to_token(100)}]
     assert d.only_b_tokens == [{"id": 400, "token": ref.id_to_token(400)}]
 
@@ -161,15 +168,29 @@ def test_build_keeps_top_n_ties_by_lower_id_in_ascending_order(tmp_path):
 def test_build_from_jsonl_counts_streaming_and_matches_json(tmp_path):
     rng = np.random.default_rng(3)
     lines = [rng.integers(0, 300, size=rng.integers(1, 50)).tolist() for _ in range(200)]
-    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(x) if i % 2 else json.dumps({"input_ids": x})
-                                                for i, x in enumerate(lines)))  # fmt: skip
+    (tmp_path / "c.jsonl").write_text(
+        "\n".join(json.dumps(x) if i % 2 else json.dumps({"input_ids": x}) for i, x in enumerate(lines))
+    )
     ref = np.bincount(np.concatenate(lines), minlength=300)
     np.testing.assert_array_equal(load_frequencies(tmp_path / "c.jsonl", 300), ref)
     (tmp_path / "c.json").write_text(json.dumps({str(i): int(c) for i, c in enumerate(ref) if c}))
     runner = CliRunner()
     for src, out in (("c.jsonl", "a.safetensors"), ("c.json", "b.safetensors")):
-        r = runner.invoke(cli, ["vocab", "build", "--frequencies", str(tmp_path / src), "--vocab-size", "300",
-                                "--draft-vocab-size", "64", "-o", str(tmp_path / out)])  # fmt: skip
+        r = runner.invoke(
+            cli,
+            [
+                "vocab",
+                "build",
+                "--frequencies",
+                str(tmp_path / src),
+                "--vocab-size",
+                "300",
+                "--draft-vocab-size",
+                "64",
+                "-o",
+                str(tmp_path / out),
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert "Vd 64 of V 300" in r.stdout
     d = diff_vocab(tmp_path / "a.safetensors", tmp_path / "b.safetensors")
@@ -180,12 +201,36 @@ def test_build_from_jsonl_counts_streaming_and_matches_json(tmp_path):
 
 def test_build_refuses_overwrite_and_unknown_vocab_size(tmp_path):
     (tmp_path / "c.json").write_text('{"1": 3}')
-    r = CliRunner().invoke(cli, ["vocab", "build", "--frequencies", str(tmp_path / "c.json"),
-                                 "--draft-vocab-size", "1", "-o", str(tmp_path / "m.safetensors")])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "vocab",
+            "build",
+            "--frequencies",
+            str(tmp_path / "c.json"),
+            "--draft-vocab-size",
+            "1",
+            "-o",
+            str(tmp_path / "m.safetensors"),
+        ],
+    )
     assert r.exit_code == 2 and "--vocab-size" in r.stderr
     (tmp_path / "m.safetensors").write_bytes(b"keep me")
-    r = CliRunner().invoke(cli, ["vocab", "build", "--frequencies", str(tmp_path / "c.json"), "--vocab-size", "4",
-                                 "--draft-vocab-size", "1", "-o", str(tmp_path / "m.safetensors")])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "vocab",
+            "build",
+            "--frequencies",
+            str(tmp_path / "c.json"),
+            "--vocab-size",
+            "4",
+            "--draft-vocab-size",
+            "1",
+            "-o",
+            str(tmp_path / "m.safetensors"),
+        ],
+    )
     assert r.exit_code == 2 and "already exists" in r.stderr
     assert (tmp_path / "m.safetensors").read_bytes() == b"keep me"
 
@@ -198,15 +243,20 @@ def _st(tmp: Path, name: str, **tensors) -> Path:
 
 MALFORMED = {
     "wrong-dtype": (lambda t: _st(t, "m.safetensors", d2t=np.zeros(8, np.float32)), "must be an integer type"),
-    "t2d-dtype": (lambda t: _st(t, "m.safetensors", d2t=np.zeros(4, np.int64), t2d=np.ones(4, np.float32)),
-                  "t2d has dtype float32; it must be bool"),
-    "out-of-range": (lambda t: _st(t, "m.safetensors", d2t=np.array([0, 1, 9], np.int64), t2d=np.ones(5, bool)),
-                     "maps to target id 11, outside the target vocab of 5"),
+    "t2d-dtype": (
+        lambda t: _st(t, "m.safetensors", d2t=np.zeros(4, np.int64), t2d=np.ones(4, np.float32)),
+        "t2d has dtype float32; it must be bool",
+    ),
+    "out-of-range": (
+        lambda t: _st(t, "m.safetensors", d2t=np.array([0, 1, 9], np.int64), t2d=np.ones(5, bool)),
+        "maps to target id 11, outside the target vocab of 5",
+    ),
     "negative": (lambda t: _st(t, "m.safetensors", d2t=np.array([0, -5], np.int64)), "below 0"),
-    "duplicates": (lambda t: _st(t, "m.safetensors", d2t=np.array([1, 0, 0], np.int64)),
-                   "repeat a target id (e.g. 1)"),
-    "t2d-disagrees": (lambda t: _st(t, "m.safetensors", d2t=np.array([0, 0], np.int64),
-                                    t2d=np.array([1, 0, 1, 0], bool)), "the sets differ"),
+    "duplicates": (lambda t: _st(t, "m.safetensors", d2t=np.array([1, 0, 0], np.int64)), "repeat a target id (e.g. 1)"),
+    "t2d-disagrees": (
+        lambda t: _st(t, "m.safetensors", d2t=np.array([0, 0], np.int64), t2d=np.array([1, 0, 1, 0], bool)),
+        "the sets differ",
+    ),
 }
 
 
@@ -237,8 +287,9 @@ def test_missing_mapping_says_what_engines_do(tmp_path):
 
     d = build_drafter(tmp_path / "d")
     with open_checkpoint(d) as ck:
-        bare = write_tensors(tmp_path / "bare", {n: ck.read(n).copy() for n in ck.tensors if n not in ("d2t", "t2d")},
-                             ck.config)  # fmt: skip
+        bare = write_tensors(
+            tmp_path / "bare", {n: ck.read(n).copy() for n in ck.tensors if n not in ("d2t", "t2d")}, ck.config
+        )
     r = CliRunner().invoke(cli, ["diff-vocab", str(bare), str(d)])
     assert r.exit_code == 2 and "holds no vocabulary mapping" in r.stderr
     assert "SGLang will treat draft ids as target ids and vLLM will use the first Vd target ids" in r.stderr

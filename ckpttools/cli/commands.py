@@ -18,8 +18,9 @@ import click
 
 from ckpttools.errors import EXIT_USAGE, CkptError
 
-EXIT_CODES_HELP = ("Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, "
-                   "3 verify measured nothing.")
+EXIT_CODES_HELP = (
+    "Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, 3 verify measured nothing."
+)
 
 
 class CkptGroup(click.Group):
@@ -124,9 +125,14 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
 @cli.command("diff-vocab", epilog=EXIT_CODES_HELP)
 @click.argument("a")
 @click.argument("b")
-@click.option("--tokenizer", type=click.Path(exists=True), help="HF tokenizer.json (or its directory) for token strings.")
-@click.option("--frequencies", type=click.Path(exists=True),
-              help="Token counts: JSON {id: count}, .npy of counts, or JSONL of token-id lists.")  # fmt: skip
+@click.option(
+    "--tokenizer", type=click.Path(exists=True), help="HF tokenizer.json (or its directory) for token strings."
+)
+@click.option(
+    "--frequencies",
+    type=click.Path(exists=True),
+    help="Token counts: JSON {id: count}, .npy of counts, or JSONL of token-id lists.",
+)
 @click.option("--show", default=10, show_default=True, help="How many differing slots and one-sided tokens to list.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | None, show: int, as_json: bool) -> None:
@@ -153,15 +159,22 @@ def vocab_group() -> None:
 
 
 @vocab_group.command("build", epilog=EXIT_CODES_HELP)
-@click.option("--frequencies", required=True, type=click.Path(exists=True),
-              help="JSON {id: count}, .npy of counts, or JSONL of token-id lists (counted streaming).")  # fmt: skip
+@click.option(
+    "--frequencies",
+    required=True,
+    type=click.Path(exists=True),
+    help="JSON {id: count}, .npy of counts, or JSONL of token-id lists (counted streaming).",
+)
 @click.option("--draft-vocab-size", required=True, type=click.IntRange(min=1), help="Vd: how many tokens to keep.")
-@click.option("--vocab-size", type=click.IntRange(min=1), help="Target vocab size V (t2d's length); needed for JSON/JSONL.")
+@click.option(
+    "--vocab-size", type=click.IntRange(min=1), help="Target vocab size V (t2d's length); needed for JSON/JSONL."
+)
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output .safetensors (d2t + t2d).")
 @click.option("--force", is_flag=True, help="Replace the output if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | None, out: str, force: bool,
-                    as_json: bool) -> None:  # fmt: skip
+def vocab_build_cmd(
+    frequencies: str, draft_vocab_size: int, vocab_size: int | None, out: str, force: bool, as_json: bool
+) -> None:
     """Keep the top-N tokens by frequency (ties: lower id), in ascending id order.
 
     Writes d2t (int64 offsets) and t2d (bool) to a .safetensors file, as SpecForge,
@@ -187,8 +200,16 @@ def vocab_build_cmd(frequencies: str, draft_vocab_size: int, vocab_size: int | N
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
 @click.option("--force", is_flag=True, help="With --fix -o: replace the output if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out: str | None, in_place: bool,
-                 force: bool, as_json: bool) -> None:  # fmt: skip
+def validate_cmd(
+    drafter: str,
+    target: str | None,
+    deep: bool,
+    do_fix: bool,
+    out: str | None,
+    in_place: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Check a drafter's config, tensors and mapping, optionally against its target.
 
     DRAFTER is a checkpoint directory, a Hub repo id, or a bare config.json (config
@@ -226,19 +247,39 @@ def validate_cmd(drafter: str, target: str | None, deep: bool, do_fix: bool, out
 @click.option("--to", "to", help="Destination mapping: another drafter, a mapping file, or a target (full vocabulary).")
 @click.option("--frequencies", type=click.Path(exists=True), help="Build the destination from token counts instead.")
 @click.option("--draft-vocab-size", type=click.IntRange(min=1), help="With --frequencies: how many tokens to keep.")
-@click.option("--fill", type=click.Choice(["zero", "mean", "target"]), default="zero", show_default=True,
-              help="Rows for tokens new to the drafter: zeros, the mean of carried rows, or the target's lm_head rows.")  # fmt: skip
+@click.option(
+    "--fill",
+    type=click.Choice(["zero", "mean", "target"]),
+    default="zero",
+    show_default=True,
+    help="Rows for tokens new to the drafter: zeros, the mean of carried rows, or the target's lm_head rows.",
+)
 @click.option("--target", help="The target model (for --fill target, and embed_tokens rows across tokenizers).")
-@click.option("--source-tokenizer", type=click.Path(exists=True), help="The drafter's tokenizer.json, when tokenizers differ.")
+@click.option(
+    "--source-tokenizer", type=click.Path(exists=True), help="The drafter's tokenizer.json, when tokenizers differ."
+)
 @click.option("--target-tokenizer", type=click.Path(exists=True), help="The destination's tokenizer.json.")
 @click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename (power-loss safe).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, draft_vocab_size: int | None,
-              fill: str, target: str | None, source_tokenizer: str | None, target_tokenizer: str | None,
-              max_shard_size: str | None, force: bool, fsync: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
+def remap_cmd(
+    drafter: str,
+    out: str,
+    to: str | None,
+    frequencies: str | None,
+    draft_vocab_size: int | None,
+    fill: str,
+    target: str | None,
+    source_tokenizer: str | None,
+    target_tokenizer: str | None,
+    max_shard_size: str | None,
+    force: bool,
+    fsync: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Move a drafter into another vocabulary mapping: lm_head rows follow their tokens.
 
     \b
@@ -262,9 +303,21 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
     from ckpttools.ops.remap import remap
 
     with byte_progress("remap", quiet) as bar:
-        r = remap(drafter, out, to=to, frequencies=frequencies, draft_vocab_size=draft_vocab_size, fill=fill,
-                  target=target, source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-                  max_shard_size=max_shard_size, force=force, fsync=fsync, progress=bar)  # fmt: skip
+        r = remap(
+            drafter,
+            out,
+            to=to,
+            frequencies=frequencies,
+            draft_vocab_size=draft_vocab_size,
+            fill=fill,
+            target=target,
+            source_tokenizer=source_tokenizer,
+            target_tokenizer=target_tokenizer,
+            max_shard_size=max_shard_size,
+            force=force,
+            fsync=fsync,
+            progress=bar,
+        )
     _show(r, as_json, render_remap)
 
 
@@ -274,15 +327,30 @@ def remap_cmd(drafter: str, out: str, to: str | None, frequencies: str | None, d
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory.")
 @click.option("--format", "fmt", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
 @click.option("--target", help="The target (checkpoint, repo id or config.json): aux layer ids and context length.")
-@click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "keep"]), default="auto", show_default=True,
-              help="Cast floating-point weights; auto = the target's dtype with --target, else keep.")  # fmt: skip
+@click.option(
+    "--dtype",
+    type=click.Choice(["auto", "bf16", "fp16", "keep"]),
+    default="auto",
+    show_default=True,
+    help="Cast floating-point weights; auto = the target's dtype with --target, else keep.",
+)
 @click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max_shard_size: str | None,
-               force: bool, fsync: bool, quiet: bool, as_json: bool) -> None:  # fmt: skip
+def export_cmd(
+    src: str,
+    out: str,
+    fmt: str,
+    target: str | None,
+    dtype: str,
+    max_shard_size: str | None,
+    force: bool,
+    fsync: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Export a drafter of any layout so SGLang (or vLLM) loads it as intended.
 
     Reads official EAGLE, SpecForge/SGLang, vLLM/speculators, ModelOpt and fp32 training
@@ -307,8 +375,17 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
 
     try:
         with byte_progress("export", quiet) as bar:
-            r = export(src, out, format=fmt, target=target, dtype=dtype, max_shard_size=max_shard_size,
-                       force=force, fsync=fsync, progress=bar)  # fmt: skip
+            r = export(
+                src,
+                out,
+                format=fmt,
+                target=target,
+                dtype=dtype,
+                max_shard_size=max_shard_size,
+                force=force,
+                fsync=fsync,
+                progress=bar,
+            )
     except ExportRejected as e:
         _show(e.report, as_json, render_export)
         click.echo(f"ckpt: error: {e}", err=True)
@@ -321,7 +398,12 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
 @click.argument("drafter_arg", required=False, metavar="[DRAFTER]")
 @click.option("--host", help="A running server's URL, e.g. http://127.0.0.1:30000.")
 @click.option("--engine", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True)
-@click.option("--prompts", default="builtin", show_default=True, help="'builtin' or a JSONL file of {\"prompt\"} or {\"input_ids\"}.")
+@click.option(
+    "--prompts",
+    default="builtin",
+    show_default=True,
+    help='\'builtin\' or a JSONL file of {"prompt"} or {"input_ids"}.',
+)
 @click.option("--num-prompts", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
@@ -330,7 +412,9 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
 @click.option("--baseline-host", help="The same target without speculation, for the speedup.")
 @click.option("--min-accept-len", type=float, help="The bar (tokens per verify step); below it exit code 1.")
 @click.option("--flush-cache", is_flag=True, help="POST /flush_cache first (SGLang).")
-@click.option("--tokenizer", type=click.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer).")
+@click.option(
+    "--tokenizer", type=click.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer)."
+)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds.")
 @click.option("--launch", is_flag=True, help="Start the server (needs --target and the drafter), measure, stop it.")
 @click.option("--target", help="With --launch or --engine torch: the target model.")
@@ -338,21 +422,59 @@ def export_cmd(src: str, out: str, fmt: str, target: str | None, dtype: str, max
 @click.option("--port", type=int, help="With --launch: the port (default: a free one).")
 @click.option("--tp", type=int, default=1, show_default=True, help="With --launch: tensor parallel size.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Draft steps.")
-@click.option("--topk", type=click.IntRange(min=1), default=1, show_default=True, help="With --launch sglang: EAGLE topk.")
-@click.option("--engine-arg", "engine_args", multiple=True, help="Extra server argument (repeatable), e.g. --engine-arg=--dtype=bfloat16.")
+@click.option(
+    "--topk", type=click.IntRange(min=1), default=1, show_default=True, help="With --launch sglang: EAGLE topk."
+)
+@click.option(
+    "--engine-arg",
+    "engine_args",
+    multiple=True,
+    help="Extra server argument (repeatable), e.g. --engine-arg=--dtype=bfloat16.",
+)
 @click.option("--engine-python", help="With --launch: the Python that has the engine installed.")
 @click.option("--log", "log_path", type=click.Path(), help="With --launch: the server log file.")
-@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="With --launch: seconds to wait for health.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="With --engine torch.")
-@click.option("--output", "output_file", type=click.Path(), help="Also write the JSON report here (kept on failure too).")
+@click.option(
+    "--ready-timeout", type=float, default=900.0, show_default=True, help="With --launch: seconds to wait for health."
+)
+@click.option(
+    "--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="With --engine torch."
+)
+@click.option(
+    "--output", "output_file", type=click.Path(), help="Also write the JSON report here (kept on failure too)."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: str, num_prompts: int,
-               max_new_tokens: int, concurrency: int, temperature: float, ignore_eos: bool, baseline_host: str | None,
-               min_accept_len: float | None, flush_cache: bool, tokenizer: str | None, timeout: float, launch: bool,
-               target: str | None, drafter: str | None, port: int | None, tp: int, steps: int, topk: int,
-               engine_args: tuple[str, ...], engine_python: str | None, log_path: str | None, ready_timeout: float,
-               device: str, output_file: str | None, quiet: bool, as_json: bool) -> None:  # fmt: skip
+def verify_cmd(
+    drafter_arg: str | None,
+    host: str | None,
+    engine: str,
+    prompts: str,
+    num_prompts: int,
+    max_new_tokens: int,
+    concurrency: int,
+    temperature: float,
+    ignore_eos: bool,
+    baseline_host: str | None,
+    min_accept_len: float | None,
+    flush_cache: bool,
+    tokenizer: str | None,
+    timeout: float,
+    launch: bool,
+    target: str | None,
+    drafter: str | None,
+    port: int | None,
+    tp: int,
+    steps: int,
+    topk: int,
+    engine_args: tuple[str, ...],
+    engine_python: str | None,
+    log_path: str | None,
+    ready_timeout: float,
+    device: str,
+    output_file: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Measure accept length through a real server and give a verdict.
 
     Reports accept length in the engines' convention (tokens per verify step =
@@ -373,9 +495,17 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
             raise click.UsageError("--engine torch needs --target and DRAFTER")
         from ckpttools.ops.probe import verify_torch
 
-        rep = verify_torch(target, drafter, steps=steps, prompts=prompts, num_prompts=num_prompts,
-                           max_new_tokens=max_new_tokens, min_accept_len=min_accept_len, tokenizer=tokenizer,
-                           device=device)  # fmt: skip
+        rep = verify_torch(
+            target,
+            drafter,
+            steps=steps,
+            prompts=prompts,
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            min_accept_len=min_accept_len,
+            tokenizer=tokenizer,
+            device=device,
+        )
     else:
         spec = None
         if launch:
@@ -384,9 +514,19 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
             from ckpttools.engines.launch import LaunchSpec, free_port
 
             p = port or free_port()
-            spec = LaunchSpec(engine=engine, target=target, drafter=drafter, port=p, tp=tp, steps=steps, topk=topk,
-                              engine_args=list(engine_args), python=engine_python or sys.executable,
-                              log_path=log_path or f"ckpt-verify-{engine}-{p}.log", ready_timeout=ready_timeout)  # fmt: skip
+            spec = LaunchSpec(
+                engine=engine,
+                target=target,
+                drafter=drafter,
+                port=p,
+                tp=tp,
+                steps=steps,
+                topk=topk,
+                engine_args=list(engine_args),
+                python=engine_python or sys.executable,
+                log_path=log_path or f"ckpt-verify-{engine}-{p}.log",
+                ready_timeout=ready_timeout,
+            )
             click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
         elif not host:
             raise click.UsageError("give --host URL, or --launch, or --engine torch")
@@ -398,11 +538,23 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
 
             bar = tqdm(total=num_prompts, desc="verify", unit="req", file=sys.stderr, leave=False)
         try:
-            rep = verify(host, engine=engine, prompts=prompts, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
-                         concurrency=concurrency, temperature=temperature, ignore_eos=ignore_eos,
-                         baseline_host=baseline_host, min_accept_len=min_accept_len, flush_cache=flush_cache,
-                         tokenizer=tokenizer, timeout=timeout, launch=spec,
-                         progress=(lambda d, t: bar.update(d - bar.n)) if bar else None)  # fmt: skip
+            rep = verify(
+                host,
+                engine=engine,
+                prompts=prompts,
+                num_prompts=num_prompts,
+                max_new_tokens=max_new_tokens,
+                concurrency=concurrency,
+                temperature=temperature,
+                ignore_eos=ignore_eos,
+                baseline_host=baseline_host,
+                min_accept_len=min_accept_len,
+                flush_cache=flush_cache,
+                tokenizer=tokenizer,
+                timeout=timeout,
+                launch=spec,
+                progress=(lambda d, t: bar.update(d - bar.n)) if bar else None,
+            )
         finally:
             if bar is not None:
                 bar.close()
@@ -415,8 +567,7 @@ def verify_cmd(drafter_arg: str | None, host: str | None, engine: str, prompts: 
     _show(rep, as_json, render_verify)
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
-        click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures",
-                   err=True)  # fmt: skip
+        click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)
     sys.exit(rep.exit_code)
 
 
@@ -428,18 +579,37 @@ def example_group() -> None:
 
 @example_group.command("drafter")
 @click.argument("out", type=click.Path())
-@click.option("--flavor", type=click.Choice(["sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training"]),
-              default="sglang", show_default=True, help="Which layout to write.")  # fmt: skip
-@click.option("--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True, help="Target vocab size V.")
-@click.option("--draft-vocab-size", type=click.IntRange(1, 1 << 20), default=256, show_default=True,
-              help="Draft vocab size Vd (at most V).")  # fmt: skip
-@click.option("--hidden-size", type=click.IntRange(8, 1 << 14), default=64, show_default=True,
-              help="A multiple of 8 (4 heads of an even size).")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
-              help="Seed for weights and the mapping.")  # fmt: skip
+@click.option(
+    "--flavor",
+    type=click.Choice(["sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training"]),
+    default="sglang",
+    show_default=True,
+    help="Which layout to write.",
+)
+@click.option(
+    "--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True, help="Target vocab size V."
+)
+@click.option(
+    "--draft-vocab-size",
+    type=click.IntRange(1, 1 << 20),
+    default=256,
+    show_default=True,
+    help="Draft vocab size Vd (at most V).",
+)
+@click.option(
+    "--hidden-size",
+    type=click.IntRange(8, 1 << 14),
+    default=64,
+    show_default=True,
+    help="A multiple of 8 (4 heads of an even size).",
+)
+@click.option(
+    "--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed for weights and the mapping."
+)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: int, hidden_size: int,
-                    seed: int, force: bool) -> None:  # fmt: skip
+def example_drafter(
+    out: str, flavor: str, vocab_size: int, draft_vocab_size: int, hidden_size: int, seed: int, force: bool
+) -> None:
     """Write a tiny EAGLE-3 drafter to OUT.
 
     \b
@@ -447,25 +617,39 @@ def example_drafter(out: str, flavor: str, vocab_size: int, draft_vocab_size: in
       ckpt example drafter /tmp/d --flavor eagle && ckpt inspect /tmp/d
     """
     if draft_vocab_size > vocab_size:
-        raise click.BadParameter(f"{draft_vocab_size} is larger than --vocab-size {vocab_size}",
-                                 param_hint="--draft-vocab-size")  # fmt: skip
+        raise click.BadParameter(
+            f"{draft_vocab_size} is larger than --vocab-size {vocab_size}", param_hint="--draft-vocab-size"
+        )
     from ckpttools.demo.tiny import build_drafter
 
-    p = build_drafter(out, flavor, vocab_size=vocab_size, draft_vocab_size=draft_vocab_size,
-                      hidden_size=hidden_size, seed=seed, force=force)  # fmt: skip
+    p = build_drafter(
+        out,
+        flavor,
+        vocab_size=vocab_size,
+        draft_vocab_size=draft_vocab_size,
+        hidden_size=hidden_size,
+        seed=seed,
+        force=force,
+    )
     click.echo(str(p))
 
 
 @example_group.command("target")
 @click.argument("out", type=click.Path())
 @click.option("--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True)
-@click.option("--hidden-size", type=click.IntRange(8, 1 << 14), default=64, show_default=True,
-              help="A multiple of 8 (4 heads of an even size).")
+@click.option(
+    "--hidden-size",
+    type=click.IntRange(8, 1 << 14),
+    default=64,
+    show_default=True,
+    help="A multiple of 8 (4 heads of an even size).",
+)
 @click.option("--num-layers", type=click.IntRange(4, 512), default=8, show_default=True)
 @click.option("--max-position-embeddings", type=click.IntRange(1, 1 << 34), default=4096, show_default=True)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int, max_position_embeddings: int,
-                   force: bool) -> None:  # fmt: skip
+def example_target(
+    out: str, vocab_size: int, hidden_size: int, num_layers: int, max_position_embeddings: int, force: bool
+) -> None:
     """Write a tiny Llama target model to OUT.
 
     \b
@@ -474,16 +658,27 @@ def example_target(out: str, vocab_size: int, hidden_size: int, num_layers: int,
     """
     from ckpttools.demo.tiny import build_target
 
-    p = build_target(out, vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
-                     max_position_embeddings=max_position_embeddings, force=force)  # fmt: skip
+    p = build_target(
+        out,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        max_position_embeddings=max_position_embeddings,
+        force=force,
+    )
     click.echo(str(p))
 
 
 # ---------------------------------------------------------------------------- demo
 @cli.command("demo")
 @click.option("--workdir", type=click.Path(), help="Keep the demo's files here (default: a temporary directory).")
-@click.option("--engine", type=click.Choice(["torch", "vllm", "sglang"]), default="torch", show_default=True,
-              help="Where to measure: the PyTorch probe (no server), or a real server per step.")  # fmt: skip
+@click.option(
+    "--engine",
+    type=click.Choice(["torch", "vllm", "sglang"]),
+    default="torch",
+    show_default=True,
+    help="Where to measure: the PyTorch probe (no server), or a real server per step.",
+)
 @click.option("--engine-python", help="With vllm/sglang: the Python that has the engine installed.")
 def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> None:
     """Replay the project's story on a shipped trained pair (no network, no GPU).

@@ -6,13 +6,30 @@ from typing import Any
 
 from ckpttools.cli.output import human_bytes, human_count, table
 
-__all__ = ["render_inspect", "render_diff_vocab", "render_build", "render_validation", "render_fix", "render_remap", "render_export", "render_verify"]
+__all__ = [
+    "render_inspect",
+    "render_diff_vocab",
+    "render_build",
+    "render_validation",
+    "render_fix",
+    "render_remap",
+    "render_export",
+    "render_verify",
+]
 
 _CONFIG_ROWS = (
-    "architectures", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
-    "num_hidden_layers", "aux_layer_ids", "max_position_embeddings", "rope_theta", "rope_scaling",
+    "architectures",
+    "hidden_size",
+    "target_hidden_size",
+    "vocab_size",
+    "draft_vocab_size",
+    "num_hidden_layers",
+    "aux_layer_ids",
+    "max_position_embeddings",
+    "rope_theta",
+    "rope_scaling",
     "torch_dtype",
-)  # fmt: skip
+)
 
 
 def _fmt(v: Any) -> str:
@@ -48,8 +65,15 @@ def render_inspect(r: Any) -> str:
         f"weights: {r.num_tensors} tensors, {human_count(r.total_params)} params, "
         f"{human_bytes(r.total_bytes)} in {len(r.files)} file(s)"
     )
-    out.append(table([(d, v["tensors"], human_count(v["params"]), human_bytes(v["bytes"]))
-                      for d, v in sorted(r.by_dtype.items())], ("dtype", "tensors", "params", "bytes")))  # fmt: skip
+    out.append(
+        table(
+            [
+                (d, v["tensors"], human_count(v["params"]), human_bytes(v["bytes"]))
+                for d, v in sorted(r.by_dtype.items())
+            ],
+            ("dtype", "tensors", "params", "bytes"),
+        )
+    )
     if len(r.files) > 1:
         out.append(f"  shards: {len(r.files)} ({r.files[0]['file']} ... {r.files[-1]['file']})")
     vm = r.vocab_mapping
@@ -71,16 +95,35 @@ def render_inspect(r: Any) -> str:
         out.append(f"note: {n}")
     if r.tensors is not None:
         out.append(f"tensors ({len(r.tensors)}):")
-        out.append(table([(t["name"], t["dtype"], "x".join(map(str, t["shape"])) or "scalar",
-                           human_bytes(t["bytes"]), t["shard"]) for t in r.tensors],
-                         ("name", "dtype", "shape", "size", "shard")))  # fmt: skip
+        out.append(
+            table(
+                [
+                    (
+                        t["name"],
+                        t["dtype"],
+                        "x".join(map(str, t["shape"])) or "scalar",
+                        human_bytes(t["bytes"]),
+                        t["shard"],
+                    )
+                    for t in r.tensors
+                ],
+                ("name", "dtype", "shape", "size", "shard"),
+            )
+        )
     return "\n".join(out)
 
 
 def render_diff_vocab(d: Any) -> str:
     out = ["mappings:"]
-    out.append(table([(k, s["source"], f"{s['draft_vocab_size']:,}", _fmt(s["target_vocab_size"]), s["order"])
-                      for k, s in (("A", d.a), ("B", d.b))], ("", "source", "Vd", "V", "order")))  # fmt: skip
+    out.append(
+        table(
+            [
+                (k, s["source"], f"{s['draft_vocab_size']:,}", _fmt(s["target_vocab_size"]), s["order"])
+                for k, s in (("A", d.a), ("B", d.b))
+            ],
+            ("", "source", "Vd", "V", "order"),
+        )
+    )
     if d.target_vocab_note:
         out.append(f"note: {d.target_vocab_note}")
     rows = [
@@ -95,18 +138,27 @@ def render_diff_vocab(d: Any) -> str:
     ]
     if d.frequency:
         f = d.frequency
-        rows += [("token mass covered by A", f"{f['mass_a']:.2%}"), ("token mass covered by B", f"{f['mass_b']:.2%}"),
-                 ("mass only in A (lost moving A -> B)", f"{f['mass_only_a']:.2%}"),
-                 ("mass only in B (new to A's head)", f"{f['mass_only_b']:.2%}")]  # fmt: skip
+        rows += [
+            ("token mass covered by A", f"{f['mass_a']:.2%}"),
+            ("token mass covered by B", f"{f['mass_b']:.2%}"),
+            ("mass only in A (lost moving A -> B)", f"{f['mass_only_a']:.2%}"),
+            ("mass only in B (new to A's head)", f"{f['mass_only_b']:.2%}"),
+        ]
     out.append(table(rows, ("measure", "value")))
     if d.differing_slots:
         out.append(f"first {len(d.differing_slots)} differing slots:")
-        out.append(table([(r["slot"], r["a"], _tok(r["a_token"]), r["b"], _tok(r["b_token"]))
-                          for r in d.differing_slots], ("slot", "A id", "A token", "B id", "B token")))  # fmt: skip
+        out.append(
+            table(
+                [(r["slot"], r["a"], _tok(r["a_token"]), r["b"], _tok(r["b_token"])) for r in d.differing_slots],
+                ("slot", "A id", "A token", "B id", "B token"),
+            )
+        )
     for label, rows_ in (("only in A", d.only_a_tokens), ("only in B", d.only_b_tokens)):
         if rows_:
-            out.append(f"tokens {label} (first {len(rows_)}): " + ", ".join(
-                f"{r['id']}" + (f" {_tok(r['token'])}" if r["token"] is not None else "") for r in rows_))
+            out.append(
+                f"tokens {label} (first {len(rows_)}): "
+                + ", ".join(f"{r['id']}" + (f" {_tok(r['token'])}" if r["token"] is not None else "") for r in rows_)
+            )
     out.append(f"verdict: {d.verdict}")
     return "\n".join(out)
 
@@ -116,9 +168,12 @@ def _tok(t: str | None) -> str:
 
 
 def render_build(r: Any) -> str:
-    return (f"wrote {r.output}: Vd {r.draft_vocab_size:,} of V {r.target_vocab_size:,}, ascending order; "
-            f"covers {r.mass_covered:.2%} of the token mass ({r.tokens_seen:,} distinct tokens seen"
-            + (f"; {r.zero_count_tokens:,} chosen tokens were never seen" if r.zero_count_tokens else "") + ")")
+    return (
+        f"wrote {r.output}: Vd {r.draft_vocab_size:,} of V {r.target_vocab_size:,}, ascending order; "
+        f"covers {r.mass_covered:.2%} of the token mass ({r.tokens_seen:,} distinct tokens seen"
+        + (f"; {r.zero_count_tokens:,} chosen tokens were never seen" if r.zero_count_tokens else "")
+        + ")"
+    )
 
 
 def render_validation(r: Any) -> str:
@@ -165,22 +220,38 @@ def render_remap(r: Any) -> str:
     ]
     if r.token_match:
         tm = r.token_match
-        rows.insert(4, ("tokens matched by bytes", f"{tm['exact_matches']:,} exact, {tm['unmatched']:,} unmatched "
-                                                  f"({tm['source_style']} -> {tm['target_style']})"))  # fmt: skip
+        rows.insert(
+            4,
+            (
+                "tokens matched by bytes",
+                f"{tm['exact_matches']:,} exact, {tm['unmatched']:,} unmatched "
+                f"({tm['source_style']} -> {tm['target_style']})",
+            ),
+        )
     if r.token_mass:
         m = r.token_mass
-        rows += [("token mass: new mapping covers", f"{m['covered_by_new_mapping']:.2%}"),
-                 ("token mass: on carried rows", f"{m['covered_by_carried_rows']:.2%}"),
-                 ("token mass: on filled rows", f"{m['covered_by_filled_rows']:.2%}")]  # fmt: skip
+        rows += [
+            ("token mass: new mapping covers", f"{m['covered_by_new_mapping']:.2%}"),
+            ("token mass: on carried rows", f"{m['covered_by_carried_rows']:.2%}"),
+            ("token mass: on filled rows", f"{m['covered_by_filled_rows']:.2%}"),
+        ]
     width = max(len(k) for k, _ in rows)
     return f"wrote {r.output}\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
 def render_export(r: Any) -> str:
-    out = [f"wrote {r.output}" if r.output else f"REJECTED: nothing written (export of {r.source})",
-           f"  source layout: {r.source_flavor}; format: {r.format}; dtype: {r.dtype}"]  # fmt: skip
-    for title, items in (("renamed", [f"{a} -> {b}" for a, b in r.renamed]), ("dropped", [f"{a} ({b})" for a, b in r.dropped]),
-                         ("cast", r.cast), ("built", r.built), ("config", r.config_changes), ("notes", r.notes)):  # fmt: skip
+    out = [
+        f"wrote {r.output}" if r.output else f"REJECTED: nothing written (export of {r.source})",
+        f"  source layout: {r.source_flavor}; format: {r.format}; dtype: {r.dtype}",
+    ]
+    for title, items in (
+        ("renamed", [f"{a} -> {b}" for a, b in r.renamed]),
+        ("dropped", [f"{a} ({b})" for a, b in r.dropped]),
+        ("cast", r.cast),
+        ("built", r.built),
+        ("config", r.config_changes),
+        ("notes", r.notes),
+    ):
         if items:
             out.append(f"  {title} ({len(items)}):")
             out += [f"    - {i}" for i in items]
@@ -208,8 +279,10 @@ class _Val:
 
 def render_verify(r: Any) -> str:
     srv = ", ".join(f"{k}={v}" for k, v in r.server.items() if v is not None)
-    out = [f"{r.engine} at {r.url}" + (f" ({srv})" if srv else ""),
-           f"  requests: {r.completed} completed, {r.failed} failed, of {r.num_prompts}"]  # fmt: skip
+    out = [
+        f"{r.engine} at {r.url}" + (f" ({srv})" if srv else ""),
+        f"  requests: {r.completed} completed, {r.failed} failed, of {r.num_prompts}",
+    ]
     if r.accept_length is not None:
         out.append(f"  accept length (tokens per verify step, engine convention): {r.accept_length:.3f}")
         out.append(f"  accepted drafts per step (bonus token not counted):       {r.accepted_drafts_per_step:.3f}")
@@ -218,11 +291,15 @@ def render_verify(r: Any) -> str:
             out.append(f"  per-request 95% interval of the mean: [{lo:.3f}, {hi:.3f}]")
         if r.per_request:
             q = r.per_request
-            out.append(f"  per request: min {q['min']:.2f}  p25 {q['p25']:.2f}  median {q['median']:.2f}  "
-                       f"p75 {q['p75']:.2f}  max {q['max']:.2f}  (n={q['n']})")
+            out.append(
+                f"  per request: min {q['min']:.2f}  p25 {q['p25']:.2f}  median {q['median']:.2f}  "
+                f"p75 {q['p75']:.2f}  max {q['max']:.2f}  (n={q['n']})"
+            )
         if r.per_position_acceptance:
-            out.append("  acceptance by draft position: " + "  ".join(
-                f"{i + 1}: {a:.2f}" for i, a in enumerate(r.per_position_acceptance)))
+            out.append(
+                "  acceptance by draft position: "
+                + "  ".join(f"{i + 1}: {a:.2f}" for i, a in enumerate(r.per_position_acceptance))
+            )
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
@@ -231,8 +308,10 @@ def render_verify(r: Any) -> str:
     if r.output_tokens_per_s is not None:
         out.append(f"  output: {r.output_tokens} tokens, {r.output_tokens_per_s:.1f} tokens/s")
     if r.latency_s:
-        out.append(f"  latency: mean {r.latency_s['mean']:.3f} s, p50 {r.latency_s['p50']:.3f} s, "
-                   f"p95 {r.latency_s['p95']:.3f} s")
+        out.append(
+            f"  latency: mean {r.latency_s['mean']:.3f} s, p50 {r.latency_s['p50']:.3f} s, "
+            f"p95 {r.latency_s['p95']:.3f} s"
+        )
     if r.baseline:
         b = r.baseline
         out.append(f"  baseline {b['url']}: {b['output_tokens_per_s'] or 0:.1f} tokens/s")

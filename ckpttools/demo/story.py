@@ -60,22 +60,42 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
         served = drafter
         args: list[str] = []
         if engine == "vllm":
-            served = Path(export(drafter, work / f"vllm-{drafter.name}-{int(time.time() * 1000)}", format="vllm",
-                                 target=target).output)  # fmt: skip
+            served = Path(
+                export(
+                    drafter, work / f"vllm-{drafter.name}-{int(time.time() * 1000)}", format="vllm", target=target
+                ).output
+            )
             args = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
         else:
-            args = ["--attention-backend=triton", "--sampling-backend=pytorch", "--grammar-backend=none",
-                    "--disable-cuda-graph", "--skip-tokenizer-init"]  # fmt: skip
+            args = [
+                "--attention-backend=triton",
+                "--sampling-backend=pytorch",
+                "--grammar-backend=none",
+                "--disable-cuda-graph",
+                "--skip-tokenizer-init",
+            ]
         port = free_port()
-        spec = LaunchSpec(engine, str(target), str(served), port=port, steps=3, engine_args=args,
-                          python=engine_python or sys.executable, log_path=str(work / f"{engine}-{port}.log"))  # fmt: skip
+        spec = LaunchSpec(
+            engine,
+            str(target),
+            str(served),
+            port=port,
+            steps=3,
+            engine_args=args,
+            python=engine_python or sys.executable,
+            log_path=str(work / f"{engine}-{port}.log"),
+        )
         return verify(None, launch=spec, prompts=str(prompts), num_prompts=12, max_new_tokens=64, ignore_eos=True)
 
     return torch_engine if engine == "torch" else server_engine
 
 
-def run_demo(workdir: str | Path | None = None, echo: Callable[[str], None] = print, engine: str = "torch",
-             engine_python: str | None = None) -> int:  # fmt: skip
+def run_demo(
+    workdir: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+    engine: str = "torch",
+    engine_python: str | None = None,
+) -> int:
     """Replay the story; returns 0 when every step behaved as the story says, else 1."""
     from ckpttools.ops.inspect import inspect
     from ckpttools.ops.remap import remap
@@ -94,54 +114,82 @@ def run_demo(workdir: str | Path | None = None, echo: Callable[[str], None] = pr
     measure = _measurer(engine, work, prompts, engine_python)
     t0 = time.perf_counter()
     try:
-        echo(f"The pair: {drafter.name} (EAGLE-3) trained for {target_a.name}; {target_b.name} is {target_a.name} "
-             f"trained further. Engine: {engine}; 12 prompts, 64 tokens each, 3 draft steps, greedy.\n")  # fmt: skip
+        echo(
+            f"The pair: {drafter.name} (EAGLE-3) trained for {target_a.name}; {target_b.name} is {target_a.name} "
+            f"trained further. Engine: {engine}; 12 prompts, 64 tokens each, 3 draft steps, greedy.\n"
+        )
 
         r = inspect(drafter, tensors=False)
         v = validate(drafter, target_a)
         vm = r.vocab_mapping or {}
         echo("[1] ckpt inspect drafter; ckpt validate drafter --target target-a")
-        echo(f"    kind {r.kind}; Vd {vm.get('draft_vocab_size')} of V {vm.get('target_vocab_size')}, {vm.get('order')} "
-             f"order; validate: {len(v.errors)} error(s), {v.counts()['warning']} warning(s)")  # fmt: skip
+        echo(
+            f"    kind {r.kind}; Vd {vm.get('draft_vocab_size')} of V {vm.get('target_vocab_size')}, {vm.get('order')} "
+            f"order; validate: {len(v.errors)} error(s), {v.counts()['warning']} warning(s)"
+        )
         echo(f"    reading: {'a well-formed SGLang drafter that fits its target' if v.ok else 'NOT clean'}\n")
 
         a = measure(target_a, drafter)
         echo("[2] ckpt verify: the drafter on its own target")
-        echo(f"    accept length {a.accept_length:.2f} tokens per verify step ({a.accepted_drafts_per_step:.2f} accepted "
-             "drafts per step)")  # fmt: skip
+        echo(
+            f"    accept length {a.accept_length:.2f} tokens per verify step ({a.accepted_drafts_per_step:.2f} accepted "
+            "drafts per step)"
+        )
         echo("    reading: matched, well above 1: speculation pays here\n")
 
         naive = _naive_swap(drafter, m2, work / "drafter-naive-m2")
         d = diff_vocab(drafter, m2)
         n = measure(target_a, naive)
-        echo("[3] the pipeline wants mapping M2 (ckpt vocab build on another sample). The naive way: swap in M2's "
-             "d2t/t2d, leave lm_head")  # fmt: skip
-        echo(f"    ckpt diff-vocab drafter M2: slots agree {d.slots_agree} of {d.slots_total}; tokens shared "
-             f"{d.shared_tokens} (Jaccard {d.jaccard:.2f})")  # fmt: skip
+        echo(
+            "[3] the pipeline wants mapping M2 (ckpt vocab build on another sample). The naive way: swap in M2's "
+            "d2t/t2d, leave lm_head"
+        )
+        echo(
+            f"    ckpt diff-vocab drafter M2: slots agree {d.slots_agree} of {d.slots_total}; tokens shared "
+            f"{d.shared_tokens} (Jaccard {d.jaccard:.2f})"
+        )
         echo(f"    ckpt verify (naive swap): accept length {n.accept_length:.2f}")
-        echo("    reading: most tokens are shared but the slots moved, so every lm_head row now scores another "
-             "token: acceptance collapses\n")  # fmt: skip
+        echo(
+            "    reading: most tokens are shared but the slots moved, so every lm_head row now scores another "
+            "token: acceptance collapses\n"
+        )
 
         rr = remap(drafter, work / "drafter-m2", to=m2, force=True)
         m = measure(target_a, work / "drafter-m2")
         echo("[4] ckpt remap drafter --to M2: rows follow their tokens")
-        echo(f"    remap: {rr.rows_carried} rows carried, {rr.rows_filled} filled with zeros (tokens new to the drafter)")
+        echo(
+            f"    remap: {rr.rows_carried} rows carried, {rr.rows_filled} filled with zeros (tokens new to the drafter)"
+        )
         echo(f"    ckpt verify (remapped): accept length {m.accept_length:.2f}")
-        echo(f"    reading: back near the matched {a.accept_length:.2f}; what is lost is the {rr.rows_filled} tokens M2 "
-             "added that the drafter never learned\n")  # fmt: skip
+        echo(
+            f"    reading: back near the matched {a.accept_length:.2f}; what is lost is the {rr.rows_filled} tokens M2 "
+            "added that the drafter never learned\n"
+        )
 
         vb = validate(drafter, target_b)
         b = measure(target_b, drafter)
         echo("[5] the same drafter on target B (same architecture, same sizes, trained further)")
-        echo(f"    ckpt validate --target target-b: {len(vb.errors)} error(s); ckpt verify: accept length "
-             f"{b.accept_length:.2f}")  # fmt: skip
-        echo("    reading: every config check passes, yet acceptance drops: architecture equality is not "
-             "hidden-state compatibility. Measure before you invest.\n")  # fmt: skip
+        echo(
+            f"    ckpt validate --target target-b: {len(vb.errors)} error(s); ckpt verify: accept length "
+            f"{b.accept_length:.2f}"
+        )
+        echo(
+            "    reading: every config check passes, yet acceptance drops: architecture equality is not "
+            "hidden-state compatibility. Measure before you invest.\n"
+        )
 
-        ok = (v.ok and vb.ok and a.accept_length > 2.0 and n.accept_length < a.accept_length - 1
-              and m.accept_length > n.accept_length + 1 and b.accept_length < a.accept_length - 1)  # fmt: skip
-        echo(f"summary: matched {a.accept_length:.2f} | naive swap {n.accept_length:.2f} | remapped "
-             f"{m.accept_length:.2f} | on target B {b.accept_length:.2f}  ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+        ok = (
+            v.ok
+            and vb.ok
+            and a.accept_length > 2.0
+            and n.accept_length < a.accept_length - 1
+            and m.accept_length > n.accept_length + 1
+            and b.accept_length < a.accept_length - 1
+        )
+        echo(
+            f"summary: matched {a.accept_length:.2f} | naive swap {n.accept_length:.2f} | remapped "
+            f"{m.accept_length:.2f} | on target B {b.accept_length:.2f}  ({time.perf_counter() - t0:.0f} s)"
+        )
         if not ok:
             echo("the figures did not tell the expected story")
         return 0 if ok else 1

@@ -18,8 +18,17 @@ from ckpttools.errors import ConfigError
 from ckpttools.formats.conventions import CONFIG_DTYPE
 from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
-__all__ = ["DRAFTER_FLAVORS", "random_mapping", "build_drafter", "build_target", "build_huge_sparse", "write_tensors",
-           "build_known_pair", "known_prompts", "swap_pairs"]
+__all__ = [
+    "DRAFTER_FLAVORS",
+    "random_mapping",
+    "build_drafter",
+    "build_target",
+    "build_huge_sparse",
+    "write_tensors",
+    "build_known_pair",
+    "known_prompts",
+    "swap_pairs",
+]
 
 DRAFTER_FLAVORS = ("sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training")
 
@@ -61,29 +70,48 @@ def write_tensors(
 
 def _st_of(dt: np.dtype) -> str:
     dt = np.dtype(dt)
-    table = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
-             "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}  # fmt: skip
+    table = {
+        "float64": "F64",
+        "float32": "F32",
+        "float16": "F16",
+        "bfloat16": "BF16",
+        "int64": "I64",
+        "int32": "I32",
+        "int16": "I16",
+        "int8": "I8",
+        "uint8": "U8",
+        "bool": "BOOL",
+        "float8_e4m3fn": "F8_E4M3",
+        "float8_e5m2": "F8_E5M2",
+    }
     return table[dt.name]
 
 
-def _make_weights(shapes: dict[str, tuple[int, ...]], npdt: np.dtype, rng: np.random.Generator,
-                  weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None, norm_jitter: float) -> dict[str, np.ndarray]:  # fmt: skip
+def _make_weights(
+    shapes: dict[str, tuple[int, ...]],
+    npdt: np.dtype,
+    rng: np.random.Generator,
+    weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None,
+    norm_jitter: float,
+) -> dict[str, np.ndarray]:
     """Each tensor from ``weight_fn`` (float32), else norms near 1 and the rest N(0, 0.02)."""
     out: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         if weight_fn is not None:
             a = np.asarray(weight_fn(name, shape), dtype=np.float32)
         elif "norm" in name:
-            a = np.ones(shape, np.float32) + (rng.normal(0, norm_jitter, shape).astype(np.float32) if norm_jitter else 0)
+            a = np.ones(shape, np.float32) + (
+                rng.normal(0, norm_jitter, shape).astype(np.float32) if norm_jitter else 0
+            )
         else:
             a = rng.normal(0, 0.02, shape).astype(np.float32)
         out[name] = a.astype(npdt)
     return out
 
 
-def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool,
-                   mla: bool = False, drafter: bool = True) -> dict[str, tuple[int, ...]]:  # fmt: skip
+def _layer_tensors(
+    prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool, mla: bool = False, drafter: bool = True
+) -> dict[str, tuple[int, ...]]:
     """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang 0.5.17) the ``first``
     layer's attention takes [embedding; hidden] (2H) and uses input_layernorm on the
     embedding; every drafter layer has hidden_norm (later layers fuse the residual into it)."""
@@ -121,8 +149,10 @@ def _layer_tensors(prefix: str, H: int, heads: int, kv: int, hd: int, inter: int
 def _check_sizes(hidden_size: int, num_heads: int, vocab_size: int) -> None:
     """Sizes a real model could have: whole, even head dims and a vocabulary of at least 2."""
     if type(hidden_size) is not int or hidden_size <= 0 or hidden_size % (2 * num_heads):
-        raise ConfigError(f"hidden size {hidden_size} must be a positive multiple of {2 * num_heads} "
-                          f"({num_heads} heads of an even size)")  # fmt: skip
+        raise ConfigError(
+            f"hidden size {hidden_size} must be a positive multiple of {2 * num_heads} "
+            f"({num_heads} heads of an even size)"
+        )
     if type(vocab_size) is not int or vocab_size < 2:
         raise ConfigError(f"vocab size {vocab_size} must be an integer of at least 2")
 
@@ -201,12 +231,17 @@ def build_drafter(
             t2d[ids] = True
             tensors["t2d"] = t2d
     if flavor == "training":
-        tensors = {("model." + n if not n.startswith(("lm_head", "d2t", "t2d")) else n): a
-                   for n, a in tensors.items()}  # fmt: skip
+        tensors = {("model." + n if not n.startswith(("lm_head", "d2t", "t2d")) else n): a for n, a in tensors.items()}
 
-    arch = {"sglang": "LlamaForCausalLMEagle3", "eagle": "LlamaForCausalLM", "vllm": "Eagle3LlamaForCausalLM",
-            "mla": "Eagle3DeepseekV2ForCausalLM", "modelopt": "LlamaForCausalLMEagle3",
-            "training": "LlamaForCausalLMEagle3", "speculators": "Eagle3Speculator"}[flavor]  # fmt: skip
+    arch = {
+        "sglang": "LlamaForCausalLMEagle3",
+        "eagle": "LlamaForCausalLM",
+        "vllm": "Eagle3LlamaForCausalLM",
+        "mla": "Eagle3DeepseekV2ForCausalLM",
+        "modelopt": "LlamaForCausalLMEagle3",
+        "training": "LlamaForCausalLMEagle3",
+        "speculators": "Eagle3Speculator",
+    }[flavor]
     layer_cfg: dict[str, Any] = {
         "architectures": [arch],
         "model_type": "deepseek_v2" if flavor == "mla" else "llama",
@@ -228,8 +263,13 @@ def build_drafter(
     if target_hidden_size:
         layer_cfg["target_hidden_size"] = Ht
     if flavor == "mla":
-        layer_cfg |= {"q_lora_rank": H // 2, "kv_lora_rank": H // 4, "qk_rope_head_dim": hd // 2,
-                      "qk_nope_head_dim": hd // 2, "v_head_dim": hd}  # fmt: skip
+        layer_cfg |= {
+            "q_lora_rank": H // 2,
+            "kv_lora_rank": H // 4,
+            "qk_rope_head_dim": hd // 2,
+            "qk_nope_head_dim": hd // 2,
+            "v_head_dim": hd,
+        }
     if aux_layer_ids is not None and flavor == "vllm":
         layer_cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
     elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
@@ -291,8 +331,9 @@ def build_target(
     rng = np.random.default_rng(seed)
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
     for i in range(num_layers):
-        shapes |= _layer_tensors(f"model.layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False,
-                                 drafter=False)
+        shapes |= _layer_tensors(
+            f"model.layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False, drafter=False
+        )
     shapes["model.norm.weight"] = (H,)
     if not tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab_size, H)
@@ -351,18 +392,30 @@ def build_huge_sparse(
             if len(names) >= num_tensors - 2:
                 break
         layer += 1
-    names += [TensorSpec("model.norm.weight", "BF16", (hidden,)), TensorSpec("lm_head.weight", "BF16", (vocab_size, hidden))]
+    names += [
+        TensorSpec("model.norm.weight", "BF16", (hidden,)),
+        TensorSpec("lm_head.weight", "BF16", (vocab_size, hidden)),
+    ]
     per = -(-len(names) // num_shards)
     plan = [names[i : i + per] for i in range(0, len(names), per)]
     with CheckpointWriter(out, names, plan=plan, force=force) as w:
         for s in names:
             w.skip(s.name)
-        w.add_json("config.json", {
-            "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": hidden,
-            "num_hidden_layers": layer, "vocab_size": vocab_size, "max_position_embeddings": 262144,
-            "n_routed_experts": experts, "moe_intermediate_size": rows, "torch_dtype": "bfloat16",
-            "rope_theta": 50000.0,
-        })  # fmt: skip
+        w.add_json(
+            "config.json",
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "hidden_size": hidden,
+                "num_hidden_layers": layer,
+                "vocab_size": vocab_size,
+                "max_position_embeddings": 262144,
+                "n_routed_experts": experts,
+                "moe_intermediate_size": rows,
+                "torch_dtype": "bfloat16",
+                "rope_theta": 50000.0,
+            },
+        )
     return Path(out)
 
 
@@ -435,8 +488,17 @@ def build_known_pair(
             return np.ones(shape, np.float32)
         return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
 
-    tpath = build_target(root / f"target-{target}", hidden_size=KNOWN_H, num_layers=num_layers, num_heads=2,
-                         num_kv_heads=2, intermediate_size=128, vocab_size=KNOWN_V, weight_fn=tw, force=force)  # fmt: skip
+    tpath = build_target(
+        root / f"target-{target}",
+        hidden_size=KNOWN_H,
+        num_layers=num_layers,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=KNOWN_V,
+        weight_fn=tw,
+        force=force,
+    )
     cfg = json.loads((tpath / "config.json").read_text())
     cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
     (tpath / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -458,10 +520,21 @@ def build_known_pair(
             return np.ones(shape, np.float32)
         return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
 
-    dpath = build_drafter(root / f"drafter-{drafter}-{drafter_flavor}", drafter_flavor, hidden_size=H, num_heads=2,
-                          num_kv_heads=2, intermediate_size=128, vocab_size=KNOWN_V, draft_vocab_size=len(draft_ids),
-                          mapping=draft_ids, aux_layer_ids=aux_layer_ids, weight_fn=dw,
-                          config_overrides={"bos_token_id": 0, "eos_token_id": 1}, force=force)  # fmt: skip
+    dpath = build_drafter(
+        root / f"drafter-{drafter}-{drafter_flavor}",
+        drafter_flavor,
+        hidden_size=H,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=KNOWN_V,
+        draft_vocab_size=len(draft_ids),
+        mapping=draft_ids,
+        aux_layer_ids=aux_layer_ids,
+        weight_fn=dw,
+        config_overrides={"bos_token_id": 0, "eos_token_id": 1},
+        force=force,
+    )
     return tpath, dpath
 
 

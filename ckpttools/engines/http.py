@@ -13,8 +13,17 @@ from typing import Any
 
 from ckpttools.errors import ServerError
 
-__all__ = ["Prompt", "RequestResult", "SGLangClient", "VLLMClient", "detect_engine", "parse_sglang_meta",
-           "parse_vllm_metrics", "check_figures", "check_url"]  # fmt: skip
+__all__ = [
+    "Prompt",
+    "RequestResult",
+    "SGLangClient",
+    "VLLMClient",
+    "detect_engine",
+    "parse_sglang_meta",
+    "parse_vllm_metrics",
+    "check_figures",
+    "check_url",
+]
 
 
 @dataclass
@@ -112,8 +121,9 @@ def check_figures(r: RequestResult, steps: int | None) -> None:
     hi = None if steps is None else steps + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
     if r.accept_length < 1 or (hi is not None and r.accept_length > hi + 1e-9):
         limit = f"[1, {steps + 1}] for {steps} draft steps" if steps is not None else "at least 1"
-        raise ServerError(f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) "
-                          f"must lie in {limit}")  # fmt: skip
+        raise ServerError(
+            f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) must lie in {limit}"
+        )
 
 
 def _request(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
@@ -135,9 +145,13 @@ def _send(client: Any, method: str, url: str, what: str, body: dict[str, Any] | 
     try:
         return client.request(method, url, json=body)
     except httpx.ConnectError as e:
-        raise ServerError(f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?") from None
+        raise ServerError(
+            f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?"
+        ) from None
     except httpx.TimeoutException:
-        raise ServerError(f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens") from None
+        raise ServerError(
+            f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens"
+        ) from None
     except (httpx.HTTPError, httpx.InvalidURL) as e:  # closed mid-response, bad redirects, ...
         raise ServerError(f"{url}: {what} failed ({e.__class__.__name__}: {e})", url=url) from None
 
@@ -164,15 +178,23 @@ class SGLangClient:
             except ValueError:
                 raise ServerError(f"{self.url}/server_info is not JSON", url=self.url) from None
             if not isinstance(info, dict) or not info:
-                raise ServerError(f"{self.url}/server_info is {str(info)[:80]!r}, not an object of server settings",
-                                  url=self.url)  # fmt: skip
+                raise ServerError(
+                    f"{self.url}/server_info is {str(info)[:80]!r}, not an object of server settings", url=self.url
+                )
             self._info = info
         return self._info
 
     def spec_settings(self) -> dict[str, Any]:
         i = self.info()
-        keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                "speculative_num_draft_tokens", "model_path", "speculative_draft_model_path", "skip_tokenizer_init")  # fmt: skip
+        keys = (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            "model_path",
+            "speculative_draft_model_path",
+            "skip_tokenizer_init",
+        )
         return {k: i.get(k) for k in keys}
 
     def spec_enabled(self) -> bool:
@@ -199,8 +221,9 @@ class SGLangClient:
             pass  # best effort: a busy server refuses, and the measurement does not depend on it
 
     def run(self, i: int, p: Prompt, max_new_tokens: int, temperature: float, ignore_eos: bool) -> RequestResult:
-        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                                                    "ignore_eos": ignore_eos}}  # fmt: skip
+        body: dict[str, Any] = {
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
+        }
         if p.input_ids is not None:
             body["input_ids"] = p.input_ids
         else:
@@ -230,8 +253,14 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
     """Sum vLLM's speculative-decoding counters over label sets (per position kept apart)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "accepted_per_pos": {},
-                           "generation_tokens": 0.0, "present": False}  # fmt: skip
+    out: dict[str, Any] = {
+        "drafts": 0.0,
+        "draft_tokens": 0.0,
+        "accepted": 0.0,
+        "accepted_per_pos": {},
+        "generation_tokens": 0.0,
+        "present": False,
+    }
     names = {v: k for k, v in VLLM_COUNTERS.items()}
     for fam in text_string_to_metric_families(text):
         key = names.get(fam.name) or names.get(fam.name.removesuffix("_total"))
@@ -294,8 +323,13 @@ class VLLMClient:
         return bool(self.metrics()["present"])
 
     def run(self, i: int, p: Prompt, max_new_tokens: int, temperature: float, ignore_eos: bool) -> RequestResult:
-        body = {"model": self.model(), "prompt": p.input_ids if p.input_ids is not None else p.text,
-                "max_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}  # fmt: skip
+        body = {
+            "model": self.model(),
+            "prompt": p.input_ids if p.input_ids is not None else p.text,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+        }
         r = RequestResult(i, p.category)
         t = time.perf_counter()
         out = _request(self.client, "POST", self.url + "/v1/completions", "/v1/completions", body)
@@ -342,5 +376,8 @@ def detect_engine(url: str, client: Any) -> str:
     resp = _send(client, "GET", base + "/metrics", "/metrics")
     if resp.status_code == 200 and "vllm:" in resp.text:
         return "vllm"
-    raise ServerError(f"{base}: answers neither as SGLang (/server_info) nor as vLLM (/metrics)", url=base,
-                      hint="pass --engine sglang or --engine vllm")  # fmt: skip
+    raise ServerError(
+        f"{base}: answers neither as SGLang (/server_info) nor as vLLM (/metrics)",
+        url=base,
+        hint="pass --engine sglang or --engine vllm",
+    )

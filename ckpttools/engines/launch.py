@@ -48,17 +48,55 @@ def build_command(s: LaunchSpec) -> list[str]:
     """The server command line for the spec."""
     if s.engine == "sglang":
         n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
-        spec_flags = [] if s.drafter is None else [
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", s.drafter,
-            "--speculative-num-steps", str(s.steps), "--speculative-eagle-topk", str(s.topk),
-            "--speculative-num-draft-tokens", str(n)]  # fmt: skip
-        return [s.python, "-m", "sglang.launch_server", "--model-path", s.target, *spec_flags,
-                "--tp-size", str(s.tp), "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+        spec_flags = (
+            []
+            if s.drafter is None
+            else [
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-draft-model-path",
+                s.drafter,
+                "--speculative-num-steps",
+                str(s.steps),
+                "--speculative-eagle-topk",
+                str(s.topk),
+                "--speculative-num-draft-tokens",
+                str(n),
+            ]
+        )
+        return [
+            s.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            s.target,
+            *spec_flags,
+            "--tp-size",
+            str(s.tp),
+            "--host",
+            s.host,
+            "--port",
+            str(s.port),
+            *s.engine_args,
+        ]
     if s.engine == "vllm":
         spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
         spec_flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
-        return [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.target, *spec_flags,
-                "--tensor-parallel-size", str(s.tp), "--host", s.host, "--port", str(s.port), *s.engine_args]  # fmt: skip
+        return [
+            s.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            s.target,
+            *spec_flags,
+            "--tensor-parallel-size",
+            str(s.tp),
+            "--host",
+            s.host,
+            "--port",
+            str(s.port),
+            *s.engine_args,
+        ]
     raise ValueError(f"cannot launch engine {s.engine!r}")
 
 
@@ -93,8 +131,14 @@ class RunningServer:
         log = open(self.log_path, "wb")
         log.write(("$ " + " ".join(self.cmd) + "\n").encode())
         log.flush()
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **self.spec.env}, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.spec.env},
+            start_new_session=True,
+        )
         log.close()
         return self
 

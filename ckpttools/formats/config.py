@@ -12,17 +12,32 @@ from typing import Any
 
 from ckpttools.errors import ConfigError
 
-__all__ = ["ConfigEssentials", "essentials", "lookup", "aux_layer_ids", "context_length", "SUBCONFIG_KEYS",
-           "config_problems", "require_valid_config", "INT_BOUNDS"]  # fmt: skip
+__all__ = [
+    "ConfigEssentials",
+    "essentials",
+    "lookup",
+    "aux_layer_ids",
+    "context_length",
+    "SUBCONFIG_KEYS",
+    "config_problems",
+    "require_valid_config",
+    "INT_BOUNDS",
+]
 
 #: integer fields and the largest plausible value of each: a config past these is damaged,
 #: and using it would allocate without bound (a 1e8-layer loop, a 1e12-row mask)
 INT_BOUNDS: dict[str, int] = {
-    "hidden_size": 1 << 20, "target_hidden_size": 1 << 20, "intermediate_size": 1 << 22,
-    "vocab_size": 1 << 24, "draft_vocab_size": 1 << 24, "num_hidden_layers": 4096,
-    "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "head_dim": 1 << 14,
+    "hidden_size": 1 << 20,
+    "target_hidden_size": 1 << 20,
+    "intermediate_size": 1 << 22,
+    "vocab_size": 1 << 24,
+    "draft_vocab_size": 1 << 24,
+    "num_hidden_layers": 4096,
+    "num_attention_heads": 1 << 14,
+    "num_key_value_heads": 1 << 14,
+    "head_dim": 1 << 14,
     "max_position_embeddings": 1 << 34,
-}  # fmt: skip
+}
 _NUMBER_FIELDS = ("rope_theta",)
 _STRING_FIELDS = ("model_type", "hidden_act")
 
@@ -128,8 +143,11 @@ def require_valid_config(cfg: dict[str, Any] | None, source: str) -> None:
     if probs:
         where, why = next(iter(probs.items()))
         more = f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""
-        raise ConfigError(f"{source}: config {where} {why}{more}", path=source,
-                          hint="fix config.json; `ckpt validate` lists every problem")  # fmt: skip
+        raise ConfigError(
+            f"{source}: config {where} {why}{more}",
+            path=source,
+            hint="fix config.json; `ckpt validate` lists every problem",
+        )
 
 
 def aux_layer_ids(cfg: dict[str, Any] | None) -> tuple[list[int] | None, str | None]:
@@ -156,7 +174,13 @@ def _raw_aux_ids(cfg: dict[str, Any] | None) -> tuple[Any, str | None]:
 
 
 #: the keys SGLang 0.5.17 reads, in order (utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS)
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 
 
 def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
@@ -232,10 +256,21 @@ def essentials(cfg: dict[str, Any] | None) -> ConfigEssentials:
         return e
     e.invalid = config_problems(cfg)
     for key in (
-        "architectures", "model_type", "hidden_size", "target_hidden_size", "vocab_size",
-        "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-        "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling", "hidden_act",
-    ):  # fmt: skip
+        "architectures",
+        "model_type",
+        "hidden_size",
+        "target_hidden_size",
+        "vocab_size",
+        "num_hidden_layers",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rope_theta",
+        "rope_scaling",
+        "hidden_act",
+    ):
         v, where = lookup(cfg, key)
         if where and where not in e.invalid:
             setattr(e, key, v)

@@ -20,8 +20,14 @@ ST_DTYPE = {"bfloat16": "BF16", "float16": "F16"}
 #: adds 1 to make it a capture point); "input" = the input of layer id (vLLM uses the id
 #: as the capture point as is). Read off SGLang 0.5.17 llama.py set_eagle3_layers_to_capture
 #: and vLLM's llama forward (aux_hidden_state_layers).
-AUX_ID_CONVENTION = {"sglang": "output", "eagle": "output", "modelopt": "output", "mla": "output",
-                     "eagle3-unknown": "output", "vllm": "input"}  # fmt: skip
+AUX_ID_CONVENTION = {
+    "sglang": "output",
+    "eagle": "output",
+    "modelopt": "output",
+    "mla": "output",
+    "eagle3-unknown": "output",
+    "vllm": "input",
+}
 
 
 def sglang_default_aux_ids(num_target_layers: int) -> list[int]:

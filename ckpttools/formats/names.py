@@ -80,8 +80,14 @@ TRAINING_ONLY_PATTERNS: list[re.Pattern[str]] = [
 
 #: wrappers that training code adds around a drafter's names; SGLang knows none of them
 FOREIGN_PREFIXES: tuple[str, ...] = (
-    "module.", "draft_model.", "drafter.", "eagle.", "eagle_module.", "model.model.", "base_model.model.",
-)  # fmt: skip
+    "module.",
+    "draft_model.",
+    "drafter.",
+    "eagle.",
+    "eagle_module.",
+    "model.model.",
+    "base_model.model.",
+)
 
 
 def suggest_rename(name: str) -> str | None:

@@ -40,10 +40,19 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
     import numpy as np
 
     plain = {
-        "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
-        "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
-        "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
-    }  # fmt: skip
+        "F64": np.float64,
+        "F32": np.float32,
+        "F16": np.float16,
+        "I64": np.int64,
+        "I32": np.int32,
+        "I16": np.int16,
+        "I8": np.int8,
+        "U64": np.uint64,
+        "U32": np.uint32,
+        "U16": np.uint16,
+        "U8": np.uint8,
+        "BOOL": np.bool_,
+    }
     if st_dtype in plain:
         return np.dtype(plain[st_dtype])
     import ml_dtypes
@@ -57,8 +66,10 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
     if st_dtype == "C64":
         return np.dtype(np.complex64)
     if st_dtype not in special:
-        raise CheckpointFormatError(f"tensors of dtype {st_dtype} cannot be read or converted by ckpttools",
-                                    hint="this dtype is valid safetensors but has no numpy equivalent")  # fmt: skip
+        raise CheckpointFormatError(
+            f"tensors of dtype {st_dtype} cannot be read or converted by ckpttools",
+            hint="this dtype is valid safetensors but has no numpy equivalent",
+        )
     return np.dtype(special[st_dtype])
 
 
@@ -91,8 +102,7 @@ def _inside(root: Path, rel: str) -> tuple[str, Path]:
     Hugging Face cache's own ``blobs/`` folder, where snapshot files point.
     """
     norm = os.path.normpath(rel) if rel else ""
-    if (not rel or "\0" in rel or os.path.isabs(rel) or norm == ".." or norm.startswith("../")
-            or norm == "."):  # fmt: skip
+    if not rel or "\0" in rel or os.path.isabs(rel) or norm == ".." or norm.startswith("../") or norm == ".":
         raise UnsafePathError(f"index names shard {rel!r}, which is outside {root}", path=rel)
     p = root / norm
     real = Path(os.path.realpath(p))
@@ -102,8 +112,9 @@ def _inside(root: Path, rel: str) -> tuple[str, Path]:
         if blobs is None or not real.is_relative_to(blobs):
             raise UnsafePathError(
                 f"index names shard {rel!r}, which is a link to {real}, outside {root}",
-                path=rel, hint="copy the shard into the checkpoint directory instead of linking it",
-            )  # fmt: skip
+                path=rel,
+                hint="copy the shard into the checkpoint directory instead of linking it",
+            )
     return norm, p
 
 
@@ -143,8 +154,9 @@ class Checkpoint:
                 if t.name in self.tensors:
                     raise CheckpointFormatError(
                         f"tensor {t.name!r} appears in both {self.tensors[t.name].shard} and {name}",
-                        path=p, tensor=t.name,
-                    )  # fmt: skip
+                        path=p,
+                        tensor=t.name,
+                    )
                 self.tensors[t.name] = t
 
     # -- construction -------------------------------------------------------------------
@@ -194,9 +206,7 @@ class Checkpoint:
         start, stop = max(0, start), min(rows, stop)
         stop = max(start, stop)
         row_bytes = t.nbytes // rows if rows else 0
-        return self._view(
-            t, t.start + start * row_bytes, t.start + stop * row_bytes, (stop - start, *t.shape[1:])
-        )
+        return self._view(t, t.start + start * row_bytes, t.start + stop * row_bytes, (stop - start, *t.shape[1:]))
 
     def iter_chunks(self, name: str, chunk_bytes: int = 32 << 20):
         """Yield a tensor as arrays of whole rows, at most ~``chunk_bytes`` each.
@@ -234,8 +244,9 @@ class Checkpoint:
         idx = np.asarray(rows, dtype=np.int64)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n):
             bad = int(idx[(idx < 0) | (idx >= n)][0])
-            raise CheckpointFormatError(f"{self.source}: row {bad} of {name!r} does not exist (it has {n} rows)",
-                                        path=self.source, tensor=name)  # fmt: skip
+            raise CheckpointFormatError(
+                f"{self.source}: row {bad} of {name!r} does not exist (it has {n} rows)", path=self.source, tensor=name
+            )
         out = np.empty((len(idx), *t.shape[1:]), dtype=numpy_dtype(t.dtype))
         flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes) if len(idx) else None
         fd = self._fd(t.shard)
@@ -292,9 +303,7 @@ class Checkpoint:
 
 
 def _refuse_pickle(p: Path) -> PickleRefusedError:
-    return PickleRefusedError(
-        f"{p}: pickle-based weights are refused: ckpttools never unpickles", path=p
-    )
+    return PickleRefusedError(f"{p}: pickle-based weights are refused: ckpttools never unpickles", path=p)
 
 
 def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoint:
@@ -323,8 +332,10 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
                 where = "no shard holds it" if t is None else f"it is in {t.shard}"
                 raise CheckpointFormatError(
                     f"{index_path.name} maps tensor {tname!r} to {rel}, but {where}",
-                    path=index_path, tensor=tname, hint="the index is stale or damaged: fix or regenerate it",
-                )  # fmt: skip
+                    path=index_path,
+                    tensor=tname,
+                    hint="the index is stale or damaged: fix or regenerate it",
+                )
         return ck
     shards = sorted(root.glob("*.safetensors"))
     if not shards:
@@ -332,8 +343,7 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
-    return Checkpoint(source, root, [(p.name, p) for p in shards], config, cfg_path if config else None, None,
-                      revision)  # fmt: skip
+    return Checkpoint(source, root, [(p.name, p) for p in shards], config, cfg_path if config else None, None, revision)
 
 
 def _read_index(index_path: Path) -> dict[str, str]:
@@ -348,8 +358,9 @@ def _read_index(index_path: Path) -> dict[str, str]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointFormatError(
             f"{index_path}: not a safetensors index (needs a JSON object with a weight_map of file names)",
-            path=index_path, hint="the index is damaged: fix or regenerate it",
-        )  # fmt: skip
+            path=index_path,
+            hint="the index is damaged: fix or regenerate it",
+        )
     return weight_map
 
 

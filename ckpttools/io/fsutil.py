@@ -42,11 +42,20 @@ _TMP_RE = re.compile(r"^\.(?P<name>.+)\.ckpt-tmp-(?P<pid>\d+)-(?P<role>[a-z]+)(?
 
 
 def _not_regular(path: Path, mode: int) -> CheckpointFormatError:
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")  # fmt: skip
-    return CheckpointFormatError(f"{path}: is {kind}, not a regular file", path=path,
-                                 hint="give a regular file (a FIFO or device is never read)")  # fmt: skip
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
+    return CheckpointFormatError(
+        f"{path}: is {kind}, not a regular file", path=path, hint="give a regular file (a FIFO or device is never read)"
+    )
 
 
 def open_regular(path: str | Path) -> int:
@@ -86,8 +95,11 @@ def read_regular_bytes(path: str | Path, limit: int = MAX_SIDE_FILE_BYTES) -> by
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise CheckpointFormatError(f"{path}: {size} bytes is too large for this kind of file (limit {limit})",
-                                        path=path, hint="is this the right file?")  # fmt: skip
+            raise CheckpointFormatError(
+                f"{path}: {size} bytes is too large for this kind of file (limit {limit})",
+                path=path,
+                hint="is this the right file?",
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(limit + 1)
     finally:
@@ -270,5 +282,8 @@ def check_output_path(out: str | Path, inputs: list[str | Path]) -> None:
             why = "holds the input"
         else:
             continue
-        raise UnsafePathError(f"output {out} {why} {i}: the input is never written", path=str(out),
-                              hint="write to a new path beside the input")  # fmt: skip
+        raise UnsafePathError(
+            f"output {out} {why} {i}: the input is never written",
+            path=str(out),
+            hint="write to a new path beside the input",
+        )

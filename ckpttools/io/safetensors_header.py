@@ -22,10 +22,27 @@ __all__ = ["DTYPE_BITS", "DTYPE_SIZES", "MAX_HEADER_BYTES", "TensorInfo", "Shard
 
 #: bits per element of every dtype the safetensors library (0.8) accepts
 DTYPE_BITS: dict[str, int] = {
-    "F64": 64, "F32": 32, "F16": 16, "BF16": 16, "C64": 64,
-    "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4,
-    "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U64": 64, "U32": 32, "U16": 16, "U8": 8, "BOOL": 8,
-}  # fmt: skip
+    "F64": 64,
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "C64": 64,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "F4": 4,
+    "I64": 64,
+    "I32": 32,
+    "I16": 16,
+    "I8": 8,
+    "U64": 64,
+    "U32": 32,
+    "U16": 16,
+    "U8": 8,
+    "BOOL": 8,
+}
 
 #: bytes per element of the whole-byte dtypes (the ones ckpttools can write and cast)
 DTYPE_SIZES: dict[str, int] = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8 == 0 and k != "C64"}
@@ -131,21 +148,33 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
             shape = entry["shape"]
             b, e = entry["data_offsets"]
             ok = (
-                shape.__class__ is list and all(d.__class__ is int for d in shape)
-                and b.__class__ is int and e.__class__ is int and 0 <= b <= e <= _U64 and dtype in bits
+                shape.__class__ is list
+                and all(d.__class__ is int for d in shape)
+                and b.__class__ is int
+                and e.__class__ is int
+                and 0 <= b <= e <= _U64
+                and dtype in bits
                 and (not shape or min(shape) >= 0)
-            )  # fmt: skip
+            )
         except (TypeError, KeyError, ValueError, AttributeError):
             ok = False
         if not ok:
             _explain_entry(path, name, entry)
         if e > data_len:
-            raise _fail(path, f"tensor {name!r} ends at data byte {e} but the file holds only {data_len} data bytes: "
-                        "truncated or bad offsets", name)  # fmt: skip
+            raise _fail(
+                path,
+                f"tensor {name!r} ends at data byte {e} but the file holds only {data_len} data bytes: "
+                "truncated or bad offsets",
+                name,
+            )
         numel = _numel(path, name, shape, dtype)
         if e - b != numel * bits[dtype] // 8:
-            raise _fail(path, f"tensor {name!r}: {dtype}{shape} needs {numel * bits[dtype] // 8} bytes but its "
-                        f"byte range holds {e - b}", name)  # fmt: skip
+            raise _fail(
+                path,
+                f"tensor {name!r}: {dtype}{shape} needs {numel * bits[dtype] // 8} bytes but its "
+                f"byte range holds {e - b}",
+                name,
+            )
         tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
 
     # the byte ranges must tile [0, data_len) exactly, in offset order (safetensors' rule)
@@ -154,13 +183,20 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
         if t.start < pos:
             raise _fail(path, f"tensors {prev!r} and {t.name!r} overlap in the file", t.name)
         if t.start > pos:
-            raise _fail(path, f"a gap of {t.start - pos} bytes before tensor {t.name!r} (data byte "
-                        f"{t.start - data_start}): the byte ranges must tile the data", t.name)  # fmt: skip
+            raise _fail(
+                path,
+                f"a gap of {t.start - pos} bytes before tensor {t.name!r} (data byte "
+                f"{t.start - data_start}): the byte ranges must tile the data",
+                t.name,
+            )
         pos, prev = t.end, t.name
     if pos != size:
         if pos > size:
-            raise _fail(path, f"tensors need {pos - data_start} data bytes but the file holds only {data_len}: "
-                        "truncated or bad offsets")  # fmt: skip
+            raise _fail(
+                path,
+                f"tensors need {pos - data_start} data bytes but the file holds only {data_len}: "
+                "truncated or bad offsets",
+            )
         raise _fail(path, f"{size - pos} trailing bytes after the last tensor: the file is not fully covered")
     return ShardHeader(path, n, size, dict(meta), tensors)
 
@@ -185,7 +221,8 @@ def _parse_json(path: Path, raw: bytes) -> dict:
     if not isinstance(header, dict):
         raise _fail(path, "header is not a JSON object")
     canonical = all(v.__class__ is dict and len(v) == 3 for k, v in header.items() if k != "__metadata__") and len(
-        orjson.dumps(header)) == len(raw.rstrip(b" "))  # fmt: skip
+        orjson.dumps(header)
+    ) == len(raw.rstrip(b" "))
     if not canonical:
         _slow_check(path, raw)
     return header
@@ -261,9 +298,15 @@ def _entry_shape_ok(e: object) -> bool:
     if not isinstance(e, dict) or not all(k in e for k in ("dtype", "shape", "data_offsets")):
         return False
     sh, off = e["shape"], e["data_offsets"]
-    return (isinstance(e["dtype"], str) and e["dtype"] in DTYPE_BITS and isinstance(sh, list)
-            and all(type(d) is int and 0 <= d <= _U64 for d in sh) and isinstance(off, list) and len(off) == 2
-            and all(type(o) is int and 0 <= o <= _U64 for o in off))  # fmt: skip
+    return (
+        isinstance(e["dtype"], str)
+        and e["dtype"] in DTYPE_BITS
+        and isinstance(sh, list)
+        and all(type(d) is int and 0 <= d <= _U64 for d in sh)
+        and isinstance(off, list)
+        and len(off) == 2
+        and all(type(o) is int and 0 <= o <= _U64 for o in off)
+    )
 
 
 def _numel(path: Path, name: str, shape: list[int], dtype: str) -> int:

@@ -82,8 +82,17 @@ def parse_size(text: str | int | None) -> int | None:
         value = text
     else:
         t = text.strip().upper().replace(" ", "")
-        units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
-                 "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}  # fmt: skip
+        units = {
+            "KIB": 1 << 10,
+            "MIB": 1 << 20,
+            "GIB": 1 << 30,
+            "TIB": 1 << 40,
+            "KB": 10**3,
+            "MB": 10**6,
+            "GB": 10**9,
+            "TB": 10**12,
+            "B": 1,
+        }
         for u, mult in units.items():
             if t.endswith(u):
                 num = t[: -len(u)]
@@ -422,9 +431,7 @@ class CheckpointWriter:
         if len(self.plan) > 1:
             total = sum(s.nbytes for shard in self.plan for s in shard)
             wm = {s.name: self.files[i] for i, shard in enumerate(self.plan) for s in shard}
-            self.add_json(
-                "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": wm}
-            )
+            self.add_json("model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": wm})
 
     def _commit(self) -> None:
         if self.fsync:  # durability across power loss; the rename below is atomic either way

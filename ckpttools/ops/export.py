@@ -93,17 +93,38 @@ def _set(cfg: dict[str, Any], key: str, value: Any, changes: list[str]) -> None:
         cfg[key] = value
 
 
-def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, names: dict[str, str],
-                 target_cfg: dict[str, Any] | None, notes: list[str]) -> tuple[dict, list[str]]:  # fmt: skip
+def _plan_config(
+    ck: Checkpoint,
+    flavor: str,
+    fmt: str,
+    out_dtype: str | None,
+    names: dict[str, str],
+    target_cfg: dict[str, Any] | None,
+    notes: list[str],
+) -> tuple[dict, list[str]]:
     src = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     if "speculators_config" in src or "transformer_layer_config" in src:
         src, changes = _flatten_speculators(src)
-    cfg = {k: v for k, v in src.items() if k not in ("speculators_config", "speculators_model_type",
-                                                       "speculators_version", "eagle_aux_hidden_state_layer_ids")}  # fmt: skip
+    cfg = {
+        k: v
+        for k, v in src.items()
+        if k
+        not in (
+            "speculators_config",
+            "speculators_model_type",
+            "speculators_version",
+            "eagle_aux_hidden_state_layer_ids",
+        )
+    }
     mla = flavor == "mla"
-    arch = ("Eagle3DeepseekV2ForCausalLM" if mla else
-            "LlamaForCausalLMEagle3" if fmt == "sglang" else "Eagle3LlamaForCausalLM")  # fmt: skip
+    arch = (
+        "Eagle3DeepseekV2ForCausalLM"
+        if mla
+        else "LlamaForCausalLMEagle3"
+        if fmt == "sglang"
+        else "Eagle3LlamaForCausalLM"
+    )
     _set(cfg, "architectures", [arch], changes)
     layers = {canonical_name(n)[0].split(".")[1] for n in names.values() if n.startswith("layers.")}
     _set(cfg, "num_hidden_layers", max(1, len(layers)), changes)
@@ -124,13 +145,17 @@ def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, n
     if ids is not None:
         out_ids = [i - 1 for i in ids] if src_conv == "input" else list(ids)  # now "output" convention
         if src_conv == "input":
-            notes.append(f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
-                         f"as SGLang counts them (output of layer id) they are {out_ids}")  # fmt: skip
+            notes.append(
+                f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
+                f"as SGLang counts them (output of layer id) they are {out_ids}"
+            )
     elif target_cfg is not None:
         L = essentials(target_cfg).num_hidden_layers
         out_ids = sglang_default_aux_ids(L)
-        notes.append(f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
-                     "(the captures both engines make by default)")  # fmt: skip
+        notes.append(
+            f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
+            "(the captures both engines make by default)"
+        )
     eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
     if out_ids is not None:
         if fmt == "sglang":
@@ -138,8 +163,10 @@ def _plan_config(ck: Checkpoint, flavor: str, fmt: str, out_dtype: str | None, n
         else:
             eagle_cfg.pop("eagle_aux_hidden_state_layer_ids", None)
             cfg["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in out_ids]
-            notes.append(f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
-                         f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})")  # fmt: skip
+            notes.append(
+                f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
+                f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})"
+            )
     if eagle_cfg:
         cfg["eagle_config"] = eagle_cfg
     if out_ids is not None and out_ids != ids:
@@ -209,7 +236,9 @@ def export(
     try:
         require_valid_config(ck.config, str(src))
         flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
-        report = ExportReport(None, str(src), flavor, format, dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})")
+        report = ExportReport(
+            None, str(src), flavor, format, dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
+        )
         target_cfg = target_cfg_early
 
         # names: canonical, renamed, or dropped
@@ -237,8 +266,10 @@ def export(
         if d2t_src is not None:
             mapping = VocabMapping.from_checkpoint(ck)
             if mapping is not None and mapping.order != "ascending":
-                report.notes.append("d2t is in frequency order (not ascending target ids): valid for SGLang and "
-                                    "vLLM, which read it as is, so it was kept as it is, not reordered")  # fmt: skip
+                report.notes.append(
+                    "d2t is in frequency order (not ascending target ids): valid for SGLang and "
+                    "vLLM, which read it as is, so it was kept as it is, not reordered"
+                )
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
 
@@ -265,8 +296,14 @@ def export(
         done = 0
         dest = Path(out)
         hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
-        with CheckpointWriter(dest, specs, max_shard_size=parse_size(max_shard_size), force=force, fsync=fsync,
-                              inputs=[ck.root, *([target] if target is not None else [])]) as w:  # fmt: skip
+        with CheckpointWriter(
+            dest,
+            specs,
+            max_shard_size=parse_size(max_shard_size),
+            force=force,
+            fsync=fsync,
+            inputs=[ck.root, *([target] if target is not None else [])],
+        ) as w:
             for s in specs:
                 n = src_of.get(s.name)
                 if n is None:  # built t2d
@@ -287,10 +324,22 @@ def export(
                     progress(done, total, s.name)
             w.add_json("config.json", cfg)
             copy_side_files(ck, w)
-            params = {"format": format, "target": str(target) if target else None, "dtype": dtype,
-                      "max_shard_size": max_shard_size}  # fmt: skip
-            w.add_json(MANIFEST_NAME, make_manifest("export", params, {"drafter": ck.files()}, hashes=hashes.result(),
-                                                    extra={"renamed": report.renamed, "dropped": report.dropped}))  # fmt: skip
+            params = {
+                "format": format,
+                "target": str(target) if target else None,
+                "dtype": dtype,
+                "max_shard_size": max_shard_size,
+            }
+            w.add_json(
+                MANIFEST_NAME,
+                make_manifest(
+                    "export",
+                    params,
+                    {"drafter": ck.files()},
+                    hashes=hashes.result(),
+                    extra={"renamed": report.renamed, "dropped": report.dropped},
+                ),
+            )
             # validate what was written, before it is moved into place
             with open_checkpoint(w.seal()) as written:
                 written.source = str(dest)
@@ -299,7 +348,9 @@ def export(
             if not val.ok:
                 raise ExportRejected(
                     f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
-                    f"nothing was written to {dest}", report)  # fmt: skip
+                    f"nothing was written to {dest}",
+                    report,
+                )
         report.output = str(dest)
         report.tensors = len(specs)
         report.bytes_written = total
@@ -309,4 +360,3 @@ def export(
         if hashes is not None:
             hashes.close()
         ck.close()
-

@@ -35,8 +35,14 @@ class FixResult:
     unfixed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output": self.output, "backup": self.backup, "changes": self.changes, "unfixed": self.unfixed,
-                "before": self.before.to_dict(), "after": self.after.to_dict()}  # fmt: skip
+        return {
+            "output": self.output,
+            "backup": self.backup,
+            "changes": self.changes,
+            "unfixed": self.unfixed,
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+        }
 
 
 def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | None) -> tuple[dict, dict, list, list]:
@@ -76,8 +82,14 @@ def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | N
             if new and new not in ck.tensors:
                 renames[f.location] = new
                 changes.append(f"tensor: {f.location} -> {new}")
-    fixable = {"config.architectures", "target.context_length", "config.num_hidden_layers",
-               "config.draft_vocab_size", "config.torch_dtype", "tensors.dropped"}  # fmt: skip
+    fixable = {
+        "config.architectures",
+        "target.context_length",
+        "config.num_hidden_layers",
+        "config.draft_vocab_size",
+        "config.torch_dtype",
+        "tensors.dropped",
+    }
     for f in report.errors:
         if f.id not in fixable or (f.id == "config.architectures" and not (archs and archs[0] in FIXABLE_ARCHS)):
             unfixed.append(f"{f.id} at {f.location}: {f.message}")
@@ -110,11 +122,15 @@ def fix(
     ck = open_checkpoint(drafter)
     try:
         if ck.config is None:
-            raise NoWeightsError(f"{drafter}: fixing needs a drafter directory with config.json and weights",
-                                 path=str(drafter))  # fmt: skip
+            raise NoWeightsError(
+                f"{drafter}: fixing needs a drafter directory with config.json and weights", path=str(drafter)
+            )
         if in_place and ck.revision is not None or in_place and hub_blobs(ck.root) is not None:
-            raise UnsafePathError(f"{drafter}: a Hub cache snapshot is never changed in place", path=str(drafter),
-                                  hint="write a fixed copy with an output path instead")  # fmt: skip
+            raise UnsafePathError(
+                f"{drafter}: a Hub cache snapshot is never changed in place",
+                path=str(drafter),
+                hint="write a fixed copy with an output path instead",
+            )
         before = validate(ck, target)
         tcfg = load_target_config(target)[0] if target is not None else None
         cfg, renames, changes, unfixed = _plan_fix(ck, before, tcfg)
@@ -127,13 +143,16 @@ def fix(
         else:
             dest = Path(out)  # type: ignore[arg-type]
             inputs = [ck.root, *([target] if target is not None else [])]
-        plan = [[TensorSpec(renames.get(n, n), t.dtype, t.shape) for n, t in h.tensors.items()]
-                for h in ck.headers.values()]  # fmt: skip
+        plan = [
+            [TensorSpec(renames.get(n, n), t.dtype, t.shape) for n, t in h.tensors.items()] for h in ck.headers.values()
+        ]
         specs = [s for shard in plan for s in shard]
-        manifest = make_manifest("validate --fix", {"target": str(target) if target else None, "changes": changes},
-                                 {"drafter": ck.files()})  # fmt: skip
-        with CheckpointWriter(dest, specs, plan=plan, force=force, inputs=inputs, in_place=in_place,
-                              backup=backup) as w:  # fmt: skip
+        manifest = make_manifest(
+            "validate --fix", {"target": str(target) if target else None, "changes": changes}, {"drafter": ck.files()}
+        )
+        with CheckpointWriter(
+            dest, specs, plan=plan, force=force, inputs=inputs, in_place=in_place, backup=backup
+        ) as w:
             for h in ck.headers.values():
                 for n, t in h.tensors.items():
                     w.copy_range(renames.get(n, n), h.path, t.start)
@@ -144,5 +163,3 @@ def fix(
         ck.close()
     after = validate(dest, target)
     return FixResult(str(dest), str(backup) if backup else None, changes, before, after, unfixed)
-
-

@@ -40,8 +40,10 @@ def _torch():
     try:
         import torch
     except ImportError:
-        raise CkptError("--engine torch needs torch and transformers",
-                        hint="pip install 'ckpttools[torch]' (or torch and transformers)") from None  # fmt: skip
+        raise CkptError(
+            "--engine torch needs torch and transformers",
+            hint="pip install 'ckpttools[torch]' (or torch and transformers)",
+        ) from None
     return torch
 
 
@@ -54,14 +56,16 @@ def _rms(x, w, eps):
 class Eagle3Drafter:
     """An EAGLE-3 drafter (SGLang 0.5.17 semantics) with its own KV cache, batch size 1."""
 
-    def __init__(self, path: str | Path, target_embed: Any, num_target_layers: int, device: str = "cpu",
-                 dtype: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, path: str | Path, target_embed: Any, num_target_layers: int, device: str = "cpu", dtype: Any = None
+    ) -> None:
         torch = _torch()
         with open_checkpoint(path) as ck:
             cfg = ck.config or {}
             flavor = detect_flavor(cfg, ck.tensors.keys()).kind
             self.dtype = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-                essentials(cfg).torch_dtype or "", torch.float32)
+                essentials(cfg).torch_dtype or "", torch.float32
+            )
             w = {}
             for n in ck.tensors:
                 c = canonical_name(n)[0]
@@ -77,7 +81,10 @@ class Eagle3Drafter:
         self.hd = e.head_dim or self.H // self.heads
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         self.theta = float(e.rope_theta or 10000.0)
-        if isinstance(e.rope_scaling, dict) and e.rope_scaling.get("rope_type", e.rope_scaling.get("type")) not in (None, "default"):
+        if isinstance(e.rope_scaling, dict) and e.rope_scaling.get("rope_type", e.rope_scaling.get("type")) not in (
+            None,
+            "default",
+        ):
             self.rope_note = f"rope_scaling {e.rope_scaling} ignored: plain RoPE is used"
         else:
             self.rope_note = None
@@ -161,8 +168,13 @@ class Eagle3Drafter:
             p = f"layers.{i}."
             if i == 0:
                 residual = hidden
-                x = torch.cat([_rms(embeds, w[p + "input_layernorm.weight"], self.eps),
-                               _rms(hidden, w[p + "hidden_norm.weight"], self.eps)], dim=-1)  # fmt: skip
+                x = torch.cat(
+                    [
+                        _rms(embeds, w[p + "input_layernorm.weight"], self.eps),
+                        _rms(hidden, w[p + "hidden_norm.weight"], self.eps),
+                    ],
+                    dim=-1,
+                )
             else:
                 residual = hidden + residual
                 x = _rms(residual, w[p + "hidden_norm.weight"], self.eps)
@@ -177,8 +189,9 @@ class Eagle3Drafter:
 class TorchSpeculator:
     """Target (transformers) plus drafter: greedy chain speculation, counting accepts."""
 
-    def __init__(self, target: str | Path, drafter: str | Path, steps: int = 3, device: str = "cpu",
-                 dtype: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, target: str | Path, drafter: str | Path, steps: int = 3, device: str = "cpu", dtype: str | None = None
+    ) -> None:
         torch = _torch()
         try:
             from transformers import AutoModelForCausalLM
@@ -274,20 +287,36 @@ def verify_torch(
         tok = str(target)
     plist = load_prompts(prompts, num_prompts, tok)
     if any(p.input_ids is None for p in plist):
-        raise CkptError("text prompts need a tokenizer: the target has no tokenizer.json",
-                        hint="pass --tokenizer, or prompts with input_ids")  # fmt: skip
+        raise CkptError(
+            "text prompts need a tokenizer: the target has no tokenizer.json",
+            hint="pass --tokenizer, or prompts with input_ids",
+        )
     rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len)
-    rep.server = {"target": str(target), "drafter": str(drafter), "steps": steps, "topk": 1, "device": device,
-                  "dtype": str(spec.dtype).removeprefix("torch."), "aux_layer_ids": spec.drafter.aux_ids}  # fmt: skip
+    rep.server = {
+        "target": str(target),
+        "drafter": str(drafter),
+        "steps": steps,
+        "topk": 1,
+        "device": device,
+        "dtype": str(spec.dtype).removeprefix("torch."),
+        "aux_layer_ids": spec.drafter.aux_ids,
+    }
     results: list[RequestResult] = []
     t0 = time.perf_counter()
     for i, p in enumerate(plist):
         t = time.perf_counter()
         g = spec.generate(list(p.input_ids or []), max_new_tokens)
-        r = RequestResult(i, p.category, completion_tokens=len(g["tokens"]), verify_steps=g["verify_steps"],
-                          accepted_drafts=g["accepted"], proposed_drafts=g["verify_steps"] * steps,
-                          latency_s=time.perf_counter() - t, histogram=g["histogram"],
-                          source="torch probe: 1 + accepted drafts / verify steps")  # fmt: skip
+        r = RequestResult(
+            i,
+            p.category,
+            completion_tokens=len(g["tokens"]),
+            verify_steps=g["verify_steps"],
+            accepted_drafts=g["accepted"],
+            proposed_drafts=g["verify_steps"] * steps,
+            latency_s=time.perf_counter() - t,
+            histogram=g["histogram"],
+            source="torch probe: 1 + accepted drafts / verify steps",
+        )
         r.accept_length = 1 + r.accepted_drafts / r.verify_steps if r.verify_steps else None
         r.extra["tokens"] = g["tokens"]
         results.append(r)
@@ -300,5 +329,3 @@ def verify_torch(
         rep.errors.append(spec.drafter.rope_note)
     rep.verdict = verdict_line(rep)
     return rep
-
-

@@ -87,21 +87,32 @@ def _check_source(ck: Checkpoint, m: VocabMapping, head: str | None, emb: str | 
     every row read later must exist."""
     for name in (head, emb):
         if name is not None and len(ck.tensors[name].shape) != 2:
-            raise MappingError(f"{ck.source}: {name} has shape {list(ck.tensors[name].shape)}; a 2-D [rows, hidden] "
-                               "matrix was expected", path=str(ck.source), tensor=name,
-                               hint="the checkpoint is damaged or not an EAGLE-3 drafter")  # fmt: skip
+            raise MappingError(
+                f"{ck.source}: {name} has shape {list(ck.tensors[name].shape)}; a 2-D [rows, hidden] "
+                "matrix was expected",
+                path=str(ck.source),
+                tensor=name,
+                hint="the checkpoint is damaged or not an EAGLE-3 drafter",
+            )
     if head is not None and ck.tensors[head].shape[0] != m.draft_vocab_size:
         raise MappingError(
             f"{ck.source}: {head} has {ck.tensors[head].shape[0]} rows but the mapping has {m.draft_vocab_size} "
-            "draft slots: which row belongs to which token is unknown", path=str(ck.source), tensor=head,
+            "draft slots: which row belongs to which token is unknown",
+            path=str(ck.source),
+            tensor=head,
             hint="the drafter's head and d2t must come from the same training run",
-        )  # fmt: skip
+        )
     if head is not None and emb is not None and ck.tensors[head].shape[1] != ck.tensors[emb].shape[1]:
-        raise MappingError(f"{ck.source}: {head} and {emb} have different hidden sizes", path=str(ck.source),
-                           hint="the checkpoint is damaged")  # fmt: skip
+        raise MappingError(
+            f"{ck.source}: {head} and {emb} have different hidden sizes",
+            path=str(ck.source),
+            hint="the checkpoint is damaged",
+        )
 
 
-def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab_size: int) -> tuple[VocabMapping, np.ndarray | None, str]:
+def _dest_mapping(
+    to: Any, frequencies: Any, draft_vocab_size: int | None, vocab_size: int
+) -> tuple[VocabMapping, np.ndarray | None, str]:
     counts = None
     if frequencies is not None:
         from ckpttools.vocab.diff import load_frequencies
@@ -111,7 +122,11 @@ def _dest_mapping(to: Any, frequencies: Any, draft_vocab_size: int | None, vocab
             raise MappingError(f"--draft-vocab-size must be between 1 and {vocab_size}")
         order = np.lexsort((np.arange(vocab_size), -counts))
         ids = np.sort(order[:draft_vocab_size])
-        return VocabMapping.from_ids(ids, vocab_size, source=f"top {draft_vocab_size} of {frequencies}"), counts, str(frequencies)
+        return (
+            VocabMapping.from_ids(ids, vocab_size, source=f"top {draft_vocab_size} of {frequencies}"),
+            counts,
+            str(frequencies),
+        )
     try:
         m = load_mapping(to)
     except MappingError:
@@ -149,8 +164,9 @@ def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
     ck = target.get()
     name = _find(ck, "lm_head.weight") or _find(ck, "embed_tokens.weight")
     if name is None:
-        raise MappingError(f"{target.source}: no lm_head (or tied embed_tokens) to fill rows from",
-                           path=str(target.source))  # fmt: skip
+        raise MappingError(
+            f"{target.source}: no lm_head (or tied embed_tokens) to fill rows from", path=str(target.source)
+        )
     h = ck.tensors[name].shape[1]
     if h != hidden:
         raise MappingError(
@@ -183,9 +199,15 @@ def _gather(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.
 
 
 def _rows_from(
-    src: Checkpoint | None, src_name: str | None, src_rows: np.ndarray, fill_vec: np.ndarray | None,
-    tgt: tuple[Checkpoint, str] | None, tgt_rows: np.ndarray, hidden: int, dtype: np.dtype,
-) -> Iterator[np.ndarray]:  # fmt: skip
+    src: Checkpoint | None,
+    src_name: str | None,
+    src_rows: np.ndarray,
+    fill_vec: np.ndarray | None,
+    tgt: tuple[Checkpoint, str] | None,
+    tgt_rows: np.ndarray,
+    hidden: int,
+    dtype: np.dtype,
+) -> Iterator[np.ndarray]:
     """Yield the output tensor in chunks of raw rows: carried rows from ``src``, the rest filled."""
     n = len(src_rows)
     row_bytes = hidden * dtype.itemsize
@@ -301,30 +323,66 @@ def remap(
     ck = open_checkpoint(drafter)
     try:
         require_valid_config(ck.config, str(drafter))
-        check_output_path(out, [ck.root, *(x for x in (to, frequencies, target, source_tokenizer, target_tokenizer)
-                                           if x is not None)])  # fmt: skip
+        check_output_path(
+            out, [ck.root, *(x for x in (to, frequencies, target, source_tokenizer, target_tokenizer) if x is not None)]
+        )
     except BaseException:
         ck.close()
         raise
     hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
     target_ck = _OnDemand(target)
     try:
-        return _remap(ck, Path(out), to, frequencies, draft_vocab_size, fill, target, target_ck, source_tokenizer,
-                      target_tokenizer, shard_size, force, fsync, progress, hashes, t0)  # fmt: skip
+        return _remap(
+            ck,
+            Path(out),
+            to,
+            frequencies,
+            draft_vocab_size,
+            fill,
+            target,
+            target_ck,
+            source_tokenizer,
+            target_tokenizer,
+            shard_size,
+            force,
+            fsync,
+            progress,
+            hashes,
+            t0,
+        )
     finally:
         target_ck.close()
         hashes.close()
         ck.close()
 
 
-def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, source_tokenizer, target_tokenizer,
-           shard_size, force, fsync, progress, hashes, t0) -> RemapReport:  # fmt: skip
+def _remap(
+    ck,
+    out,
+    to,
+    frequencies,
+    draft_vocab_size,
+    fill,
+    target,
+    target_ck,
+    source_tokenizer,
+    target_tokenizer,
+    shard_size,
+    force,
+    fsync,
+    progress,
+    hashes,
+    t0,
+) -> RemapReport:
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
     if v_src is None:
-        raise MappingError(f"{ck.source}: the target vocabulary size is unknown (no t2d, no vocab_size in config.json)",
-                           path=str(ck.source), hint="add vocab_size to the drafter's config.json")  # fmt: skip
+        raise MappingError(
+            f"{ck.source}: the target vocabulary size is unknown (no t2d, no vocab_size in config.json)",
+            path=str(ck.source),
+            hint="add vocab_size to the drafter's config.json",
+        )
 
     # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
     v_default = v_src
@@ -363,8 +421,10 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     _check_source(ck, src_map, head, _find(ck, "embed_tokens.weight"))
     hidden = ess.hidden_size if head is None else ck.tensors[head].shape[1]
     if head is None and fill != "target":
-        raise MappingError(f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
-                           hint="use --fill target --target TARGET to cut the target's head down")  # fmt: skip
+        raise MappingError(
+            f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
+            hint="use --fill target --target TARGET to cut the target's head down",
+        )
     if head is None:
         src_rows[:] = -1
     tgt = _target_head(target_ck, hidden) if fill == "target" else None
@@ -391,7 +451,8 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
             emb_rows[emb_rows >= ck.tensors[emb].shape[0]] = -1
             matched = int(np.count_nonzero(emb_rows >= 0))
             emb_note = f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} " + (
-                "from the target's embed_tokens" if target is not None else "zeros")
+                "from the target's embed_tokens" if target is not None else "zeros"
+            )
 
     # the plan: source order, with the vocab-dependent tensors replaced
     d2t_name = _find(ck, "d2t") or "d2t"
@@ -422,11 +483,17 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     cfg["draft_vocab_size"] = dst_map.draft_vocab_size
     if v_new != ess.vocab_size:
         cfg["vocab_size"] = v_new
-    params = {"to": str(to) if to else None, "frequencies": str(frequencies) if frequencies else None,
-              "draft_vocab_size": dst_map.draft_vocab_size, "fill": fill, "target": str(target) if target else None,
-              "source_tokenizer": str(source_tokenizer) if source_tokenizer else None,
-              "target_tokenizer": str(target_tokenizer) if target_tokenizer else None,
-              "max_shard_size": shard_size, "fsync": fsync}  # fmt: skip
+    params = {
+        "to": str(to) if to else None,
+        "frequencies": str(frequencies) if frequencies else None,
+        "draft_vocab_size": dst_map.draft_vocab_size,
+        "fill": fill,
+        "target": str(target) if target else None,
+        "source_tokenizer": str(source_tokenizer) if source_tokenizer else None,
+        "target_tokenizer": str(target_tokenizer) if target_tokenizer else None,
+        "max_shard_size": shard_size,
+        "fsync": fsync,
+    }
     tgt_rows = dst_map.ids
     with CheckpointWriter(out, new_specs, max_shard_size=shard_size, force=force, fsync=fsync) as w:
         for spec in new_specs:
@@ -449,8 +516,12 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
                     tname = _find(tck, "embed_tokens.weight")
                     if tname and tck.tensors[tname].shape[1] == et.shape[1]:
                         emb_tgt = (tck, tname)
-                w.write_chunks(n, _rows_from(ck, emb, emb_rows, np.zeros(et.shape[1], edt), emb_tgt,
-                                             np.arange(v_new), et.shape[1], edt))  # fmt: skip
+                w.write_chunks(
+                    n,
+                    _rows_from(
+                        ck, emb, emb_rows, np.zeros(et.shape[1], edt), emb_tgt, np.arange(v_new), et.shape[1], edt
+                    ),
+                )
             else:
                 t = ck.tensors[n]
                 w.copy_range(n, ck.shard_paths[t.shard], t.start)
@@ -484,18 +555,30 @@ def _remap(ck, out, to, frequencies, draft_vocab_size, fill, target, target_ck, 
     mass = None
     if counts is not None:
         tot = float(counts.sum()) or 1.0
-        mass = {"covered_by_new_mapping": float(counts[dst_map.ids].sum() / tot),
-                "covered_by_carried_rows": float(counts[dst_map.ids[src_rows >= 0]].sum() / tot),
-                "covered_by_filled_rows": float(counts[dst_map.ids[src_rows < 0]].sum() / tot),
-                "covered_by_old_mapping": float(counts[src_map.ids[src_map.ids < len(counts)]].sum() / tot)
-                if source_tokenizer is None else float("nan")}  # fmt: skip
+        mass = {
+            "covered_by_new_mapping": float(counts[dst_map.ids].sum() / tot),
+            "covered_by_carried_rows": float(counts[dst_map.ids[src_rows >= 0]].sum() / tot),
+            "covered_by_filled_rows": float(counts[dst_map.ids[src_rows < 0]].sum() / tot),
+            "covered_by_old_mapping": float(counts[src_map.ids[src_map.ids < len(counts)]].sum() / tot)
+            if source_tokenizer is None
+            else float("nan"),
+        }
     fill_desc = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}[fill]
     return RemapReport(
-        output=str(out), source=str(ck.source), destination=dest_desc,
-        draft_vocab_size_before=src_map.draft_vocab_size, draft_vocab_size_after=dst_map.draft_vocab_size,
-        vocab_size_before=v_src, vocab_size_after=v_new, rows_carried=carried,
-        rows_filled=dst_map.draft_vocab_size - carried, fill=f"{fill} ({fill_desc})", embed_tokens=emb_note,
-        token_match=token_match, token_mass=mass,
+        output=str(out),
+        source=str(ck.source),
+        destination=dest_desc,
+        draft_vocab_size_before=src_map.draft_vocab_size,
+        draft_vocab_size_after=dst_map.draft_vocab_size,
+        vocab_size_before=v_src,
+        vocab_size_after=v_new,
+        rows_carried=carried,
+        rows_filled=dst_map.draft_vocab_size - carried,
+        fill=f"{fill} ({fill_desc})",
+        embed_tokens=emb_note,
+        token_match=token_match,
+        token_mass=mass,
         tensors_copied=sum(1 for s in new_specs if s.name not in (head, d2t_name, t2d_name, emb, "lm_head.weight")),
-        bytes_written=total, seconds=time.perf_counter() - t0,
-    )  # fmt: skip
+        bytes_written=total,
+        seconds=time.perf_counter() - t0,
+    )

@@ -40,9 +40,7 @@ ARCH_MESSAGES = {
         "this is vLLM's (and AngelSlim's) name: vLLM loads it, but SGLang has no EAGLE-3 class under it "
         "and will not build LlamaForCausalLMEagle3"
     ),
-    "Eagle3Speculator": (
-        "this is the vllm-project/speculators format (nested config): vLLM loads it, SGLang does not"
-    ),
+    "Eagle3Speculator": ("this is the vllm-project/speculators format (nested config): vLLM loads it, SGLang does not"),
 }
 
 
@@ -78,8 +76,14 @@ class ValidationReport:
         return {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"drafter": self.drafter, "target": self.target, "checked": self.checked, "ok": self.ok,
-                "counts": self.counts(), "findings": [asdict(f) for f in self.findings]}  # fmt: skip
+        return {
+            "drafter": self.drafter,
+            "target": self.target,
+            "checked": self.checked,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "findings": [asdict(f) for f in self.findings],
+        }
 
 
 @lru_cache(maxsize=None)
@@ -106,9 +110,17 @@ def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | No
 # ------------------------------------------------------------------------ config checks
 def _type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) -> list[Finding]:
     """A finding for each field of the wrong type or an implausible value (not already reported)."""
-    return [Finding(fid, "error", where, f"{prefix}{where.removeprefix('$.')} {why}",
-                    "fix the value in config.json; it is not used until then")
-            for where, why in config_problems(cfg).items() if where not in seen]  # fmt: skip
+    return [
+        Finding(
+            fid,
+            "error",
+            where,
+            f"{prefix}{where.removeprefix('$.')} {why}",
+            "fix the value in config.json; it is not used until then",
+        )
+        for where, why in config_problems(cfg).items()
+        if where not in seen
+    ]
 
 
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
@@ -117,51 +129,119 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
 
     validator = jsonschema.Draft202012Validator(schema("eagle3-drafter-config.schema.json"))
     for err in sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path)):
-        out.append(Finding("config.schema", "error", err.json_path, err.message,
-                           "fix config.json to match schemas/eagle3-drafter-config.schema.json"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.schema",
+                "error",
+                err.json_path,
+                err.message,
+                "fix config.json to match schemas/eagle3-drafter-config.schema.json",
+            )
+        )
     out += _type_findings(cfg, "config.type", "", {f.location for f in out})
     ess = essentials(cfg)
-    if isinstance(ess.draft_vocab_size, int) and isinstance(ess.vocab_size, int) and ess.draft_vocab_size > ess.vocab_size:
-        out.append(Finding("config.draft_vocab_size", "error", ess.sources["draft_vocab_size"],
-                           f"draft_vocab_size {ess.draft_vocab_size} is larger than vocab_size {ess.vocab_size}: "
-                           "a draft vocabulary is a subset of the target's",
-                           "set draft_vocab_size to lm_head's rows (at most vocab_size)"))  # fmt: skip
+    if (
+        isinstance(ess.draft_vocab_size, int)
+        and isinstance(ess.vocab_size, int)
+        and ess.draft_vocab_size > ess.vocab_size
+    ):
+        out.append(
+            Finding(
+                "config.draft_vocab_size",
+                "error",
+                ess.sources["draft_vocab_size"],
+                f"draft_vocab_size {ess.draft_vocab_size} is larger than vocab_size {ess.vocab_size}: "
+                "a draft vocabulary is a subset of the target's",
+                "set draft_vocab_size to lm_head's rows (at most vocab_size)",
+            )
+        )
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     if engine == "vllm":
         if arch is not None and arch not in VLLM_ARCHS:
-            out.append(Finding("config.architectures", "error", "$.architectures[0]",
-                               f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM",
-                               "ckpt export --format vllm writes it"))  # fmt: skip
+            out.append(
+                Finding(
+                    "config.architectures",
+                    "error",
+                    "$.architectures[0]",
+                    f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM",
+                    "ckpt export --format vllm writes it",
+                )
+            )
     elif arch is not None and arch not in SGLANG_ARCHS:
         msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
         fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
-        out.append(Finding("config.architectures", "error", "$.architectures[0]", msg,
-                           f"set architectures to [\"LlamaForCausalLMEagle3\"] ({fix} does it)"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.architectures",
+                "error",
+                "$.architectures[0]",
+                msg,
+                f'set architectures to ["LlamaForCausalLMEagle3"] ({fix} does it)',
+            )
+        )
     if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
         if "draft_vocab_size" not in cfg:
-            out.append(Finding("config.draft_vocab_size", "error", "$.draft_vocab_size",
-                               "draft_vocab_size is missing: SGLang reads it to size lm_head and fails without it",
-                               "set it to lm_head's rows, or null for a full-vocabulary head"))  # fmt: skip
+            out.append(
+                Finding(
+                    "config.draft_vocab_size",
+                    "error",
+                    "$.draft_vocab_size",
+                    "draft_vocab_size is missing: SGLang reads it to size lm_head and fails without it",
+                    "set it to lm_head's rows, or null for a full-vocabulary head",
+                )
+            )
         elif cfg["draft_vocab_size"] is None:
-            out.append(Finding("config.draft_vocab_size", "info", "$.draft_vocab_size",
-                               "draft_vocab_size is null: SGLang serves a full-vocabulary head taken from the target"))  # fmt: skip
+            out.append(
+                Finding(
+                    "config.draft_vocab_size",
+                    "info",
+                    "$.draft_vocab_size",
+                    "draft_vocab_size is null: SGLang serves a full-vocabulary head taken from the target",
+                )
+            )
     if lookup(cfg, "num_hidden_layers")[1] is None:
-        out.append(Finding("config.num_hidden_layers", "error", "$.num_hidden_layers",
-                           "num_hidden_layers is missing: transformers' default (32) makes SGLang build 32 layers, "
-                           "31 of them random", "set it to the number of decoder layers in the weights (usually 1)"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.num_hidden_layers",
+                "error",
+                "$.num_hidden_layers",
+                "num_hidden_layers is missing: transformers' default (32) makes SGLang build 32 layers, "
+                "31 of them random",
+                "set it to the number of decoder layers in the weights (usually 1)",
+            )
+        )
     act, where = lookup(cfg, "hidden_act")
     if where and act != "silu" and isinstance(act, str):
-        out.append(Finding("config.hidden_act", "error", where, f"hidden_act is {act!r}; EAGLE-3 drafters use silu",
-                           "set hidden_act to silu unless the drafter was really trained otherwise"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.hidden_act",
+                "error",
+                where,
+                f"hidden_act is {act!r}; EAGLE-3 drafters use silu",
+                "set hidden_act to silu unless the drafter was really trained otherwise",
+            )
+        )
     if ess.torch_dtype is None:
-        out.append(Finding("config.torch_dtype", "warning", "$.torch_dtype",
-                           "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
-                           "set torch_dtype to the dtype the weights are in (bfloat16 or float16)"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.torch_dtype",
+                "warning",
+                "$.torch_dtype",
+                "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
+                "set torch_dtype to the dtype the weights are in (bfloat16 or float16)",
+            )
+        )
     elif ess.torch_dtype == "float32":
-        out.append(Finding("config.torch_dtype", "warning", ess.sources.get("torch_dtype", "$.torch_dtype"),
-                           "torch_dtype is float32: SGLang serves it as float16 under --dtype auto",
-                           "export to bf16 (ckpt export --dtype bf16) and say so in torch_dtype"))  # fmt: skip
+        out.append(
+            Finding(
+                "config.torch_dtype",
+                "warning",
+                ess.sources.get("torch_dtype", "$.torch_dtype"),
+                "torch_dtype is float32: SGLang serves it as float16 under --dtype auto",
+                "export to bf16 (ckpt export --dtype bf16) and say so in torch_dtype",
+            )
+        )
     return out
 
 
@@ -213,16 +293,28 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
         canon[c] = t
         if not sglang_loads(name):
             if is_training_only(name):
-                out.append(Finding("tensors.training_only", "info", name,
-                                   "a training-only tensor: SGLang drops it, as it should",
-                                   "ckpt export drops it from the output"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "tensors.training_only",
+                        "info",
+                        name,
+                        "a training-only tensor: SGLang drops it, as it should",
+                        "ckpt export drops it from the output",
+                    )
+                )
                 continue
             new = suggest_rename(name)
-            out.append(Finding(
-                "tensors.dropped", "error" if new else "warning", name,
-                "SGLang does not know this name and drops the tensor without a word",
-                f"rename it to {new!r} (ckpt validate --fix does)" if new else "remove it, or rename it to a name SGLang loads",
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    "tensors.dropped",
+                    "error" if new else "warning",
+                    name,
+                    "SGLang does not know this name and drops the tensor without a word",
+                    f"rename it to {new!r} (ckpt validate --fix does)"
+                    if new
+                    else "remove it, or rename it to a name SGLang loads",
+                )
+            )
     if cfg is None:
         return out
     ess = essentials(cfg)
@@ -230,18 +322,36 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
         t = canon.get(name)
         if t is None:
             if name == "lm_head.weight":
-                out.append(Finding("tensors.lm_head_missing", "error", "lm_head.weight",
-                                   f"draft_vocab_size is {ess.draft_vocab_size} but there is no lm_head: SGLang keeps "
-                                   "a random head and accept length falls to 1.00 with no error",
-                                   "add the trained lm_head, or set draft_vocab_size to null to use the target's"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "tensors.lm_head_missing",
+                        "error",
+                        "lm_head.weight",
+                        f"draft_vocab_size is {ess.draft_vocab_size} but there is no lm_head: SGLang keeps "
+                        "a random head and accept length falls to 1.00 with no error",
+                        "add the trained lm_head, or set draft_vocab_size to null to use the target's",
+                    )
+                )
             elif name != "embed_tokens.weight":
-                out.append(Finding("tensors.missing", "error", name,
-                                   "expected tensor is missing: SGLang leaves it at random init",
-                                   "add the tensor, or check num_hidden_layers and the names"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "tensors.missing",
+                        "error",
+                        name,
+                        "expected tensor is missing: SGLang leaves it at random init",
+                        "add the tensor, or check num_hidden_layers and the names",
+                    )
+                )
         elif tuple(t.shape) != shape:
-            out.append(Finding("tensors.shape", "error", t.name,
-                               f"shape {list(t.shape)} but the config implies {list(shape)}",
-                               "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size"))  # fmt: skip
+            out.append(
+                Finding(
+                    "tensors.shape",
+                    "error",
+                    t.name,
+                    f"shape {list(t.shape)} but the config implies {list(shape)}",
+                    "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size",
+                )
+            )
     # the vocabulary mapping
     vd, v = ess.draft_vocab_size, ess.vocab_size
     from ckpttools.vocab.mapping import VocabMapping, missing_mapping_message
@@ -254,26 +364,49 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
         else:
             assert m is not None
             for p in m.problems():
-                out.append(Finding(f"mapping.{p.code}", p.severity, p.location, p.message,
-                                   "rebuild the mapping (ckpt vocab build) or remap (ckpt remap)"
-                                   if p.severity == "error" else None))  # fmt: skip
+                out.append(
+                    Finding(
+                        f"mapping.{p.code}",
+                        p.severity,
+                        p.location,
+                        p.message,
+                        "rebuild the mapping (ckpt vocab build) or remap (ckpt remap)"
+                        if p.severity == "error"
+                        else None,
+                    )
+                )
     elif isinstance(vd, int) and isinstance(v, int) and vd < v:
-        out.append(Finding("mapping.missing", "error", "d2t", missing_mapping_message(vd, v),
-                           "add the d2t/t2d the drafter was trained with (ckpt remap --to MAPPING)"))  # fmt: skip
+        out.append(
+            Finding(
+                "mapping.missing",
+                "error",
+                "d2t",
+                missing_mapping_message(vd, v),
+                "add the d2t/t2d the drafter was trained with (ckpt remap --to MAPPING)",
+            )
+        )
     return out
 
 
 # ------------------------------------------------------------------------ target checks
-def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None,
-                 engine: str = "sglang") -> list[Finding]:  # fmt: skip
+def check_target(
+    cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None, engine: str = "sglang"
+) -> list[Finding]:
     out: list[Finding] = []
     import jsonschema
 
     tv = jsonschema.Draft202012Validator(schema("target-config.schema.json"))
     terrs = list(tv.iter_errors(tcfg))
     for e in terrs:
-        out.append(Finding("target.schema", "error", e.json_path, f"target config: {e.message}",
-                           "give the target's own config.json"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.schema",
+                "error",
+                e.json_path,
+                f"target config: {e.message}",
+                "give the target's own config.json",
+            )
+        )
     out += _type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
         return out
@@ -290,44 +423,89 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
             except MappingError:
                 top = None
         if top is not None and top < t.vocab_size:
-            out.append(Finding("target.vocab_size", "warning", "$.vocab_size",
-                               f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}: padded vocabularies of "
-                               f"one tokenizer? every draft token (max id {top}) is inside the target's vocabulary",
-                               f"set vocab_size to {t.vocab_size} (t2d's length follows it)"))  # fmt: skip
+            out.append(
+                Finding(
+                    "target.vocab_size",
+                    "warning",
+                    "$.vocab_size",
+                    f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}: padded vocabularies of "
+                    f"one tokenizer? every draft token (max id {top}) is inside the target's vocabulary",
+                    f"set vocab_size to {t.vocab_size} (t2d's length follows it)",
+                )
+            )
         else:
-            out.append(Finding("target.vocab_size", "error", "$.vocab_size",
-                               f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}",
-                               "this drafter was made for another tokenizer: remap it (ckpt remap)"))  # fmt: skip
+            out.append(
+                Finding(
+                    "target.vocab_size",
+                    "error",
+                    "$.vocab_size",
+                    f"vocab_size {d.vocab_size} but the target's is {t.vocab_size}",
+                    "this drafter was made for another tokenizer: remap it (ckpt remap)",
+                )
+            )
     ht = d.target_hidden_size or d.hidden_size
     if isinstance(ht, int) and ht != t.hidden_size:
         field_ = "target_hidden_size" if d.target_hidden_size else "hidden_size"
-        out.append(Finding("target.hidden_size", "error", f"$.{field_}",
-                           f"the drafter expects target hidden states of size {ht} but the target's hidden_size is "
-                           f"{t.hidden_size}: fc cannot take them", "this drafter was trained for another target"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.hidden_size",
+                "error",
+                f"$.{field_}",
+                f"the drafter expects target hidden states of size {ht} but the target's hidden_size is "
+                f"{t.hidden_size}: fc cannot take them",
+                "this drafter was trained for another target",
+            )
+        )
     L = t.num_hidden_layers
     ids, where = aux_layer_ids(cfg)
     if ids is None:
-        out.append(Finding("target.aux_layer_ids", "info", "$.eagle_config.eagle_aux_hidden_state_layer_ids",
-                           f"no aux layer ids: SGLang captures its default for a {L}-layer target, the outputs of "
-                           f"layers {sglang_default_aux_ids(L)}; vLLM's default may differ",
-                           "write them explicitly (ckpt export --target does) so every engine agrees"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.aux_layer_ids",
+                "info",
+                "$.eagle_config.eagle_aux_hidden_state_layer_ids",
+                f"no aux layer ids: SGLang captures its default for a {L}-layer target, the outputs of "
+                f"layers {sglang_default_aux_ids(L)}; vLLM's default may differ",
+                "write them explicitly (ckpt export --target does) so every engine agrees",
+            )
+        )
     elif engine == "vllm":
         bad = [i for i in ids if not isinstance(i, int) or i < 1 or i >= L]
         if bad:
-            out.append(Finding("target.aux_layer_ids", "error", where or "$",
-                               f"aux layer id(s) {bad} out of range for a {L}-layer target: vLLM captures the input "
-                               f"of layer id, so each must be between 1 and {L - 1}",
-                               "use the ids the drafter was trained with, in vLLM's convention"))  # fmt: skip
+            out.append(
+                Finding(
+                    "target.aux_layer_ids",
+                    "error",
+                    where or "$",
+                    f"aux layer id(s) {bad} out of range for a {L}-layer target: vLLM captures the input "
+                    f"of layer id, so each must be between 1 and {L - 1}",
+                    "use the ids the drafter was trained with, in vLLM's convention",
+                )
+            )
     else:
         bad = [i for i in ids if not isinstance(i, int) or i < 0 or i >= L - 1]
         if bad:
-            out.append(Finding("target.aux_layer_ids", "error", where or "$",
-                               f"aux layer id(s) {bad} out of range for a {L}-layer target: each must be < {L - 1} "
-                               "(SGLang captures the output of layer id, i.e. the input of layer id+1)",
-                               "use the ids the drafter was trained with, each below num_hidden_layers - 1"))  # fmt: skip
+            out.append(
+                Finding(
+                    "target.aux_layer_ids",
+                    "error",
+                    where or "$",
+                    f"aux layer id(s) {bad} out of range for a {L}-layer target: each must be < {L - 1} "
+                    "(SGLang captures the output of layer id, i.e. the input of layer id+1)",
+                    "use the ids the drafter was trained with, each below num_hidden_layers - 1",
+                )
+            )
         if len(set(ids)) != len(ids):
-            out.append(Finding("target.aux_layer_ids", "warning", where or "$",
-                               f"aux layer ids {ids} repeat a layer", "check the training config"))  # fmt: skip
+            out.append(
+                Finding(
+                    "target.aux_layer_ids",
+                    "warning",
+                    where or "$",
+                    f"aux layer ids {ids} repeat a layer",
+                    "check the training config",
+                )
+            )
+
     # dtype: SGLang (0.5.17, --dtype auto) runs the drafter in its own torch_dtype (float32 is
     # served as float16) and feeds it the target's hidden states; seen on the GPU machine:
     # a float16 drafter behind a bfloat16 target dies at fc on its first request
@@ -335,28 +513,52 @@ def check_target(cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | Non
         return "float16" if dt == "float32" else dt
 
     if d.torch_dtype and t.torch_dtype and served(d.torch_dtype) != served(t.torch_dtype):
-        out.append(Finding("target.dtype", "error" if engine == "sglang" else "warning", "$.torch_dtype",
-                           f"the drafter is {d.torch_dtype} (served as {served(d.torch_dtype)}) but the target is "
-                           f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
-                           "request (\"expected mat1 and mat2 to have the same dtype\")",
-                           f"export with --target (casts to {t.torch_dtype}), or launch with --dtype {t.torch_dtype}"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.dtype",
+                "error" if engine == "sglang" else "warning",
+                "$.torch_dtype",
+                f"the drafter is {d.torch_dtype} (served as {served(d.torch_dtype)}) but the target is "
+                f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
+                'request ("expected mat1 and mat2 to have the same dtype")',
+                f"export with --target (casts to {t.torch_dtype}), or launch with --dtype {t.torch_dtype}",
+            )
+        )
     dctx, dhow = context_length(cfg)
     tctx, thow = context_length(tcfg)
     if dctx is not None and tctx is not None and dctx < tctx:
-        out.append(Finding("target.context_length", "error", "$.max_position_embeddings",
-                           f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} "
-                           f"({thow}): SGLang refuses to launch (\"Target model's context_length ({tctx}) is greater "
-                           f"than the derived context_length ({dctx})\"), and past {dctx:,} tokens acceptance drops",
-                           f"raise max_position_embeddings to {tctx} (ckpt validate --fix --target does)"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.context_length",
+                "error",
+                "$.max_position_embeddings",
+                f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} "
+                f"({thow}): SGLang refuses to launch (\"Target model's context_length ({tctx}) is greater "
+                f'than the derived context_length ({dctx})"), and past {dctx:,} tokens acceptance drops',
+                f"raise max_position_embeddings to {tctx} (ckpt validate --fix --target does)",
+            )
+        )
     if d.rope_theta is not None and t.rope_theta is not None and float(d.rope_theta) != float(t.rope_theta):
-        out.append(Finding("target.rope", "info", "$.rope_theta",
-                           f"rope_theta {d.rope_theta} differs from the target's {t.rope_theta}: fine if the drafter "
-                           "was trained so, as it usually is"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.rope",
+                "info",
+                "$.rope_theta",
+                f"rope_theta {d.rope_theta} differs from the target's {t.rope_theta}: fine if the drafter "
+                "was trained so, as it usually is",
+            )
+        )
     dtype_ = (d.rope_scaling or {}).get("rope_type") if isinstance(d.rope_scaling, dict) else None
     ttype = (t.rope_scaling or {}).get("rope_type") if isinstance(t.rope_scaling, dict) else None
     if dtype_ != ttype:
-        out.append(Finding("target.rope", "info", "$.rope_scaling",
-                           f"rope scaling type {dtype_ or 'none'} differs from the target's {ttype or 'none'}"))  # fmt: skip
+        out.append(
+            Finding(
+                "target.rope",
+                "info",
+                "$.rope_scaling",
+                f"rope scaling type {dtype_ or 'none'} differs from the target's {ttype or 'none'}",
+            )
+        )
     return out
 
 
@@ -378,16 +580,37 @@ def check_deep(ck: Checkpoint, chunk_bytes: int = 32 << 20) -> list[Finding]:
             if fin.any():
                 lo, hi = min(lo, float(f[fin].min())), max(hi, float(f[fin].max()))
         if nonfinite:
-            out.append(Finding("deep.nonfinite", "error", name, f"{nonfinite:,} NaN/Inf value(s)",
-                               "the checkpoint is damaged or training diverged"))  # fmt: skip
+            out.append(
+                Finding(
+                    "deep.nonfinite",
+                    "error",
+                    name,
+                    f"{nonfinite:,} NaN/Inf value(s)",
+                    "the checkpoint is damaged or training diverged",
+                )
+            )
         c, _ = canonical_name(name)
         if c in ("lm_head.weight", "fc.weight") and t.numel:
             if lo == 0 and hi == 0:
-                out.append(Finding("deep.zero", "error", name, "all zeros: the drafter predicts nothing useful",
-                                   "this tensor was never trained or saved"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "deep.zero",
+                        "error",
+                        name,
+                        "all zeros: the drafter predicts nothing useful",
+                        "this tensor was never trained or saved",
+                    )
+                )
             elif lo == hi:
-                out.append(Finding("deep.constant", "error", name, f"every value is {lo}: untrained",
-                                   "this tensor was never trained or saved"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "deep.constant",
+                        "error",
+                        name,
+                        f"every value is {lo}: untrained",
+                        "this tensor was never trained or saved",
+                    )
+                )
     return out
 
 
@@ -425,8 +648,15 @@ def validate(
     checked = []
     findings: list[Finding] = []
     if cfg is None:
-        findings.append(Finding("config.missing", "error", "config.json",
-                                "no config.json: SGLang cannot load the drafter", "add the drafter's config.json"))  # fmt: skip
+        findings.append(
+            Finding(
+                "config.missing",
+                "error",
+                "config.json",
+                "no config.json: SGLang cannot load the drafter",
+                "add the drafter's config.json",
+            )
+        )
     else:
         checked.append("config")
         findings += check_config(cfg, engine)

@@ -33,8 +33,38 @@ from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, Server
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
 # two-sided 95% t critical values, df 1..30 (beyond: normal 1.96)
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+_T95 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 class SpecOffError(ServerError):
@@ -133,12 +163,13 @@ def _prompt(where: str, n: int, line: str) -> Prompt:
     ids = row.get("input_ids")
     if isinstance(ids, list):
         if not ids or not all(type(x) is int and 0 <= x < 1 << 24 for x in ids):
-            raise ConfigError(f"{where}:{n}: input_ids must be a non-empty list of token ids (integers from 0)",
-                              hint=_PROMPTS_HINT)  # fmt: skip
+            raise ConfigError(
+                f"{where}:{n}: input_ids must be a non-empty list of token ids (integers from 0)", hint=_PROMPTS_HINT
+            )
         return Prompt(input_ids=ids, category=cat)
     if isinstance(row.get("prompt"), str):
         return Prompt(text=row["prompt"], category=cat)
-    raise ConfigError(f"{where}:{n}: needs a \"prompt\" string or an \"input_ids\" list", hint=_PROMPTS_HINT)
+    raise ConfigError(f'{where}:{n}: needs a "prompt" string or an "input_ids" list', hint=_PROMPTS_HINT)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -181,8 +212,15 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
         rep.accepted_drafts_per_step = acc / verify_total
         vals = [r.accept_length for r in measured if r.accept_length is not None]
         rep.accept_length_ci95 = _ci95(vals)
-        rep.per_request = {"n": len(vals), "mean": statistics.fmean(vals), "min": min(vals), "p25": _pct(vals, 0.25),
-                           "median": _pct(vals, 0.5), "p75": _pct(vals, 0.75), "max": max(vals)}  # fmt: skip
+        rep.per_request = {
+            "n": len(vals),
+            "mean": statistics.fmean(vals),
+            "min": min(vals),
+            "p25": _pct(vals, 0.25),
+            "median": _pct(vals, 0.5),
+            "p75": _pct(vals, 0.75),
+            "max": max(vals),
+        }
         rep.fields_used = "; ".join(sorted({r.source for r in measured}))
         hists = [r.histogram for r in measured if r.histogram]
         if hists:
@@ -197,11 +235,15 @@ def verdict_line(rep: VerifyReport) -> str:
     """The one-line verdict of a report (shared by every engine's verify)."""
     if rep.accept_length is None:
         return "accept length could not be measured" + (f" ({rep.errors[0]})" if rep.errors else "")
-    parts = [f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} "
-             "accepted drafts per step)"]  # fmt: skip
+    parts = [
+        f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} "
+        "accepted drafts per step)"
+    ]
     if rep.min_accept_len is not None:
         ok = rep.accept_length >= rep.min_accept_len
-        parts.append(f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}")
+        parts.append(
+            f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}"
+        )
     if rep.speedup is not None:
         if rep.speedup < 1:
             parts.append(f"SLOWER than the same target without speculation: {rep.speedup:.2f}x its tokens/s")
@@ -214,10 +256,18 @@ def verdict_line(rep: VerifyReport) -> str:
 
 # ----------------------------------------------------------------------------- measuring
 def _measure(
-    engine: Any, prompts: list[Prompt], *, max_new_tokens: int, temperature: float, ignore_eos: bool,
-    concurrency: int, min_accept_len: float | None, progress: Callable[[int, int], None] | None, per_request_metrics: bool,
+    engine: Any,
+    prompts: list[Prompt],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    ignore_eos: bool,
+    concurrency: int,
+    min_accept_len: float | None,
+    progress: Callable[[int, int], None] | None,
+    per_request_metrics: bool,
     steps: int | None = None,
-) -> tuple[list[RequestResult], float, str | None]:  # fmt: skip
+) -> tuple[list[RequestResult], float, str | None]:
     results: list[RequestResult] = []
     stop_reason: str | None = None
 
@@ -239,8 +289,10 @@ def _measure(
         vals = [r.accept_length for r in results if r.accept_length is not None]
         ci = _ci95(vals) if len(vals) >= 5 else None
         if ci is not None and ci[1] < min_accept_len:
-            return (f"after {len(vals)} requests the 95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is below the bar "
-                    f"{min_accept_len:.2f}")  # fmt: skip
+            return (
+                f"after {len(vals)} requests the 95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is below the bar "
+                f"{min_accept_len:.2f}"
+            )
         return None
 
     t0 = time.perf_counter()
@@ -287,8 +339,11 @@ def _check_counters(before: dict[str, Any], after: dict[str, Any]) -> None:
     """vLLM's counters only grow, and accepted tokens never exceed proposed ones."""
     for k in ("drafts", "draft_tokens", "accepted"):
         if after[k] < before[k]:
-            raise ServerError(f"vLLM's {k} counter went down ({before[k]:g} -> {after[k]:g}): the server restarted "
-                              "or reports impossible figures", hint="measure again on a server that stays up")  # fmt: skip
+            raise ServerError(
+                f"vLLM's {k} counter went down ({before[k]:g} -> {after[k]:g}): the server restarted "
+                "or reports impossible figures",
+                hint="measure again on a server that stays up",
+            )
     if after["accepted"] - before["accepted"] > after["draft_tokens"] - before["draft_tokens"]:
         raise ServerError("vLLM reported more accepted tokens than it proposed: impossible figures")
 
@@ -349,17 +404,29 @@ def verify(
         rep = VerifyReport(engine=engine, url=host, num_prompts=len(plist), min_accept_len=min_accept_len)
         rep.server = eng.spec_settings()
         if not eng.spec_enabled():
-            raise SpecOffError(f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
-                               "measured (and is not 1.0)", url=host)  # fmt: skip
+            raise SpecOffError(
+                f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
+                "measured (and is not 1.0)",
+                url=host,
+            )
         if engine == "sglang" and flush_cache:
             eng.flush_cache()
         per_req = engine == "vllm" and concurrency <= 1
         before = eng.metrics() if engine == "vllm" else None
         steps = rep.server.get("speculative_num_steps")
         steps = steps if type(steps) is int and steps > 0 else None
-        results, wall, stop = _measure(eng, plist, max_new_tokens=max_new_tokens, temperature=temperature,
-                                       ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=min_accept_len,
-                                       progress=progress, per_request_metrics=per_req, steps=steps)  # fmt: skip
+        results, wall, stop = _measure(
+            eng,
+            plist,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            ignore_eos=ignore_eos,
+            concurrency=concurrency,
+            min_accept_len=min_accept_len,
+            progress=progress,
+            per_request_metrics=per_req,
+            steps=steps,
+        )
         summarize(results, rep, steps)
         rep.stopped_early = stop
         rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
@@ -378,8 +445,9 @@ def verify(
         if engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
         if baseline_host is not None:
-            rep.baseline = _baseline(baseline_host, client, plist[: len(results)], max_new_tokens, temperature,
-                                     ignore_eos, concurrency)  # fmt: skip
+            rep.baseline = _baseline(
+                baseline_host, client, plist[: len(results)], max_new_tokens, temperature, ignore_eos, concurrency
+            )
             if rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
                 rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
         if min_accept_len is not None and rep.accept_length is not None:
@@ -398,17 +466,35 @@ def verify(
         client.close()
 
 
-def _baseline(url: str, client: Any, prompts: list[Prompt], max_new_tokens: int, temperature: float,
-              ignore_eos: bool, concurrency: int) -> dict[str, Any]:  # fmt: skip
+def _baseline(
+    url: str,
+    client: Any,
+    prompts: list[Prompt],
+    max_new_tokens: int,
+    temperature: float,
+    ignore_eos: bool,
+    concurrency: int,
+) -> dict[str, Any]:
     url = check_url(url)
     engine = detect_engine(url, client)
     eng: Any = SGLangClient(url, client) if engine == "sglang" else VLLMClient(url, client)
-    results, wall, _ = _measure(eng, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                                ignore_eos=ignore_eos, concurrency=concurrency, min_accept_len=None, progress=None,
-                                per_request_metrics=False)  # fmt: skip
+    results, wall, _ = _measure(
+        eng,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        concurrency=concurrency,
+        min_accept_len=None,
+        progress=None,
+        per_request_metrics=False,
+    )
     toks = sum(r.completion_tokens for r in results if r.error is None)
-    return {"url": url, "engine": engine, "completed": sum(r.error is None for r in results),
-            "output_tokens": toks, "output_tokens_per_s": toks / wall if wall > 0 else None,
-            "errors": [r.error for r in results if r.error]}  # fmt: skip
-
-
+    return {
+        "url": url,
+        "engine": engine,
+        "completed": sum(r.error is None for r in results),
+        "output_tokens": toks,
+        "output_tokens_per_s": toks / wall if wall > 0 else None,
+        "errors": [r.error for r in results if r.error],
+    }

@@ -84,8 +84,9 @@ def load_frequencies(path: str | Path, vocab_size: int | None = None) -> np.ndar
     else:
         counts = _json_counts(p, vocab_size, limit)
     if len(counts) and not (np.isfinite(counts).all() and counts.min() >= 0):
-        raise MappingError(f"{p}: counts must be finite and non-negative (found NaN, Inf or a negative count)",
-                           path=p, hint=_FREQ_HINT)  # fmt: skip
+        raise MappingError(
+            f"{p}: counts must be finite and non-negative (found NaN, Inf or a negative count)", path=p, hint=_FREQ_HINT
+        )
     if vocab_size is not None:
         if len(counts) > vocab_size and counts[vocab_size:].any():
             raise MappingError(f"{p}: counts token ids >= the vocab size {vocab_size}", path=p, hint=_FREQ_HINT)
@@ -108,12 +109,16 @@ def _npy_counts(p: Path) -> np.ndarray:
     try:
         counts = np.load(p, allow_pickle=False)
     except (ValueError, EOFError, OSError) as e:  # EOFError: a 0-byte file
-        raise MappingError(f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p,
-                           hint=_FREQ_HINT) from None  # fmt: skip
+        raise MappingError(
+            f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p, hint=_FREQ_HINT
+        ) from None
     if not isinstance(counts, np.ndarray) or counts.ndim != 1 or counts.dtype.kind not in "iuf":
-        raise MappingError(f"{p}: expected a 1-D array of integer or float counts, got "
-                           f"{getattr(counts, 'dtype', '?')} of shape {getattr(counts, 'shape', '?')}",
-                           path=p, hint=_FREQ_HINT)  # fmt: skip
+        raise MappingError(
+            f"{p}: expected a 1-D array of integer or float counts, got "
+            f"{getattr(counts, 'dtype', '?')} of shape {getattr(counts, 'shape', '?')}",
+            path=p,
+            hint=_FREQ_HINT,
+        )
     if len(counts) > MAX_TOKEN_ID:
         raise MappingError(f"{p}: {len(counts)} counts is more than any vocabulary ({MAX_TOKEN_ID})", path=p)
     return counts.astype(np.float64)
@@ -179,8 +184,12 @@ def _json_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
 
 
 def _side(m: VocabMapping) -> dict[str, Any]:
-    return {"source": m.source, "draft_vocab_size": m.draft_vocab_size,
-            "target_vocab_size": m.target_vocab_size, "order": m.order}  # fmt: skip
+    return {
+        "source": m.source,
+        "draft_vocab_size": m.draft_vocab_size,
+        "target_vocab_size": m.target_vocab_size,
+        "order": m.order,
+    }
 
 
 def diff_vocab(
@@ -214,8 +223,10 @@ def diff_vocab(
     va, vb = ma.target_vocab_size, mb.target_vocab_size
     note = None
     if va is not None and vb is not None and va != vb:
-        note = (f"target vocab sizes differ ({va:,} vs {vb:,}): padded vocabularies of one tokenizer, or two "
-                "different tokenizers; ids are compared as they are")  # fmt: skip
+        note = (
+            f"target vocab sizes differ ({va:,} vs {vb:,}): padded vocabularies of one tokenizer, or two "
+            "different tokenizers; ids are compared as they are"
+        )
     v = max(va or 0, vb or 0, int(ids_a.max(initial=-1)) + 1, int(ids_b.max(initial=-1)) + 1)
     mask_a, mask_b = ma.t2d(v), mb.t2d(v)
     shared = int(np.count_nonzero(mask_a & mask_b))
@@ -234,8 +245,9 @@ def diff_vocab(
 
     diff_rows = []
     for s in np.flatnonzero(~agree_mask)[:show]:
-        diff_rows.append({"slot": int(s), "a": int(ids_a[s]), "b": int(ids_b[s]), "a_token": tok(ids_a[s]),
-                          "b_token": tok(ids_b[s])})  # fmt: skip
+        diff_rows.append(
+            {"slot": int(s), "a": int(ids_a[s]), "b": int(ids_b[s]), "a_token": tok(ids_a[s]), "b_token": tok(ids_b[s])}
+        )
     only_a_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_a & ~mask_b)[:show]]
     only_b_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_b & ~mask_a)[:show]]
 
@@ -255,12 +267,24 @@ def diff_vocab(
 
     verdict = _verdict(total, agree, shared, carried, to_init, mb.draft_vocab_size)
     return VocabDiff(
-        a=_side(ma), b=_side(mb), target_vocab_note=note, slots_total=total, slots_agree=agree,
-        slots_differ=total - agree, shared_tokens=shared, only_a=only_a, only_b=only_b,
-        jaccard=shared / union if union else 1.0, remap_rows_carried=carried, remap_rows_to_initialize=to_init,
-        verdict=verdict, differing_slots=diff_rows, only_a_tokens=only_a_rows, only_b_tokens=only_b_rows,
+        a=_side(ma),
+        b=_side(mb),
+        target_vocab_note=note,
+        slots_total=total,
+        slots_agree=agree,
+        slots_differ=total - agree,
+        shared_tokens=shared,
+        only_a=only_a,
+        only_b=only_b,
+        jaccard=shared / union if union else 1.0,
+        remap_rows_carried=carried,
+        remap_rows_to_initialize=to_init,
+        verdict=verdict,
+        differing_slots=diff_rows,
+        only_a_tokens=only_a_rows,
+        only_b_tokens=only_b_rows,
         frequency=freq,
-    )  # fmt: skip
+    )
 
 
 def _verdict(total: int, agree: int, shared: int, carried: int, to_init: int, vd_b: int) -> str:
@@ -269,8 +293,10 @@ def _verdict(total: int, agree: int, shared: int, carried: int, to_init: int, vd
     remap = f"a remap carries {carried:,} rows and initializes {to_init:,}"
     lead = f"slots differ at {total - agree:,} of {total:,}"
     if shared >= 0.9 * vd_b:
-        return (f"{lead}, but {shared:,} tokens are shared: {remap}. Swapping d2t/t2d without moving "
-                "lm_head rows would break acceptance; remap instead")  # fmt: skip
+        return (
+            f"{lead}, but {shared:,} tokens are shared: {remap}. Swapping d2t/t2d without moving "
+            "lm_head rows would break acceptance; remap instead"
+        )
     return f"{lead}, and only {shared:,} tokens are shared: {remap}; expect acceptance to drop"
 
 
@@ -290,9 +316,15 @@ class BuildResult:
         return asdict(self)
 
 
-def save_mapping(m: VocabMapping, out: str | Path, *, target_vocab_size: int | None = None,
-                 force: bool = False, metadata: dict[str, str] | None = None,
-                 inputs: tuple[str | Path, ...] = ()) -> Path:  # fmt: skip
+def save_mapping(
+    m: VocabMapping,
+    out: str | Path,
+    *,
+    target_vocab_size: int | None = None,
+    force: bool = False,
+    metadata: dict[str, str] | None = None,
+    inputs: tuple[str | Path, ...] = (),
+) -> Path:
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
     from ckpttools.io.fsutil import (
         check_output_path,
@@ -368,11 +400,20 @@ def build_vocab(
     chosen = np.sort(order[:draft_vocab_size])
     m = VocabMapping.from_ids(chosen, vocab_size, source=str(out))
     meta = {"ckpttools": "vocab build", "frequencies": src, "draft_vocab_size": str(draft_vocab_size)}
-    save_mapping(m, out, target_vocab_size=vocab_size, force=force, metadata=meta,
-                 inputs=() if isinstance(frequencies, np.ndarray) else (frequencies,))
+    save_mapping(
+        m,
+        out,
+        target_vocab_size=vocab_size,
+        force=force,
+        metadata=meta,
+        inputs=() if isinstance(frequencies, np.ndarray) else (frequencies,),
+    )
     tot = float(counts.sum()) or 1.0
     return BuildResult(
-        output=str(out), draft_vocab_size=draft_vocab_size, target_vocab_size=vocab_size,
-        tokens_seen=int(np.count_nonzero(counts)), zero_count_tokens=int(np.count_nonzero(counts[chosen] == 0)),
+        output=str(out),
+        draft_vocab_size=draft_vocab_size,
+        target_vocab_size=vocab_size,
+        tokens_seen=int(np.count_nonzero(counts)),
+        zero_count_tokens=int(np.count_nonzero(counts[chosen] == 0)),
         mass_covered=float(counts[chosen].sum() / tot),
-    )  # fmt: skip
+    )

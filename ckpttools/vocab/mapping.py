@@ -25,7 +25,9 @@ __all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_me
 MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
 #: the largest vocabulary a mapping may address (real ones are below 300k)
 MAX_VOCAB_SIZE = 1 << 24
-_MAPPING_HINT = "give d2t/t2d as the drafter's tensors or a mapping file (.safetensors/.npy/.json), e.g. from `ckpt vocab build`"
+_MAPPING_HINT = (
+    "give d2t/t2d as the drafter's tensors or a mapping file (.safetensors/.npy/.json), e.g. from `ckpt vocab build`"
+)
 _D2T_KEYS = ("d2t", *D2T_ALIASES)
 _T2D_KEYS = ("t2d",)
 _IDS_KEYS = ("ids", "target_ids", "token_ids", "draft_to_target_ids")
@@ -74,11 +76,18 @@ class VocabMapping:
     def __post_init__(self) -> None:
         v = self.target_vocab_size
         if v is not None and (type(v) is not int or not 0 < v <= MAX_VOCAB_SIZE):
-            raise MappingError(f"{self.source}: vocab size {v!r} is not an integer between 1 and {MAX_VOCAB_SIZE}",
-                               path=self.source, hint=_MAPPING_HINT)  # fmt: skip
+            raise MappingError(
+                f"{self.source}: vocab size {v!r} is not an integer between 1 and {MAX_VOCAB_SIZE}",
+                path=self.source,
+                hint=_MAPPING_HINT,
+            )
         if len(self.ids) > MAX_VOCAB_SIZE or (len(self.ids) and int(np.abs(self.ids).max()) >= MAX_VOCAB_SIZE):
-            raise MappingError(f"{self.source}: token ids beyond {MAX_VOCAB_SIZE:,}: no real vocabulary is that large; "
-                               "the mapping is damaged", path=self.source, hint=_MAPPING_HINT)  # fmt: skip
+            raise MappingError(
+                f"{self.source}: token ids beyond {MAX_VOCAB_SIZE:,}: no real vocabulary is that large; "
+                "the mapping is damaged",
+                path=self.source,
+                hint=_MAPPING_HINT,
+            )
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -110,8 +119,13 @@ class VocabMapping:
     @classmethod
     def from_t2d(cls, t2d: Any, **kw: Any) -> VocabMapping:
         t = cls._check_t2d_dtype(np.asarray(t2d), kw.get("source", "t2d"))
-        return cls(np.flatnonzero(t).astype(np.int64), len(t), given_t2d=t,
-                   given_dtypes={"t2d": str(np.asarray(t2d).dtype)}, **kw)  # fmt: skip
+        return cls(
+            np.flatnonzero(t).astype(np.int64),
+            len(t),
+            given_t2d=t,
+            given_dtypes={"t2d": str(np.asarray(t2d).dtype)},
+            **kw,
+        )
 
     @classmethod
     def identity(cls, vocab_size: int, **kw: Any) -> VocabMapping:
@@ -136,8 +150,7 @@ class VocabMapping:
 
         names = {canonical_name(n)[0]: n for n in ck.tensors}
         ess = essentials(ck.config)
-        kw = dict(source=str(ck.source), config_draft_vocab_size=ess.draft_vocab_size,
-                  config_vocab_size=ess.vocab_size)  # fmt: skip
+        kw = dict(source=str(ck.source), config_draft_vocab_size=ess.draft_vocab_size, config_vocab_size=ess.vocab_size)
         vocab = ess.vocab_size if isinstance(ess.vocab_size, int) else None
         if "d2t" in names:
             t2d = ck.read(names["t2d"]) if "t2d" in names else None
@@ -153,8 +166,11 @@ class VocabMapping:
         if allow_missing:
             return None
         vd = ess.draft_vocab_size
-        why = (f"; {missing_mapping_message(vd, vocab)}"
-               if isinstance(vd, int) and isinstance(vocab, int) and vd < vocab else "")  # fmt: skip
+        why = (
+            f"; {missing_mapping_message(vd, vocab)}"
+            if isinstance(vd, int) and isinstance(vocab, int) and vd < vocab
+            else ""
+        )
         raise MappingError(
             f"{ck.source}: holds no vocabulary mapping (no d2t, t2d or ids tensor){why}",
             path=str(ck.source),
@@ -199,43 +215,74 @@ class VocabMapping:
         ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
         for key, dt in self.given_dtypes.items():
             if key in ("d2t", "ids") and dt != "int64":
-                out.append(MappingProblem("d2t-dtype", "warning",
-                           f"{key} is {dt}; SGLang and vLLM expect int64 (widened on load)", key))  # fmt: skip
+                out.append(
+                    MappingProblem(
+                        "d2t-dtype", "warning", f"{key} is {dt}; SGLang and vLLM expect int64 (widened on load)", key
+                    )
+                )
             if key == "t2d" and dt != "bool":
                 out.append(MappingProblem("t2d-dtype", "warning", f"t2d is {dt}; expected bool", "t2d"))
         if vd and ids.min() < 0:
             bad = int(np.flatnonzero(ids < 0)[0])
-            out.append(MappingProblem("d2t-range", "error",
-                       f"draft id {bad} maps to target id {int(ids[bad])}, below 0"))  # fmt: skip
+            out.append(
+                MappingProblem("d2t-range", "error", f"draft id {bad} maps to target id {int(ids[bad])}, below 0")
+            )
         if v is not None and vd and ids.max() >= v:
             bad = int(np.flatnonzero(ids >= v)[0])
-            out.append(MappingProblem("d2t-range", "error",
-                       f"draft id {bad} maps to target id {int(ids[bad])}, outside the target vocab of {v} "
-                       "(a CUDA index assert in SGLang/vLLM)"))  # fmt: skip
+            out.append(
+                MappingProblem(
+                    "d2t-range",
+                    "error",
+                    f"draft id {bad} maps to target id {int(ids[bad])}, outside the target vocab of {v} "
+                    "(a CUDA index assert in SGLang/vLLM)",
+                )
+            )
         uniq, counts = np.unique(ids, return_counts=True)
         if len(uniq) != vd:
             dup = int(uniq[counts > 1][0])
-            out.append(MappingProblem("d2t-duplicates", "error",
-                       f"{vd - len(uniq)} draft slot(s) repeat a target id (e.g. {dup})"))  # fmt: skip
+            out.append(
+                MappingProblem(
+                    "d2t-duplicates", "error", f"{vd - len(uniq)} draft slot(s) repeat a target id (e.g. {dup})"
+                )
+            )
         if self.given_t2d is not None:
             t = self.given_t2d
             if v is not None and len(t) != v:
-                out.append(MappingProblem("t2d-length", "error",
-                           f"t2d has length {len(t)} but the target vocab is {v}", "t2d"))  # fmt: skip
+                out.append(
+                    MappingProblem("t2d-length", "error", f"t2d has length {len(t)} but the target vocab is {v}", "t2d")
+                )
             nz = np.flatnonzero(t)
             if len(nz) != vd or not np.array_equal(nz, np.sort(ids)):
-                out.append(MappingProblem("t2d-mismatch", "error",
-                           f"t2d marks {len(nz)} tokens but d2t maps {vd}, and the sets differ "
-                           f"in {len(np.setxor1d(nz, ids))} token(s)", "t2d"))  # fmt: skip
+                out.append(
+                    MappingProblem(
+                        "t2d-mismatch",
+                        "error",
+                        f"t2d marks {len(nz)} tokens but d2t maps {vd}, and the sets differ "
+                        f"in {len(np.setxor1d(nz, ids))} token(s)",
+                        "t2d",
+                    )
+                )
         if self.config_draft_vocab_size is not None and self.config_draft_vocab_size != vd:
-            out.append(MappingProblem("d2t-length", "error",
-                       f"d2t has {vd} slots but config draft_vocab_size is {self.config_draft_vocab_size}"))  # fmt: skip
+            out.append(
+                MappingProblem(
+                    "d2t-length",
+                    "error",
+                    f"d2t has {vd} slots but config draft_vocab_size is {self.config_draft_vocab_size}",
+                )
+            )
         if self.order != "ascending":
-            out.append(MappingProblem("order", "info",
-                       "slots are not in ascending target-id order (ModelOpt's frequency order); "
-                       "valid for SGLang and vLLM, which read d2t as is"))  # fmt: skip
+            out.append(
+                MappingProblem(
+                    "order",
+                    "info",
+                    "slots are not in ascending target-id order (ModelOpt's frequency order); "
+                    "valid for SGLang and vLLM, which read d2t as is",
+                )
+            )
         if self.is_identity:
-            out.append(MappingProblem("identity", "info", "d2t is all zeros with Vd == V: the identity (full-vocab) map"))
+            out.append(
+                MappingProblem("identity", "info", "d2t is all zeros with Vd == V: the identity (full-vocab) map")
+            )
         return out
 
     def check(self) -> VocabMapping:
@@ -260,10 +307,11 @@ class VocabMapping:
             "target_id_max": int(self.ids.max()) if len(d2t) else None,
             "order": self.order,
             "identity": self.is_identity,
-            "t2d_agrees": None if self.given_t2d is None
+            "t2d_agrees": None
+            if self.given_t2d is None
             else not any(p.code in ("t2d-mismatch", "t2d-length") for p in self.problems()),
             "problems": [p.__dict__ for p in self.problems()],
-        }  # fmt: skip
+        }
 
 
 def _array(v: Any, source: str, key: str) -> np.ndarray:
@@ -280,8 +328,12 @@ def _array(v: Any, source: str, key: str) -> np.ndarray:
     else:
         a = None
     if a is None or a.ndim != 1 or a.dtype.kind not in "biu":
-        raise MappingError(f"{source}: {key} must be a flat list of integers (or booleans for t2d)", path=source,
-                           tensor=key, hint=_MAPPING_HINT)  # fmt: skip
+        raise MappingError(
+            f"{source}: {key} must be a flat list of integers (or booleans for t2d)",
+            path=source,
+            tensor=key,
+            hint=_MAPPING_HINT,
+        )
     return a
 
 
@@ -300,8 +352,9 @@ def _from_obj(obj: Any, source: str, hint_name: str) -> VocabMapping:
             return VocabMapping.from_ids(_array(obj[keys[ids]], source, ids), v, source=source)
         if t2d is not None:
             return VocabMapping.from_t2d(_array(obj[keys[t2d]], source, "t2d"), source=source)
-        raise MappingError(f"{source}: no d2t, t2d or ids inside (keys: {sorted(keys)[:8]})", path=source,
-                           hint=_MAPPING_HINT)  # fmt: skip
+        raise MappingError(
+            f"{source}: no d2t, t2d or ids inside (keys: {sorted(keys)[:8]})", path=source, hint=_MAPPING_HINT
+        )
     arr = _array(obj, source, "the array")
     if arr.dtype == np.bool_ or "t2d" in hint_name:
         return VocabMapping.from_t2d(arr, source=source)
@@ -337,8 +390,9 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
         try:
             arr = np.load(p, allow_pickle=False)
         except (ValueError, EOFError, OSError) as e:
-            raise MappingError(f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p,
-                               hint=_MAPPING_HINT) from None  # fmt: skip
+            raise MappingError(
+                f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p, hint=_MAPPING_HINT
+            ) from None
         return _from_obj(arr, str(p), name)
     if is_file and p.suffix == ".json" and p.name != "config.json":
         try:
@@ -362,8 +416,9 @@ def _load_pt(p: Path) -> Any:
     except ImportError:
         raise MappingError(
             f"{p}: reading .pt mapping files needs torch",
-            path=p, hint="pip install torch, or save the mapping as .safetensors/.npy/.json",
-        ) from None  # fmt: skip
+            path=p,
+            hint="pip install torch, or save the mapping as .safetensors/.npy/.json",
+        ) from None
     import warnings
 
     try:

@@ -19,7 +19,15 @@ import numpy as np
 
 from ckpttools.errors import TokenizerError
 
-__all__ = ["TokenizerVocab", "load_vocab", "load_hf_tokenizer", "match_tokens", "TokenMatch", "bytes_to_unicode", "tokenizer_json"]
+__all__ = [
+    "TokenizerVocab",
+    "load_vocab",
+    "load_hf_tokenizer",
+    "match_tokens",
+    "TokenMatch",
+    "bytes_to_unicode",
+    "tokenizer_json",
+]
 
 
 @lru_cache(maxsize=1)
@@ -188,8 +196,12 @@ class TokenMatch:
     target_style: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exact_matches": self.exact_matches, "unmatched": self.unmatched,
-                "source_style": self.source_style, "target_style": self.target_style}  # fmt: skip
+        return {
+            "exact_matches": self.exact_matches,
+            "unmatched": self.unmatched,
+            "source_style": self.source_style,
+            "target_style": self.target_style,
+        }
 
 
 def match_tokens(old: TokenizerVocab, new: TokenizerVocab, prefer: np.ndarray | None = None) -> TokenMatch:
