@@ -17,4 +17,5 @@ if [ "${CKPT_SKIP_VLLM:-0}" != "1" ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q "$@"

@@ -80,8 +80,10 @@ class byte_progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=self.desc, unit="B", unit_scale=True, file=sys.stderr, leave=False)
-        self.bar.set_postfix_str(name[-40:], refresh=False)
-        self.bar.update(done - self.bar.n)
+        bar = self.bar
+        assert bar is not None
+        bar.set_postfix_str(name[-40:], refresh=False)
+        bar.update(done - bar.n)
 
     def __enter__(self) -> "byte_progress":
         return self

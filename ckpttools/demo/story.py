@@ -61,9 +61,11 @@ def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None)
         args: list[str] = []
         if engine == "vllm":
             served = Path(
-                export(
-                    drafter, work / f"vllm-{drafter.name}-{int(time.time() * 1000)}", format="vllm", target=target
-                ).output
+                str(
+                    export(
+                        drafter, work / f"vllm-{drafter.name}-{int(time.time() * 1000)}", format="vllm", target=target
+                    ).output
+                )
             )
             args = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
         else:

@@ -357,6 +357,7 @@ def build_target(
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
+    cfg: dict[str, Any]
     if text_config:
         cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": text}
     else:

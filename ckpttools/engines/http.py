@@ -209,8 +209,8 @@ class SGLangClient:
         if not isinstance(states, list):
             return None
         vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-        vals = [v for v in vals if type(v) in (int, float) and math.isfinite(v)]
-        return float(vals[0]) if vals else None
+        nums = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+        return nums[0] if nums else None
 
     def flush_cache(self) -> None:
         import httpx

@@ -248,7 +248,9 @@ class Checkpoint:
                 f"{self.source}: row {bad} of {name!r} does not exist (it has {n} rows)", path=self.source, tensor=name
             )
         out = np.empty((len(idx), *t.shape[1:]), dtype=numpy_dtype(t.dtype))
-        flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes) if len(idx) else None
+        if not len(idx):
+            return out
+        flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes)
         fd = self._fd(t.shard)
         # coalesce runs of consecutive rows into one read each
         i = 0
@@ -337,13 +339,13 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
                     hint="the index is stale or damaged: fix or regenerate it",
                 )
         return ck
-    shards = sorted(root.glob("*.safetensors"))
-    if not shards:
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
         pickles = [p for p in sorted(root.iterdir()) if p.suffix in PICKLE_SUFFIXES]
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
-    return Checkpoint(source, root, [(p.name, p) for p in shards], config, cfg_path if config else None, None, revision)
+    return Checkpoint(source, root, [(p.name, p) for p in files], config, cfg_path if config else None, None, revision)
 
 
 def _read_index(index_path: Path) -> dict[str, str]:

@@ -49,7 +49,7 @@ def make_manifest(
     params: dict[str, Any],
     sources: dict[str, list[Path]],
     *,
-    hashes: dict[str, str] | None = None,
+    hashes: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the manifest dict.

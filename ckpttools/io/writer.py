@@ -170,7 +170,7 @@ def _as_bytes(data: Any) -> memoryview:
     import numpy as np
 
     arr = np.ascontiguousarray(data)
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    return memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
 class SafetensorsFileWriter:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.errors import EXIT_FINDINGS, CkptError
+from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError
 from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
 from ckpttools.formats.conventions import (
     AUX_ID_CONVENTION,
@@ -151,6 +151,8 @@ def _plan_config(
             )
     elif target_cfg is not None:
         L = essentials(target_cfg).num_hidden_layers
+        if not isinstance(L, int):
+            raise ConfigError(f"the target's num_hidden_layers is {L!r}: the default aux layer ids need it")
         out_ids = sglang_default_aux_ids(L)
         notes.append(
             f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
@@ -305,20 +307,20 @@ def export(
             inputs=[ck.root, *([target] if target is not None else [])],
         ) as w:
             for s in specs:
-                n = src_of.get(s.name)
-                if n is None:  # built t2d
+                src_name = src_of.get(s.name)
+                if src_name is None:  # built t2d
                     w.write(s.name, mapping.t2d(s.shape[0]))  # type: ignore[union-attr]
                 else:
-                    t = ck.tensors[n]
+                    t = ck.tensors[src_name]
                     if s.dtype == t.dtype:
                         w.copy_range(s.name, ck.shard_paths[t.shard], t.start)
                     elif s.name == "d2t":
-                        w.write(s.name, ck.read(n).astype(np.int64))
+                        w.write(s.name, ck.read(src_name).astype(np.int64))
                     elif s.name == "t2d":
-                        w.write(s.name, ck.read(n).astype(bool))
+                        w.write(s.name, ck.read(src_name).astype(bool))
                     else:
                         to = numpy_dtype(s.dtype)
-                        w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(n)))
+                        w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(src_name)))
                 done += s.nbytes
                 if progress:
                     progress(done, total, s.name)

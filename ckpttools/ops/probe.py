@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.engines.http import RequestResult
-from ckpttools.errors import CkptError
+from ckpttools.errors import CkptError, ConfigError
 from ckpttools.formats.config import aux_layer_ids, essentials
 from ckpttools.formats.conventions import sglang_default_aux_ids
 from ckpttools.formats.flavor import detect_flavor
@@ -75,17 +75,20 @@ class Eagle3Drafter:
                 else:
                     w[c] = torch.from_numpy(a.astype("float32")).to(device=device, dtype=self.dtype)
         e = essentials(cfg)
-        self.H = e.hidden_size
-        self.heads = e.num_attention_heads
-        self.kv = e.num_key_value_heads or self.heads
-        self.hd = e.head_dim or self.H // self.heads
+        H, heads = e.hidden_size, e.num_attention_heads
+        if not isinstance(H, int) or not isinstance(heads, int):
+            raise ConfigError("the drafter's config needs integer hidden_size and num_attention_heads")
+        self.H: int = H
+        self.heads: int = heads
+        self.kv: int = e.num_key_value_heads or heads
+        self.hd: int = e.head_dim or H // heads
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         self.theta = float(e.rope_theta or 10000.0)
         if isinstance(e.rope_scaling, dict) and e.rope_scaling.get("rope_type", e.rope_scaling.get("type")) not in (
             None,
             "default",
         ):
-            self.rope_note = f"rope_scaling {e.rope_scaling} ignored: plain RoPE is used"
+            self.rope_note: str | None = f"rope_scaling {e.rope_scaling} ignored: plain RoPE is used"
         else:
             self.rope_note = None
         self.L = e.num_hidden_layers or 1
@@ -202,7 +205,8 @@ class TorchSpeculator:
         tcfg_dtype = essentials(open_checkpoint(target).config).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
         self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
-        self.model = AutoModelForCausalLM.from_pretrained(str(target), dtype=self.dtype).to(device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(str(target), dtype=self.dtype)
+        self.model = model.to(device).eval()
         self.device = device
         self.L = self.model.config.num_hidden_layers
         emb = self.model.get_input_embeddings().weight.detach()
@@ -317,7 +321,7 @@ def verify_torch(
             histogram=g["histogram"],
             source="torch probe: 1 + accepted drafts / verify steps",
         )
-        r.accept_length = 1 + r.accepted_drafts / r.verify_steps if r.verify_steps else None
+        r.accept_length = 1 + (r.accepted_drafts or 0) / r.verify_steps if r.verify_steps else None
         r.extra["tokens"] = g["tokens"]
         results.append(r)
     summarize(results, rep, steps)

@@ -425,6 +425,8 @@ def _remap(
             f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
             hint="use --fill target --target TARGET to cut the target's head down",
         )
+    if not isinstance(hidden, int):
+        raise MappingError(f"{ck.source}: the hidden size is unknown (no lm_head, no hidden_size in config.json)")
     if head is None:
         src_rows[:] = -1
     tgt = _target_head(target_ck, hidden) if fill == "target" else None
@@ -432,9 +434,8 @@ def _remap(
         raise MappingError(f"{target}: its lm_head has fewer rows than the destination mapping's largest id")
     head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
     fill_raw = np.zeros(hidden * DTYPE_SIZES[head_st], np.uint8)  # zeros: no element dtype needed
-    head_dtype = fill_vec = None
-    if fill != "zero":  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
-        head_dtype = numpy_dtype(head_st)
+    fill_vec = None
+    head_dtype = numpy_dtype(head_st)  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
     if fill == "mean" and head is not None:
         fill_vec = _mean_rows(ck, head, src_rows, head_dtype)
         fill_raw = fill_vec.view(np.uint8)
@@ -500,6 +501,7 @@ def _remap(
             n = spec.name
             if n in (head, "lm_head.weight") and (n == head or head is None):
                 if fill != "target":  # rows move in the kernel, fills are written
+                    assert head is not None  # a head-less drafter was refused unless fill is target
                     w.write_segments(n, _row_segments(ck, head, src_rows, fill_raw))
                 else:
                     w.write_chunks(n, _rows_from(ck, head, src_rows, fill_vec, tgt, tgt_rows, hidden, head_dtype))

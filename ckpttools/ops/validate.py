@@ -259,11 +259,12 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tu
     inter = ess.intermediate_size
     exp: dict[str, tuple[int, ...]] = {"fc.weight": (H, n * Ht), "norm.weight": (H,)}
     vd = ess.draft_vocab_size if ess.draft_vocab_size_present else None
-    if vd is not None or "lm_head.weight" in canon:
-        exp["lm_head.weight"] = (vd if vd is not None else V, H)
+    rows = vd if vd is not None else V
+    if isinstance(rows, int) and (vd is not None or "lm_head.weight" in canon):
+        exp["lm_head.weight"] = (rows, H)
     if "embed_tokens.weight" in canon and isinstance(V, int):
         exp["embed_tokens.weight"] = (V, H)
-    if (ess.architectures or [None])[0] == "Eagle3DeepseekV2ForCausalLM":
+    if (ess.architectures or [""])[0] == "Eagle3DeepseekV2ForCausalLM":
         return exp  # MLA projections have their own shapes; the rest still applies
     # SGLang 0.5.17: layer 0 attends over [norm(embedding); norm(hidden)] (2H) and uses
     # input_layernorm; later layers take H and fuse the residual into hidden_norm
@@ -271,7 +272,7 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tu
     for i in range(L):
         p = f"layers.{i}."
         qin = 2 * H if i == 0 else H
-        if isinstance(heads, int) and isinstance(hd, int):
+        if isinstance(heads, int) and isinstance(hd, int) and isinstance(kv, int):
             exp[p + "self_attn.q_proj.weight"] = (heads * hd, qin)
             exp[p + "self_attn.k_proj.weight"] = (kv * hd, qin)
             exp[p + "self_attn.v_proj.weight"] = (kv * hd, qin)
@@ -319,8 +320,8 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
         return out
     ess = essentials(cfg)
     for name, shape in _expected_shapes(cfg, canon).items():
-        t = canon.get(name)
-        if t is None:
+        got = canon.get(name)
+        if got is None:
             if name == "lm_head.weight":
                 out.append(
                     Finding(
@@ -342,13 +343,13 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
                         "add the tensor, or check num_hidden_layers and the names",
                     )
                 )
-        elif tuple(t.shape) != shape:
+        elif tuple(got.shape) != shape:
             out.append(
                 Finding(
                     "tensors.shape",
                     "error",
-                    t.name,
-                    f"shape {list(t.shape)} but the config implies {list(shape)}",
+                    got.name,
+                    f"shape {list(got.shape)} but the config implies {list(shape)}",
                     "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size",
                 )
             )
@@ -422,7 +423,7 @@ def check_target(
                 top = int(m.ids.max()) if m is not None and m.draft_vocab_size else None
             except MappingError:
                 top = None
-        if top is not None and top < t.vocab_size:
+        if top is not None and isinstance(t.vocab_size, int) and top < t.vocab_size:
             out.append(
                 Finding(
                     "target.vocab_size",
@@ -457,6 +458,8 @@ def check_target(
             )
         )
     L = t.num_hidden_layers
+    if not isinstance(L, int):  # the target schema requires it; a bad value returned above
+        return out
     ids, where = aux_layer_ids(cfg)
     if ids is None:
         out.append(
