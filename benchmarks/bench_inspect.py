@@ -34,6 +34,20 @@ for shard in sorted(set(index["weight_map"].values())):
 json.dump([{"name": k, "dtype": d, "shape": s} for k, (d, s) in out.items()], sys.stdout)
 """
 
+# the least a script can do to learn how many tensors a sharded checkpoint has
+COUNT = r"""
+import json, sys
+from pathlib import Path
+from safetensors import safe_open
+root = Path(sys.argv[1])
+index = json.loads((root / "model.safetensors.index.json").read_text())
+n = 0
+for shard in sorted(set(index["weight_map"].values())):
+    with safe_open(root / shard, framework="numpy") as f:
+        n += len(f.keys())
+print(json.dumps({"num_tensors": n}))
+"""
+
 RCHAR = r"""
 import sys, runpy
 def rchar():
@@ -85,13 +99,18 @@ def main() -> None:
     naive_med, naive_min = run_timed([sys.executable, "-c", NAIVE, str(huge)], a.repeat)
     quiet = NAIVE.replace("json.dump(", "len(")  # the same loop, printing nothing
     quiet_med, quiet_min = run_timed([sys.executable, "-c", quiet.replace(", sys.stdout)", ")"), str(huge)], a.repeat)
+    nt_med, nt_min = run_timed([*ckpt, "inspect", str(huge), "--json", "--no-tensors"], a.repeat)
+    count_med, count_min = run_timed([sys.executable, "-c", COUNT, str(huge)], a.repeat)
     base = rchar_of(["--help"])
     read = rchar_of(["inspect", str(huge), "--json", "--no-tensors"]) - base
     print(f"ckpt --help                 median {help_med:.3f} s  min {help_min:.3f} s   (target < 0.3 s)")
     print(f"ckpt inspect --json         median {ins_med:.3f} s  min {ins_min:.3f} s   (target < 0.5 s)")
     print(f"naive safetensors open-all  median {naive_med:.3f} s  min {naive_min:.3f} s")
     print(f"naive, printing nothing     median {quiet_med:.3f} s  min {quiet_min:.3f} s")
+    print(f"ckpt inspect --json --no-tensors  median {nt_med:.3f} s  min {nt_min:.3f} s")
+    print(f"naive safe_open loop counting tensors  median {count_med:.3f} s  min {count_min:.3f} s")
     print(f"ratio inspect / naive: {ins_med / naive_med:.2f}x  (below 1 = faster than naive)")
+    print(f"ratio inspect --no-tensors / naive count loop: {nt_med / count_med:.2f}x  (target <= 1.0)")
     print(f"ratio inspect / naive printing nothing: {ins_med / quiet_med:.2f}x")
     print(
         f"bytes read by inspect beyond `ckpt --help`: {read / 1e6:.2f} MB "

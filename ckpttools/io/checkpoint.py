@@ -328,9 +328,10 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
                 )
             shards.append((name, p))
         ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
+        norm = {rel: os.path.normpath(rel) for rel in set(weight_map.values())}
         for tname, rel in weight_map.items():
             t = ck.tensors.get(tname)
-            if t is None or t.shard != os.path.normpath(rel):
+            if t is None or t.shard != norm[rel]:
                 where = "no shard holds it" if t is None else f"it is in {t.shard}"
                 raise CheckpointFormatError(
                     f"{index_path.name} maps tensor {tname!r} to {rel}, but {where}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from math import prod
 from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +51,7 @@ DTYPE_SIZES: dict[str, int] = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8
 #: the safetensors library refuses headers larger than this; so do we
 MAX_HEADER_BYTES = 100_000_000
 _U64 = (1 << 64) - 1
+_INT_ONLY = frozenset({int})
 
 
 class TensorInfo(NamedTuple):
@@ -142,6 +144,7 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
     tensors: dict[str, TensorInfo] = {}
     data_start = 8 + n
     bits = DTYPE_BITS
+    maybe_bool = b"true" in raw or b"false" in raw  # only then can a dim be a bool (True == 1)
     for name, entry in header.items():
         try:  # fast path: a well-formed entry, checked with C-level builtins
             dtype = entry["dtype"]
@@ -149,34 +152,36 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
             b, e = entry["data_offsets"]
             ok = (
                 shape.__class__ is list
-                and all(d.__class__ is int for d in shape)
                 and b.__class__ is int
                 and e.__class__ is int
-                and 0 <= b <= e <= _U64
+                and 0 <= b <= e <= data_len
                 and dtype in bits
                 and (not shape or min(shape) >= 0)
             )
+            numel = prod(shape)  # a float or str dim makes this no int
+            ok = ok and numel.__class__ is int and not (maybe_bool and not set(map(type, shape)) <= _INT_ONLY)
         except (TypeError, KeyError, ValueError, AttributeError):
             ok = False
         if not ok:
-            _explain_entry(path, name, entry)
-        if e > data_len:
+            _explain_entry(path, name, entry, data_len)
+        nbits = numel * bits[dtype]
+        if not numel or nbits > _U64 or nbits & 7:  # zero, overflow or sub-byte: safetensors' exact rule
+            numel = _numel(path, name, shape, dtype)
+            nbits = numel * bits[dtype]
+        if e - b != nbits >> 3:
             raise _fail(
                 path,
-                f"tensor {name!r} ends at data byte {e} but the file holds only {data_len} data bytes: "
-                "truncated or bad offsets",
-                name,
-            )
-        numel = _numel(path, name, shape, dtype)
-        if e - b != numel * bits[dtype] // 8:
-            raise _fail(
-                path,
-                f"tensor {name!r}: {dtype}{shape} needs {numel * bits[dtype] // 8} bytes but its "
-                f"byte range holds {e - b}",
+                f"tensor {name!r}: {dtype}{shape} needs {nbits >> 3} bytes but its byte range holds {e - b}",
                 name,
             )
         tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
 
+    # the byte ranges must tile [0, data_len) exactly (safetensors' rule); checked in C first
+    spans = sorted([(t.start, t.end) for t in tensors.values()])
+    if spans and (
+        spans[0][0] == data_start and spans[-1][1] == size and [s for s, _ in spans[1:]] == [e for _, e in spans[:-1]]
+    ):
+        return ShardHeader(path, n, size, dict(meta), tensors)
     # the byte ranges must tile [0, data_len) exactly, in offset order (safetensors' rule)
     pos, prev = data_start, ""
     for t in sorted(tensors.values(), key=itemgetter(4, 5)):  # (start, end)
@@ -324,7 +329,7 @@ def _numel(path: Path, name: str, shape: list[int], dtype: str) -> int:
     return numel
 
 
-def _explain_entry(path: Path, name: str, entry: object) -> None:
+def _explain_entry(path: Path, name: str, entry: object, data_len: int | None = None) -> None:
     """Raise the precise error for an entry that failed the fast check."""
     if not isinstance(entry, dict):
         raise _fail(path, f"entry for tensor {name!r} is not an object", name)
@@ -338,4 +343,11 @@ def _explain_entry(path: Path, name: str, entry: object) -> None:
         raise _fail(path, f"tensor {name!r} has a bad shape {shape!r} (non-negative integers expected)", name)
     if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int and 0 <= o <= _U64 for o in offs)):
         raise _fail(path, f"tensor {name!r} has bad data_offsets {offs!r} (two non-negative integers expected)", name)
-    raise _fail(path, f"tensor {name!r} has data_offsets {offs!r} that run backwards", name)
+    if offs[0] > offs[1]:
+        raise _fail(path, f"tensor {name!r} has data_offsets {offs!r} that run backwards", name)
+    raise _fail(
+        path,
+        f"tensor {name!r} ends at data byte {offs[1]} but the file holds only {data_len} data bytes: "
+        "truncated or bad offsets",
+        name,
+    )
