@@ -137,3 +137,29 @@ def test_every_command_has_help_with_examples():
         assert cmd.help and len(cmd.help.strip()) > 20, f"ckpt {' '.join(path)} has no help"
         if not hasattr(cmd, "commands") and path[0] not in ("demo",):
             assert "Example" in cmd.help, f"ckpt {' '.join(path)} has no example"
+
+
+def test_repeated_layers_are_grouped_and_all_tensors_lists_each(tmp_path):
+    """A 35,000-tensor target reads in a screenful; --all-tensors and --json keep every row."""
+    from ckpttools.cli.render import group_tensor_rows
+    from ckpttools.demo.tiny import build_huge_sparse
+
+    rows = [
+        {"name": f"model.layers.{i}.mlp.experts.{j}.w", "dtype": "BF16", "shape": [4, 8], "bytes": 64, "shard": "a"}
+        for i in range(3)
+        for j in (0, 1, 2, 5)
+    ] + [{"name": "lm_head.weight", "dtype": "BF16", "shape": [9, 8], "bytes": 144, "shard": "b"}]
+    g = group_tensor_rows(rows)
+    assert g[0] == {"name": "model.layers.{0..2}.mlp.experts.{0..2,5}.w", "dtype": "BF16", "shape": [4, 8],
+                    "bytes": 12 * 64, "shard": "a", "count": 12}  # fmt: skip
+    assert g[1]["name"] == "lm_head.weight" and "count" not in g[1]
+    huge = build_huge_sparse(tmp_path / "huge", num_shards=4, num_tensors=3000)
+    grouped = CliRunner().invoke(cli, ["inspect", str(huge)])
+    each = CliRunner().invoke(cli, ["inspect", str(huge), "--all-tensors"])
+    as_json = CliRunner().invoke(cli, ["inspect", str(huge), "--json"])
+    assert grouped.exit_code == each.exit_code == as_json.exit_code == 0
+    assert len(grouped.stdout.splitlines()) < 40
+    assert "model.layers.{0..2}.mlp.experts.{0..383}.gate_proj.weight  BF16   2048x7168" in grouped.stdout
+    assert "x999" in grouped.stdout and "tensors (3000, 6 rows (--all-tensors for each))" in grouped.stdout
+    assert len(each.stdout.splitlines()) > 3000
+    assert len(json.loads(as_json.stdout)["tensors"]) == 3000

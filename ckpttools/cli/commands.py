@@ -103,7 +103,12 @@ def _show(result: Any, as_json: bool, render: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable keys, see README).")
 @click.option("--tensors/--no-tensors", default=True, show_default=True, help="Include the tensor table.")
 @click.option("--filter", "pattern", metavar="GLOB", help="Only tensors whose name matches, e.g. 'layers.0.*'.")
-def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, pattern: str | None) -> None:
+@click.option(
+    "--all-tensors", is_flag=True, help="One row per tensor (default: repeated layers grouped; --json has all)."
+)
+def inspect_cmd(
+    path: str, revision: str | None, as_json: bool, tensors: bool, pattern: str | None, all_tensors: bool
+) -> None:
     """Describe a checkpoint from its config and safetensors headers only.
 
     PATH is a directory, a .safetensors file, a sharded checkpoint, or a Hub repo id
@@ -118,7 +123,8 @@ def inspect_cmd(path: str, revision: str | None, as_json: bool, tensors: bool, p
     from ckpttools.cli.render import render_inspect
     from ckpttools.ops.inspect import inspect
 
-    _show(inspect(path, tensors=tensors, filter=pattern, revision=revision), as_json, render_inspect)
+    report = inspect(path, tensors=tensors, filter=pattern, revision=revision)
+    _show(report, as_json, lambda r: render_inspect(r, all_tensors=all_tensors))
 
 
 # ---------------------------------------------------------------------------- vocab

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ckpttools.cli.output import human_bytes, human_count, table
@@ -42,7 +43,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def render_inspect(r: Any) -> str:
+def render_inspect(r: Any, all_tensors: bool = False) -> str:
     out = [f"{r.source}", f"  kind: {r.kind} ({r.kind_description})"]
     for e in r.evidence:
         out.append(f"    - {e}")
@@ -94,22 +95,22 @@ def render_inspect(r: Any) -> str:
     for n in r.notes:
         out.append(f"note: {n}")
     if r.tensors is not None:
-        out.append(f"tensors ({len(r.tensors)}):")
-        out.append(
-            table(
-                [
-                    (
-                        t["name"],
-                        t["dtype"],
-                        "x".join(map(str, t["shape"])) or "scalar",
-                        human_bytes(t["bytes"]),
-                        t["shard"],
-                    )
-                    for t in r.tensors
-                ],
-                ("name", "dtype", "shape", "size", "shard"),
+        trows: list[dict[str, Any]] = r.tensors if all_tensors else group_tensor_rows(r.tensors)
+        grouped = "" if all_tensors or len(trows) == len(r.tensors) else f", {len(trows)} rows (--all-tensors for each)"
+        out.append(f"tensors ({len(r.tensors)}{grouped}):")
+        counted = any(t.get("count", 1) > 1 for t in trows)
+        cells = [
+            (
+                t["name"],
+                t["dtype"],
+                "x".join(map(str, t["shape"])) or "scalar",
+                human_bytes(t["bytes"]),
+                t["shard"],
+                *([f"x{t['count']:,}" if t.get("count", 1) > 1 else ""] if counted else []),
             )
-        )
+            for t in trows
+        ]
+        out.append(table(cells, ("name", "dtype", "shape", "size", "shard", *(["count"] if counted else []))))
     return "\n".join(out)
 
 
@@ -319,3 +320,58 @@ def render_verify(r: Any) -> str:
         out.append(f"  error: {e}")
     out.append(f"verdict: {r.verdict}")
     return "\n".join(out)
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _ranges(values: set[int]) -> str:
+    """{0..60} for a run, {1,3,5} or {0..2,7} otherwise."""
+    vs = sorted(values)
+    parts, start, prev = [], vs[0], vs[0]
+    for v in vs[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}..{prev}")
+        if v is not None:
+            start = prev = v
+    return "{" + ",".join(parts) + "}"
+
+
+def group_tensor_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of repeated layers folded into one: every numeric path component becomes the set
+    of values seen, for tensors of the same dtype and shape, e.g.
+    ``model.layers.{0..60}.mlp.experts.{0..255}.gate_proj.weight`` with its count and bytes."""
+    groups: dict[tuple[str, str, tuple[int, ...]], dict[str, Any]] = {}
+    for t in rows:
+        pattern = _INDEX.sub("#", t["name"])
+        key = (pattern, t["dtype"], tuple(t["shape"]))
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"rows": [], "indices": None}
+        g["rows"].append(t)
+        idx = [int(x) for x in _INDEX.findall(t["name"])]
+        g["indices"] = [set() for _ in idx] if g["indices"] is None else g["indices"]
+        for pos, v in enumerate(idx):
+            g["indices"][pos].add(v)
+    out = []
+    for (pattern, dtype, shape), g in groups.items():
+        members = g["rows"]
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        it = iter(g["indices"])
+        name = re.sub("#", lambda _m: _ranges(next(it)), pattern)
+        shards = {m["shard"] for m in members}
+        out.append(
+            {
+                "name": name,
+                "dtype": dtype,
+                "shape": list(shape),
+                "bytes": sum(m["bytes"] for m in members),
+                "shard": next(iter(shards)) if len(shards) == 1 else f"{len(shards)} files",
+                "count": len(members),
+            }
+        )
+    return out
