@@ -6,7 +6,7 @@ Compares, whole-process and in the same run:
     tensor's dtype and shape, and print that inventory as JSON,
 and `ckpt --help`. It also counts the bytes each process read (/proc/self/io rchar).
 
-    python benchmarks/bench_inspect.py [--workdir DIR] [--repeat 5]
+    python benchmarks/bench_inspect.py [--workdir DIR] [--repeat 5] [--before OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--before", type=Path, help="another checkout of ckpttools (e.g. a git worktree of 0.1) to time in the same run"
+    )
     a = ap.parse_args()
     from ckpttools.demo.tiny import build_huge_sparse
     from ckpttools.io.checkpoint import open_checkpoint
@@ -101,6 +104,15 @@ def main() -> None:
     quiet_med, quiet_min = run_timed([sys.executable, "-c", quiet.replace(", sys.stdout)", ")"), str(huge)], a.repeat)
     nt_med, nt_min = run_timed([*ckpt, "inspect", str(huge), "--json", "--no-tensors"], a.repeat)
     count_med, count_min = run_timed([sys.executable, "-c", COUNT, str(huge)], a.repeat)
+    if a.before is not None:  # the same commands from another checkout, interleaved with ours
+        env_old = ["env", f"PYTHONPATH={a.before}", sys.executable, "-m", "ckpttools", "inspect", str(huge)]
+        for args in (["--json"], ["--json", "--no-tensors"]):
+            old = run_timed([*env_old, *args], a.repeat)
+            new = run_timed([*ckpt, "inspect", str(huge), *args], a.repeat)
+            print(
+                f"inspect {' '.join(args):22} before median {old[0]:.3f} s (min {old[1]:.3f})  "
+                f"after median {new[0]:.3f} s (min {new[1]:.3f})"
+            )
     base = rchar_of(["--help"])
     read = rchar_of(["inspect", str(huge), "--json", "--no-tensors"]) - base
     print(f"ckpt --help                 median {help_med:.3f} s  min {help_min:.3f} s   (target < 0.3 s)")
