@@ -61,16 +61,10 @@ def _usage_error(e: click.UsageError) -> None:
 
 
 def _log_notes_to_stderr() -> None:
-    """The library logs what it did on the side (stale temporaries removed); say it on stderr."""
-    import logging
+    """What the library did on the side (stale temporaries removed) goes to stderr as a note."""
+    from ckpttools.io.fsutil import set_note_sink
 
-    log = logging.getLogger("ckpttools")
-    if not log.handlers:
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("ckpt: note: %(message)s"))
-        log.addHandler(h)
-        log.setLevel(logging.INFO)
-        log.propagate = False
+    set_note_sink(lambda msg: click.echo(f"ckpt: note: {msg}", err=True))
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})

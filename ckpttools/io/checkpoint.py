@@ -150,14 +150,13 @@ class Checkpoint:
             hdr = read_header(p, name)
             self.headers[name] = hdr
             self._shard_paths[name] = p
-            for t in hdr.tensors.values():
-                if t.name in self.tensors:
-                    raise CheckpointFormatError(
-                        f"tensor {t.name!r} appears in both {self.tensors[t.name].shard} and {name}",
-                        path=p,
-                        tensor=t.name,
-                    )
-                self.tensors[t.name] = t
+            common = hdr.tensors.keys() & self.tensors.keys()  # in C
+            if common:
+                dup = min(common)
+                raise CheckpointFormatError(
+                    f"tensor {dup!r} appears in both {self.tensors[dup].shard} and {name}", path=p, tensor=dup
+                )
+            self.tensors.update(hdr.tensors)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -329,6 +328,10 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
             shards.append((name, p))
         ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
         norm = {rel: os.path.normpath(rel) for rel in set(weight_map.values())}
+        if all(k == v for k, v in norm.items()) and len(weight_map) == len(ck.tensors):
+            # the usual case, compared in C: every tensor in the shard the index names
+            if weight_map == {n: t.shard for n, t in ck.tensors.items()}:
+                return ck
         for tname, rel in weight_map.items():
             t = ck.tensors.get(tname)
             if t is None or t.shard != norm[rel]:

@@ -8,13 +8,12 @@ logs that it did.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import logging
 import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError, UnsafePathError
@@ -30,10 +29,10 @@ __all__ = [
     "check_output_path",
     "kill_point",
     "write_text_atomic",
+    "set_note_sink",
     "MAX_SIDE_FILE_BYTES",
 ]
 
-log = logging.getLogger("ckpttools")
 
 #: JSON side files (config.json, index, tokenizer.json, mapping .json) larger than this are refused
 MAX_SIDE_FILE_BYTES = 1 << 30
@@ -147,6 +146,27 @@ def _remove(p: Path) -> None:
             pass
 
 
+_note_sink: Callable[[str], None] | None = None
+
+
+def set_note_sink(sink: Callable[[str], None] | None) -> None:
+    """Send notes (what a run cleaned up) to ``sink`` instead of the ``ckpttools`` logger.
+
+    The CLI points it at stderr; library users get the logger.
+    """
+    global _note_sink
+    _note_sink = sink
+
+
+def _note(msg: str) -> None:
+    if _note_sink is not None:
+        _note_sink(msg)
+        return
+    import logging  # only when there is something to say
+
+    logging.getLogger("ckpttools").warning(msg)
+
+
 def clean_stale_temporaries(dest: str | Path) -> list[str]:
     """Remove the temporaries that dead runs left beside ``dest``; return what was done.
 
@@ -177,12 +197,12 @@ def clean_stale_temporaries(dest: str | Path) -> list[str]:
                 except OSError:
                     continue
                 msg = f"recovered {keep}: the original that an interrupted run (pid {m['pid']}) had set aside"
-                log.warning(msg)
+                _note(msg)
                 done.append(msg)
                 continue
         _remove(p)
         msg = f"removed {p}, a temporary left by an interrupted run (pid {m['pid']})"
-        log.warning(msg)
+        _note(msg)
         done.append(msg)
     return done
 
@@ -197,6 +217,8 @@ _renameat2 = None
 def _libc_renameat2():
     global _renameat2
     if _renameat2 is None:
+        import ctypes  # only when renaming: ctypes costs a cold start more than reading a header
+
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fn = libc.renameat2
@@ -215,6 +237,8 @@ def _rename2(src: Path, dst: Path, flags: int) -> bool:
         return False
     if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
         return True
+    import ctypes
+
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False

@@ -11,7 +11,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from math import prod
-from operator import itemgetter
+from operator import itemgetter, lt
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,6 +52,7 @@ DTYPE_SIZES: dict[str, int] = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8
 MAX_HEADER_BYTES = 100_000_000
 _U64 = (1 << 64) - 1
 _INT_ONLY = frozenset({int})
+_START, _END = itemgetter(4), itemgetter(5)
 
 
 class TensorInfo(NamedTuple):
@@ -176,10 +177,17 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
             )
         tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
 
-    # the byte ranges must tile [0, data_len) exactly (safetensors' rule); checked in C first
-    spans = sorted([(t.start, t.end) for t in tensors.values()])
-    if spans and (
-        spans[0][0] == data_start and spans[-1][1] == size and [s for s, _ in spans[1:]] == [e for _, e in spans[:-1]]
+    # the byte ranges must tile [0, data_len) exactly (safetensors' rule). With no empty
+    # tensor, that holds iff the sorted starts, less the first, equal the sorted ends, less
+    # the last: checked in C, with ints only (no tuples for the garbage collector to track)
+    ts = tensors.values()
+    starts, ends = sorted(map(_START, ts)), sorted(map(_END, ts))
+    if (
+        starts
+        and starts[0] == data_start
+        and ends[-1] == size
+        and all(map(lt, map(_START, ts), map(_END, ts)))
+        and starts[1:] == ends[:-1]
     ):
         return ShardHeader(path, n, size, dict(meta), tensors)
     # the byte ranges must tile [0, data_len) exactly, in offset order (safetensors' rule)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,24 @@ class InspectReport:
         return d
 
 
+def _by_dtype(ck: Checkpoint) -> dict[str, dict[str, int]]:
+    """Tensors, parameters and bytes per dtype; sums in C per shard and dtype."""
+    out: dict[str, dict[str, int]] = {}
+    for h in ck.headers.values():
+        ts = list(h.tensors.values())
+        kinds = set(map(_DTYPE, ts))
+        for dt in kinds:
+            sel = ts if len(kinds) == 1 else [t for t in ts if t.dtype == dt]
+            d = out.setdefault(dt, {"tensors": 0, "params": 0, "bytes": 0})
+            d["tensors"] += len(sel)
+            d["params"] += sum(map(_NUMEL, sel))
+            d["bytes"] += sum(map(_END, sel)) - sum(map(_START, sel))
+    return out
+
+
+_DTYPE, _START, _END, _NUMEL = itemgetter(1), itemgetter(4), itemgetter(5), itemgetter(6)
+
+
 def inspect(
     source: str | Path | Checkpoint,
     *,
@@ -89,14 +108,7 @@ def inspect(
     ess = essentials(ck.config) if ck.config is not None else None
     ctx, _ = context_length(ck.config)
 
-    by_dtype: dict[str, dict[str, int]] = {}
-    for t in ck.tensors.values():
-        d = by_dtype.get(t.dtype)
-        if d is None:
-            d = by_dtype[t.dtype] = {"tensors": 0, "params": 0, "bytes": 0}
-        d["tensors"] += 1
-        d["params"] += t.numel
-        d["bytes"] += t.end - t.start
+    by_dtype = _by_dtype(ck)
     total_p = sum(d["params"] for d in by_dtype.values())
     total_b = sum(d["bytes"] for d in by_dtype.values())
     files = []
