@@ -22,7 +22,12 @@ __all__ = [
     "config_problems",
     "require_valid_config",
     "INT_BOUNDS",
+    "MAX_VOCAB_SIZE",
 ]
+
+#: the largest vocabulary (and so the largest token id + 1) any reader accepts: real ones are
+#: below 300k; a larger size or id is a damaged file, and using it would allocate without bound
+MAX_VOCAB_SIZE = 1 << 24
 
 #: integer fields and the largest plausible value of each: a config past these is damaged,
 #: and using it would allocate without bound (a 1e8-layer loop, a 1e12-row mask)
@@ -30,8 +35,8 @@ INT_BOUNDS: dict[str, int] = {
     "hidden_size": 1 << 20,
     "target_hidden_size": 1 << 20,
     "intermediate_size": 1 << 22,
-    "vocab_size": 1 << 24,
-    "draft_vocab_size": 1 << 24,
+    "vocab_size": MAX_VOCAB_SIZE,
+    "draft_vocab_size": MAX_VOCAB_SIZE,
     "num_hidden_layers": 4096,
     "num_attention_heads": 1 << 14,
     "num_key_value_heads": 1 << 14,

@@ -29,6 +29,7 @@ from ckpttools.engines.http import (
     detect_engine,
 )
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
+from ckpttools.formats.config import MAX_VOCAB_SIZE
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -162,7 +163,7 @@ def _prompt(where: str, n: int, line: str) -> Prompt:
         raise ConfigError(f"{where}:{n}: category must be a string", hint=_PROMPTS_HINT)
     ids = row.get("input_ids")
     if isinstance(ids, list):
-        if not ids or not all(type(x) is int and 0 <= x < 1 << 24 for x in ids):
+        if not ids or not all(type(x) is int and 0 <= x < MAX_VOCAB_SIZE for x in ids):
             raise ConfigError(
                 f"{where}:{n}: input_ids must be a non-empty list of token ids (integers from 0)", hint=_PROMPTS_HINT
             )

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError
+from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.fsutil import ensure_regular
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
@@ -95,14 +96,12 @@ def load_frequencies(path: str | Path, vocab_size: int | None = None) -> np.ndar
 
 
 _FREQ_HINT = 'give token counts as a JSON object {"id": count}, a 1-D .npy of counts, or JSONL of token-id lists'
-#: no real vocabulary comes near this; a larger token id is a damaged file, not a count
-MAX_TOKEN_ID = 1 << 24
 
 
 def _id_limit(vocab_size: int | None) -> int:
-    if vocab_size is not None and (type(vocab_size) is not int or not 0 < vocab_size <= MAX_TOKEN_ID):
-        raise MappingError(f"vocab size {vocab_size!r} is not an integer between 1 and {MAX_TOKEN_ID}")
-    return vocab_size if vocab_size is not None else MAX_TOKEN_ID
+    if vocab_size is not None and (type(vocab_size) is not int or not 0 < vocab_size <= MAX_VOCAB_SIZE):
+        raise MappingError(f"vocab size {vocab_size!r} is not an integer between 1 and {MAX_VOCAB_SIZE}")
+    return vocab_size if vocab_size is not None else MAX_VOCAB_SIZE
 
 
 def _npy_counts(p: Path) -> np.ndarray:
@@ -119,8 +118,8 @@ def _npy_counts(p: Path) -> np.ndarray:
             path=p,
             hint=_FREQ_HINT,
         )
-    if len(counts) > MAX_TOKEN_ID:
-        raise MappingError(f"{p}: {len(counts)} counts is more than any vocabulary ({MAX_TOKEN_ID})", path=p)
+    if len(counts) > MAX_VOCAB_SIZE:
+        raise MappingError(f"{p}: {len(counts)} counts is more than any vocabulary ({MAX_VOCAB_SIZE})", path=p)
     return counts.astype(np.float64)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ckpttools.errors import CheckpointNotFoundError, MappingError, PickleRefusedError
+from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.formats.names import D2T_ALIASES
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_message", "MAPPING_FILE_SUFFIXES"]
 
 MAPPING_FILE_SUFFIXES = (".safetensors", ".npy", ".json", ".pt")
-#: the largest vocabulary a mapping may address (real ones are below 300k)
-MAX_VOCAB_SIZE = 1 << 24
 _MAPPING_HINT = (
     "give d2t/t2d as the drafter's tensors or a mapping file (.safetensors/.npy/.json), e.g. from `ckpt vocab build`"
 )

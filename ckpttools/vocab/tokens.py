@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import TokenizerError
+from ckpttools.formats.config import MAX_VOCAB_SIZE
 
 __all__ = [
     "TokenizerVocab",
@@ -113,10 +114,6 @@ def load_hf_tokenizer(path: str | Path) -> Any:
         raise TokenizerError(f"{p}: not a readable tokenizer.json ({msg})", path=p) from None
 
 
-#: no real tokenizer has ids this large; a larger one is a damaged file
-MAX_TOKEN_ID = 1 << 24
-
-
 def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dict[int, dict[str, Any]]]:
     """tokenizer.json's content, its (piece, id) items and its added tokens, checked."""
     from ckpttools.io.fsutil import read_regular_bytes
@@ -137,12 +134,12 @@ def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dic
     else:
         raise bad("no model.vocab")
     for piece, i in items:
-        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID:
-            raise bad(f"token {piece!r} has id {i!r}; ids are integers from 0 to {MAX_TOKEN_ID - 1}")
+        if type(i) is not int or not 0 <= i < MAX_VOCAB_SIZE:
+            raise bad(f"token {piece!r} has id {i!r}; ids are integers from 0 to {MAX_VOCAB_SIZE - 1}")
     added: dict[int, dict[str, Any]] = {}
     for a in tok.get("added_tokens") or []:
         i = a.get("id") if isinstance(a, dict) else None
-        if type(i) is not int or not 0 <= i < MAX_TOKEN_ID or not isinstance(a.get("content"), str):
+        if type(i) is not int or not 0 <= i < MAX_VOCAB_SIZE or not isinstance(a.get("content"), str):
             raise bad(f"added token {a!r} needs an integer id from 0 and a string content")
         added[i] = a
     return tok, items, added
