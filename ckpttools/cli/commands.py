@@ -27,7 +27,7 @@ class CkptGroup(click.Group):
     """The one error boundary: a CkptError becomes one line plus a hint on stderr."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        _log_notes_to_stderr()
+        _notes_to_stderr()
         try:
             return super().invoke(ctx)
         except click.UsageError as e:  # bad flags: the same one-line form as every other error
@@ -60,7 +60,7 @@ def _usage_error(e: click.UsageError) -> None:
     click.echo(f"ckpt: hint: see `{cmd} --help`", err=True)
 
 
-def _log_notes_to_stderr() -> None:
+def _notes_to_stderr() -> None:
     """What the library did on the side (stale temporaries removed) goes to stderr as a note."""
     from ckpttools.io.fsutil import set_note_sink
 
