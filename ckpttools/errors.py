@@ -8,6 +8,8 @@ what to do, and the exit code the CLI uses for it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "EXIT_FINDINGS",
     "EXIT_USAGE",
     "EXIT_UNMEASURED",
+    "opt",
     "CkptError",
     "CheckpointNotFoundError",
     "NoWeightsError",
@@ -39,8 +42,33 @@ EXIT_USAGE = 2
 EXIT_UNMEASURED = 3
 
 
+_OPT = re.compile("\x00opt:([a-z_]+)\x00")
+
+
+def opt(name: str) -> str:
+    """A reference to the parameter ``name`` inside an error's message or hint.
+
+    The library never names CLI flags: ``str(err)`` renders the reference as the Python
+    keyword (``target=``), and the CLI renders it as its flag (``--target``) through
+    :meth:`CkptError.render`. The marker holds NUL bytes, which no path or token can.
+    """
+    return f"\x00opt:{name}\x00"
+
+
+def _render(text: str, flag: Callable[[str], str]) -> str:
+    return _OPT.sub(lambda m: flag(m.group(1)), text)
+
+
+def _keyword(name: str) -> str:
+    return f"{name}="
+
+
 class CkptError(Exception):
-    """Base class. ``str(err)`` is the one-line message; ``err.hint`` what to do."""
+    """Base class. ``str(err)`` is the one-line message; ``err.hint`` what to do.
+
+    ``err.params`` names the function parameters the error is about (Python names);
+    :meth:`render` writes message and hint with another spelling for them.
+    """
 
     exit_code: int = EXIT_USAGE
     default_hint: str | None = None
@@ -54,15 +82,23 @@ class CkptError(Exception):
         url: str | None = None,
         hint: str | None = None,
     ) -> None:
-        Exception.__init__(self, message)
-        self.message = message
+        self._template = message
+        self._hint_template = hint if hint is not None else self.default_hint
+        self.message = _render(message, _keyword)
+        Exception.__init__(self, self.message)
         self.path = str(path) if path is not None else None
         self.tensor = tensor
         self.url = url
-        self.hint = hint if hint is not None else self.default_hint
+        self.hint = None if self._hint_template is None else _render(self._hint_template, _keyword)
+        self.params = tuple(dict.fromkeys(_OPT.findall(message + "\n" + (self._hint_template or ""))))
 
     def __str__(self) -> str:
         return self.message
+
+    def render(self, flag: Callable[[str], str]) -> tuple[str, str | None]:
+        """Message and hint with each parameter written as ``flag(python_name)``."""
+        hint = None if self._hint_template is None else _render(self._hint_template, flag)
+        return _render(self._template, flag), hint
 
 
 class CheckpointNotFoundError(CkptError, FileNotFoundError):
@@ -126,9 +162,9 @@ class HubError(CkptError, ConnectionError):
 
 
 class OutputExistsError(CkptError, FileExistsError):
-    """The output path exists and --force was not given."""
+    """The output path exists and replacing it was not asked for (``force``)."""
 
-    default_hint = "choose another output path or pass --force to replace it"
+    default_hint = f"choose another output path, or replace it with {opt('force')}"
 
 
 class ServerError(CkptError, ConnectionError):

@@ -66,3 +66,43 @@ def test_published_schemas_equal_the_packaged_ones() -> None:
     assert [p.name for p in published] == [p.name for p in packaged]
     for a, b in zip(published, packaged):
         assert a.read_bytes() == b.read_bytes(), f"schemas/{a.name} differs from ckpttools/schemas/{b.name}"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                ids.add(id(first.value))
+    return ids
+
+
+def test_library_messages_never_name_cli_flags() -> None:
+    """Library text refers to parameters through ``errors.opt``; only cli/ spells ckpt's flags.
+
+    Allowed: docstrings; engine flags (SGLang's, vLLM's), which the launcher and the demo
+    pass to engines and which messages cite when they say how to launch one; and whole
+    ``ckpt ...`` command lines in validate's advice.
+    """
+    import re
+
+    engine_flags = re.compile(
+        r"--(speculative|dtype|model|tp-size|tensor-parallel|host|port|max-model-len|enforce|skip-tokenizer|"
+        r"attention-backend|sampling-backend|grammar-backend|disable-cuda)"
+    )
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.relative_to(PKG).parts[0] == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
+                continue
+            if "ckpt " in node.value:
+                continue
+            for m in re.finditer(r"(?<![\w-])--[a-z][a-z-]+", node.value):
+                if not engine_flags.match(m.group(0)):
+                    bad.append(f"{path.relative_to(PKG)}:{node.lineno}: {m.group(0)}")
+    assert not bad, bad

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -38,9 +39,10 @@ class CkptGroup(click.Group):
         except CkptError as e:
             if os.environ.get("CKPT_DEBUG") == "1":
                 raise
-            click.echo(f"ckpt: error: {e}", err=True)
-            if e.hint:
-                click.echo(f"ckpt: hint: {e.hint}", err=True)
+            message, hint = e.render(_flag_namer(self, ctx))
+            click.echo(f"ckpt: error: {message}", err=True)
+            if hint:
+                click.echo(f"ckpt: hint: {hint}", err=True)
             ctx.exit(e.exit_code)
         except OSError as e:
             # permissions, full disks and the like on paths the user gave
@@ -49,6 +51,22 @@ class CkptGroup(click.Group):
             click.echo(f"ckpt: error: {e}", err=True)
             click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
             ctx.exit(EXIT_USAGE)
+
+
+def _flag_namer(group: click.Group, ctx: click.Context) -> Callable[[str], str]:
+    """How the command that ran spells each library parameter: its option's long flag."""
+    flags: dict[str, str] = {}
+    cmd = group.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+    todo = [cmd] if cmd is not None else []
+    while todo:
+        c = todo.pop()
+        if isinstance(c, click.Group):
+            todo.extend(c.commands.values())
+        for p in c.params:
+            if isinstance(p, click.Option) and p.name is not None:
+                longs = [o for o in p.opts if o.startswith("--")]
+                flags.setdefault(p.name, (longs or p.opts)[0])
+    return lambda name: flags.get(name, "--" + name.replace("_", "-"))
 
 
 def _usage_error(e: click.UsageError) -> None:

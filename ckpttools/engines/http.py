@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpttools.errors import ServerError
+from ckpttools.errors import ServerError, opt
 
 __all__ = [
     "Prompt",
@@ -150,7 +150,7 @@ def _send(client: Any, method: str, url: str, what: str, body: dict[str, Any] | 
         ) from None
     except httpx.TimeoutException:
         raise ServerError(
-            f"{url}: {what} timed out", url=url, hint="raise --timeout or lower --max-new-tokens"
+            f"{url}: {what} timed out", url=url, hint=f"raise {opt('timeout')} or lower {opt('max_new_tokens')}"
         ) from None
     except (httpx.HTTPError, httpx.InvalidURL) as e:  # closed mid-response, bad redirects, ...
         raise ServerError(f"{url}: {what} failed ({e.__class__.__name__}: {e})", url=url) from None
@@ -379,5 +379,5 @@ def detect_engine(url: str, client: Any) -> str:
     raise ServerError(
         f"{base}: answers neither as SGLang (/server_info) nor as vLLM (/metrics)",
         url=base,
-        hint="pass --engine sglang or --engine vllm",
+        hint=f"say which engine it is: {opt('engine')} sglang or vllm",
     )

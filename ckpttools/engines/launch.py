@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import ServerError
+from ckpttools.errors import ServerError, opt
 
 __all__ = ["LaunchSpec", "RunningServer", "build_command", "parse_sglang_accept_lens", "free_port"]
 
@@ -171,7 +171,7 @@ class RunningServer:
                 raise ServerError(
                     f"the {self.spec.engine} server was not ready after {self.spec.ready_timeout:.0f} s; last lines of "
                     f"{self.log_path}:\n{self.log_tail()}",
-                    hint="raise --ready-timeout, or read the log",
+                    hint=f"raise {opt('ready_timeout')}, or read the log",
                 )
             time.sleep(1.0)
 

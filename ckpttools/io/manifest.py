@@ -55,7 +55,7 @@ def make_manifest(
     """Build the manifest dict.
 
     Args:
-        operation: e.g. ``remap``, ``export``, ``validate --fix``.
+        operation: the library function, e.g. ``remap``, ``export``, ``fix``.
         params: the operation's parameters, JSON-ready.
         sources: role -> files read (e.g. {"drafter": [...], "target": [...]}).
         hashes: precomputed digests by path string (see :func:`file_digest`; computed

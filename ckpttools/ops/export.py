@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError
+from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
 from ckpttools.formats.conventions import (
     AUX_ID_CONVENTION,
@@ -47,7 +47,7 @@ class ExportRejected(CkptError):
     """validate found errors in what export wrote; nothing was put at OUT (exit 1)."""
 
     exit_code = EXIT_FINDINGS
-    default_hint = "fix the findings listed (often: pass --target, or repair the source), then export again"
+    default_hint = f"fix the findings listed (often: give {opt('target')}, or repair the source), then export again"
 
     def __init__(self, message: str, report: ExportReport) -> None:
         super().__init__(message)

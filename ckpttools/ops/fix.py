@@ -148,7 +148,7 @@ def fix(
         ]
         specs = [s for shard in plan for s in shard]
         manifest = make_manifest(
-            "validate --fix", {"target": str(target) if target else None, "changes": changes}, {"drafter": ck.files()}
+            "fix", {"target": str(target) if target else None, "changes": changes}, {"drafter": ck.files()}
         )
         with CheckpointWriter(
             dest, specs, plan=plan, force=force, inputs=inputs, in_place=in_place, backup=backup

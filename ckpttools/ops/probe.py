@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.engines.http import RequestResult
-from ckpttools.errors import CkptError, ConfigError
+from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
 from ckpttools.formats.conventions import sglang_default_aux_ids
 from ckpttools.formats.flavor import detect_flavor
@@ -41,7 +41,7 @@ def _torch():
         import torch
     except ImportError:
         raise CkptError(
-            "--engine torch needs torch and transformers",
+            "the offline torch engine needs torch and transformers",
             hint="pip install 'ckpttools[torch]' (or torch and transformers)",
         ) from None
     return torch
@@ -200,7 +200,7 @@ class TorchSpeculator:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
         except ImportError:
-            raise CkptError("--engine torch needs transformers", hint="pip install transformers") from None
+            raise CkptError("the offline torch engine needs transformers", hint="pip install transformers") from None
         hf_logging.disable_progress_bar()  # the report is the output; no per-load bars on stderr
         tcfg_dtype = essentials(open_checkpoint(target).config).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -293,7 +293,7 @@ def verify_torch(
     if any(p.input_ids is None for p in plist):
         raise CkptError(
             "text prompts need a tokenizer: the target has no tokenizer.json",
-            hint="pass --tokenizer, or prompts with input_ids",
+            hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
     rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len)
     rep.server = {

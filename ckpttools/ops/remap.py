@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.errors import MappingError
+from ckpttools.errors import MappingError, opt
 from ckpttools.formats.config import essentials, require_valid_config
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
@@ -119,7 +119,7 @@ def _dest_mapping(
 
         counts = load_frequencies(frequencies, vocab_size)
         if not draft_vocab_size or draft_vocab_size > vocab_size:
-            raise MappingError(f"--draft-vocab-size must be between 1 and {vocab_size}")
+            raise MappingError(f"{opt('draft_vocab_size')} must be between 1 and {vocab_size}")
         order = np.lexsort((np.arange(vocab_size), -counts))
         ids = np.sort(order[:draft_vocab_size])
         return (
@@ -170,8 +170,9 @@ def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
     h = ck.tensors[name].shape[1]
     if h != hidden:
         raise MappingError(
-            f"--fill target needs equal hidden sizes: the drafter's is {hidden}, the target's lm_head has {h}",
-            hint="use --fill mean or --fill zero",
+            f"filling rows from the target needs equal hidden sizes: the drafter's is {hidden}, the target's "
+            f"lm_head has {h}",
+            hint=f"fill with the mean or with zeros ({opt('fill')} mean or zero)",
         )
     return ck, name
 
@@ -315,9 +316,14 @@ def remap(
     if (to is None) == (frequencies is None):
         raise MappingError("give exactly one of a destination mapping (to=) or frequencies=")
     if fill == "target" and target is None:
-        raise MappingError("--fill target needs --target", hint="add --target TARGET, or use --fill mean")
+        raise MappingError(
+            f"filling rows from the target ({opt('fill')} target) needs the target model",
+            hint=f"give {opt('target')}, or fill with the mean ({opt('fill')} mean)",
+        )
     if (source_tokenizer is None) != (target_tokenizer is None):
-        raise MappingError("cross-tokenizer remap needs both --source-tokenizer and --target-tokenizer")
+        raise MappingError(
+            f"a cross-tokenizer remap needs both tokenizers: {opt('source_tokenizer')} and {opt('target_tokenizer')}"
+        )
     shard_size = parse_size(max_shard_size)
 
     ck = open_checkpoint(drafter)
@@ -423,7 +429,7 @@ def _remap(
     if head is None and fill != "target":
         raise MappingError(
             f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
-            hint="use --fill target --target TARGET to cut the target's head down",
+            hint=f"cut the target's head down instead: {opt('fill')} target with {opt('target')}",
         )
     if not isinstance(hidden, int):
         raise MappingError(f"{ck.source}: the hidden size is unknown (no lm_head, no hidden_size in config.json)")
@@ -550,7 +556,7 @@ def _remap(
                 done_hashes[str(p)] = file_digest(p)
             else:
                 done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
-        extra = {"note": "a --to or --target checkpoint directory is read only in part and is not hashed"}
+        extra = {"note": "a destination or target checkpoint directory is read only in part and is not hashed"}
         w.add_json(MANIFEST_NAME, make_manifest("remap", params, sources, hashes=done_hashes, extra=extra))
 
     carried = int(np.count_nonzero(src_rows >= 0))

@@ -524,7 +524,7 @@ def check_target(
                 f"the drafter is {d.torch_dtype} (served as {served(d.torch_dtype)}) but the target is "
                 f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
                 'request ("expected mat1 and mat2 to have the same dtype")',
-                f"export with --target (casts to {t.torch_dtype}), or launch with --dtype {t.torch_dtype}",
+                f"ckpt export --target TARGET casts to {t.torch_dtype}; or launch with --dtype {t.torch_dtype}",
             )
         )
     dctx, dhow = context_length(cfg)

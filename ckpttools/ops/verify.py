@@ -28,7 +28,7 @@ from ckpttools.engines.http import (
     check_url,
     detect_engine,
 )
-from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError
+from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
@@ -147,7 +147,10 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
     return out
 
 
-_PROMPTS_HINT = 'give a UTF-8 JSONL file, one {"prompt": "..."} or {"input_ids": [...]} per line, or --prompts builtin'
+_PROMPTS_HINT = (
+    'give a UTF-8 JSONL file, one {"prompt": "..."} or {"input_ids": [...]} per line, '
+    f"or the built-in prompts ({opt('prompts')} builtin)"
+)
 
 
 def _prompt(where: str, n: int, line: str) -> Prompt:

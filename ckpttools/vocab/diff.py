@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError
+from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.fsutil import ensure_regular
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
@@ -389,7 +389,7 @@ def build_vocab(
         else:
             raise MappingError(
                 f"{src}: the target vocab size cannot be known from a JSON/JSONL count file",
-                hint="pass --vocab-size V (the target's vocab_size, for t2d's length)",
+                hint=f"give {opt('vocab_size')} (the target's vocab_size, for t2d's length)",
             )
     counts = np.pad(counts[:vocab_size], (0, max(0, vocab_size - len(counts))))
     if draft_vocab_size <= 0 or draft_vocab_size > vocab_size:
