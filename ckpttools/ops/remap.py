@@ -311,75 +311,142 @@ def remap(
         >>> remap("drafter-k2", "drafter-k2-in-m2", to="mapping-m2.safetensors")  # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    if fill not in FILL_POLICIES:
-        raise ValueError(f"fill must be one of {FILL_POLICIES}")
-    if (to is None) == (frequencies is None):
-        raise MappingError("give exactly one of a destination mapping (to=) or frequencies=")
-    if fill == "target" and target is None:
-        raise MappingError(
-            f"filling rows from the target ({opt('fill')} target) needs the target model",
-            hint=f"give {opt('target')}, or fill with the mean ({opt('fill')} mean)",
-        )
-    if (source_tokenizer is None) != (target_tokenizer is None):
-        raise MappingError(
-            f"a cross-tokenizer remap needs both tokenizers: {opt('source_tokenizer')} and {opt('target_tokenizer')}"
-        )
-    shard_size = parse_size(max_shard_size)
-
+    req = _Request(
+        to,
+        frequencies,
+        draft_vocab_size,
+        fill,
+        target,
+        source_tokenizer,
+        target_tokenizer,
+        parse_size(max_shard_size),
+        force,
+        fsync,
+    )
+    req.check()
     ck = open_checkpoint(drafter)
     try:
         require_valid_config(ck.config, str(drafter))
-        check_output_path(
-            out, [ck.root, *(x for x in (to, frequencies, target, source_tokenizer, target_tokenizer) if x is not None)]
-        )
+        check_output_path(out, [ck.root, *req.inputs()])
     except BaseException:
         ck.close()
         raise
     hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
     target_ck = _OnDemand(target)
     try:
-        return _remap(
-            ck,
-            Path(out),
-            to,
-            frequencies,
-            draft_vocab_size,
-            fill,
-            target,
-            target_ck,
-            source_tokenizer,
-            target_tokenizer,
-            shard_size,
-            force,
-            fsync,
-            progress,
-            hashes,
-            t0,
-        )
+        plan = _plan(ck, req, target_ck)
+        _write(ck, plan, req, Path(out), target_ck, hashes, progress)
+        return _report(ck, plan, req, Path(out), time.perf_counter() - t0)
     finally:
         target_ck.close()
         hashes.close()
         ck.close()
 
 
-def _remap(
-    ck,
-    out,
-    to,
-    frequencies,
-    draft_vocab_size,
-    fill,
-    target,
-    target_ck,
-    source_tokenizer,
-    target_tokenizer,
-    shard_size,
-    force,
-    fsync,
-    progress,
-    hashes,
-    t0,
-) -> RemapReport:
+@dataclass(frozen=True)
+class _Request:
+    """The caller's options, as given."""
+
+    to: Any
+    frequencies: Any
+    draft_vocab_size: int | None
+    fill: str
+    target: Any
+    source_tokenizer: Any
+    target_tokenizer: Any
+    shard_size: int | None
+    force: bool
+    fsync: bool
+
+    def check(self) -> None:
+        if self.fill not in FILL_POLICIES:
+            raise ValueError(f"fill must be one of {FILL_POLICIES}")
+        if (self.to is None) == (self.frequencies is None):
+            raise MappingError(
+                f"give exactly one destination: a mapping ({opt('to')}) or token counts ({opt('frequencies')})"
+            )
+        if self.fill == "target" and self.target is None:
+            raise MappingError(
+                f"filling rows from the target ({opt('fill')} target) needs the target model",
+                hint=f"give {opt('target')}, or fill with the mean ({opt('fill')} mean)",
+            )
+        if (self.source_tokenizer is None) != (self.target_tokenizer is None):
+            raise MappingError(
+                f"a cross-tokenizer remap needs both tokenizers: {opt('source_tokenizer')} and {opt('target_tokenizer')}"
+            )
+
+    def inputs(self) -> list[Any]:
+        given = (self.to, self.frequencies, self.target, self.source_tokenizer, self.target_tokenizer)
+        return [x for x in given if x is not None]
+
+    def params(self, draft_vocab_size: int) -> dict[str, Any]:
+        """The manifest's record of the options."""
+
+        def s(x: Any) -> str | None:
+            return str(x) if x else None
+
+        return {
+            "to": s(self.to),
+            "frequencies": s(self.frequencies),
+            "draft_vocab_size": draft_vocab_size,
+            "fill": self.fill,
+            "target": s(self.target),
+            "source_tokenizer": s(self.source_tokenizer),
+            "target_tokenizer": s(self.target_tokenizer),
+            "max_shard_size": self.shard_size,
+            "fsync": self.fsync,
+        }
+
+    def small_inputs(self) -> list[Path]:
+        """The files read whole besides the drafter (hashed into the manifest)."""
+        small = []
+        if self.to is not None and Path(self.to).is_file():
+            small.append(Path(self.to))
+        if self.frequencies is not None:
+            small.append(Path(self.frequencies))
+        for tok in (self.source_tokenizer, self.target_tokenizer):
+            if tok is not None:
+                p = Path(tok)
+                small.append(p / "tokenizer.json" if p.is_dir() else p)
+        return small
+
+
+@dataclass
+class _Plan:
+    """What the output holds and where each row of it comes from; nothing written yet."""
+
+    src_map: VocabMapping
+    dst_map: VocabMapping
+    dest_desc: str
+    counts: np.ndarray | None  # token counts, when the destination came from frequencies
+    token_match: dict[str, Any] | None
+    v_src: int
+    v_new: int
+    n2o: np.ndarray  # new token id -> old token id (-1: no match)
+    src_rows: np.ndarray  # output head row -> source head row (-1: filled)
+    head: str | None  # the source lm_head's name (None: a full-vocab drafter using the target's head)
+    hidden: int
+    head_dtype: np.dtype
+    fill_raw: np.ndarray  # one filled row, as bytes
+    fill_vec: np.ndarray | None  # the mean row, for fill="mean"
+    tgt: tuple[Checkpoint, str] | None  # the target's head, for fill="target"
+    emb: str | None
+    emb_rows: np.ndarray | None  # None: embed_tokens copied unchanged
+    emb_note: str
+    d2t_name: str
+    t2d_name: str
+    specs: list[TensorSpec]
+    config: dict[str, Any]
+
+    @property
+    def rows_carried(self) -> int:
+        return int(np.count_nonzero(self.src_rows >= 0))
+
+    def is_head(self, name: str) -> bool:
+        return name == self.head or (self.head is None and name == "lm_head.weight")
+
+
+def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand) -> _Plan:
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
@@ -389,204 +456,255 @@ def _remap(
             path=str(ck.source),
             hint="add vocab_size to the drafter's config.json",
         )
-
-    # the new vocabulary size: the destination's own, else the target's, else the new tokenizer's
-    v_default = v_src
-    if target is not None:
-        from ckpttools.formats.conventions import load_target_config
-
-        tcfg = load_target_config(target)[0]
-        require_valid_config(tcfg, f"target {target}")
-        tv = essentials(tcfg).vocab_size
-        v_default = tv if isinstance(tv, int) else v_default
-    token_match = None
-    if source_tokenizer is not None:
-        from ckpttools.vocab.tokens import load_vocab, match_tokens
-
-        old_vocab, new_vocab = load_vocab(source_tokenizer), load_vocab(target_tokenizer)
-        if target is None:
-            v_default = new_vocab.size
-        tm = match_tokens(old_vocab, new_vocab, prefer=src_map.t2d(max(v_src or 0, old_vocab.size)))
-        n2o = tm.new_to_old
-        token_match = tm.to_dict()
-    else:
-        n2o = np.arange(v_src, dtype=np.int64)
-    dst_map, counts, dest_desc = _dest_mapping(to, frequencies, draft_vocab_size, v_default)
+    v_default, n2o, token_match = _token_translation(req, src_map, v_src)
+    dst_map, counts, dest_desc = _dest_mapping(req.to, req.frequencies, req.draft_vocab_size, v_default)
     v_new = dst_map.target_vocab_size or v_default
-    if max(v_new, int(dst_map.ids.max(initial=-1)) + 1) > len(n2o):
-        n2o = np.pad(n2o, (0, max(v_new, int(dst_map.ids.max()) + 1) - len(n2o)), constant_values=-1)
+    top = max(v_new, int(dst_map.ids.max(initial=-1)) + 1)
+    if top > len(n2o):
+        n2o = np.pad(n2o, (0, top - len(n2o)), constant_values=-1)
+    src_rows = _source_rows(src_map, dst_map, n2o)
+    emb = _find(ck, "embed_tokens.weight")
+    head, hidden, tgt = _head_source(ck, src_map, emb, dst_map, req, target_ck)
+    if head is None:
+        src_rows[:] = -1
+    head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
+    fill_raw = np.zeros(hidden * DTYPE_SIZES[head_st], np.uint8)  # zeros: no element dtype needed
+    head_dtype = numpy_dtype(head_st)  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
+    fill_vec = _mean_rows(ck, head, src_rows, head_dtype) if req.fill == "mean" and head is not None else None
+    if fill_vec is not None:
+        fill_raw = fill_vec.view(np.uint8)
+    emb_rows, emb_note = _embed_plan(ck, emb, req, n2o, v_new)
+    plan = _Plan(
+        src_map,
+        dst_map,
+        dest_desc,
+        counts,
+        token_match,
+        v_src,
+        v_new,
+        n2o,
+        src_rows,
+        head,
+        hidden,
+        head_dtype,
+        fill_raw,
+        fill_vec,
+        tgt,
+        emb,
+        emb_rows,
+        emb_note,
+        _find(ck, "d2t") or "d2t",
+        _find(ck, "t2d") or "t2d",
+        [],
+        {},
+    )
+    plan.specs = _specs(ck, plan)
+    plan.config = dict(ck.config or {}, draft_vocab_size=dst_map.draft_vocab_size)
+    if v_new != ess.vocab_size:
+        plan.config["vocab_size"] = v_new
+    return plan
 
-    # which source slot feeds each output row
-    slot_of = np.full(max(len(n2o), int(src_map.ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
-    slot_of[src_map.ids] = np.arange(src_map.draft_vocab_size)
-    old_ids = n2o[dst_map.ids]
-    src_rows = np.where(old_ids >= 0, slot_of[np.clip(old_ids, 0, None)], -1)
-    src_rows[old_ids >= len(slot_of)] = -1
 
+def _head_source(
+    ck: Checkpoint, src_map: VocabMapping, emb: str | None, dst_map: VocabMapping, req: _Request, target_ck: _OnDemand
+) -> tuple[str | None, int, tuple[Checkpoint, str] | None]:
+    """The drafter's head (None: it uses the target's), the hidden size, and the target's head when filling from it."""
     head = _find(ck, "lm_head.weight")
-    _check_source(ck, src_map, head, _find(ck, "embed_tokens.weight"))
-    hidden = ess.hidden_size if head is None else ck.tensors[head].shape[1]
-    if head is None and fill != "target":
+    _check_source(ck, src_map, head, emb)
+    hidden = essentials(ck.config).hidden_size if head is None else ck.tensors[head].shape[1]
+    if head is None and req.fill != "target":
         raise MappingError(
             f"{ck.source}: no lm_head to move (a full-vocab drafter using the target's head)",
             hint=f"cut the target's head down instead: {opt('fill')} target with {opt('target')}",
         )
     if not isinstance(hidden, int):
         raise MappingError(f"{ck.source}: the hidden size is unknown (no lm_head, no hidden_size in config.json)")
-    if head is None:
-        src_rows[:] = -1
-    tgt = _target_head(target_ck, hidden) if fill == "target" else None
+    tgt = _target_head(target_ck, hidden) if req.fill == "target" else None
     if tgt is not None and int(dst_map.ids.max(initial=-1)) >= tgt[0].tensors[tgt[1]].shape[0]:
-        raise MappingError(f"{target}: its lm_head has fewer rows than the destination mapping's largest id")
-    head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
-    fill_raw = np.zeros(hidden * DTYPE_SIZES[head_st], np.uint8)  # zeros: no element dtype needed
-    fill_vec = None
-    head_dtype = numpy_dtype(head_st)  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
-    if fill == "mean" and head is not None:
-        fill_vec = _mean_rows(ck, head, src_rows, head_dtype)
-        fill_raw = fill_vec.view(np.uint8)
+        raise MappingError(f"{req.target}: its lm_head has fewer rows than the destination mapping's largest id")
+    return head, hidden, tgt
 
-    # embed_tokens: same tokenizer -> copied; otherwise rebuilt by the same matching
-    emb = _find(ck, "embed_tokens.weight")
-    emb_note = "absent"
-    emb_rows = None
-    if emb is not None:
-        if source_tokenizer is None and ck.tensors[emb].shape[0] == v_new:
-            emb_note = "copied unchanged (same tokenizer)"
-        else:
-            emb_rows = n2o[:v_new].copy()
-            emb_rows[emb_rows >= ck.tensors[emb].shape[0]] = -1
-            matched = int(np.count_nonzero(emb_rows >= 0))
-            emb_note = f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} " + (
-                "from the target's embed_tokens" if target is not None else "zeros"
-            )
 
-    # the plan: source order, with the vocab-dependent tensors replaced
-    d2t_name = _find(ck, "d2t") or "d2t"
-    t2d_name = _find(ck, "t2d") or "t2d"
-    new_specs: list[TensorSpec] = []
+def _token_translation(
+    req: _Request, src_map: VocabMapping, v_src: int
+) -> tuple[int, np.ndarray, dict[str, Any] | None]:
+    """The new vocabulary's default size and each new token's old id (identity without tokenizers)."""
+    v_default = v_src  # the destination's own size, else the target's, else the new tokenizer's
+    if req.target is not None:
+        from ckpttools.formats.conventions import load_target_config
+
+        tcfg = load_target_config(req.target)[0]
+        require_valid_config(tcfg, f"target {req.target}")
+        tv = essentials(tcfg).vocab_size
+        v_default = tv if isinstance(tv, int) else v_default
+    if req.source_tokenizer is None:
+        return v_default, np.arange(v_src, dtype=np.int64), None
+    from ckpttools.vocab.tokens import load_vocab, match_tokens
+
+    old_vocab, new_vocab = load_vocab(req.source_tokenizer), load_vocab(req.target_tokenizer)
+    if req.target is None:
+        v_default = new_vocab.size
+    tm = match_tokens(old_vocab, new_vocab, prefer=src_map.t2d(max(v_src or 0, old_vocab.size)))
+    return v_default, tm.new_to_old, tm.to_dict()
+
+
+def _source_rows(src_map: VocabMapping, dst_map: VocabMapping, n2o: np.ndarray) -> np.ndarray:
+    """Which source head row feeds each output row (-1: none, the row is filled)."""
+    slot_of = np.full(max(len(n2o), int(src_map.ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
+    slot_of[src_map.ids] = np.arange(src_map.draft_vocab_size)
+    old_ids = n2o[dst_map.ids]
+    src_rows = np.where(old_ids >= 0, slot_of[np.clip(old_ids, 0, None)], -1)
+    src_rows[old_ids >= len(slot_of)] = -1
+    return src_rows
+
+
+def _embed_plan(
+    ck: Checkpoint, emb: str | None, req: _Request, n2o: np.ndarray, v_new: int
+) -> tuple[np.ndarray | None, str]:
+    """embed_tokens: the same tokenizer -> copied; otherwise rebuilt by the same matching."""
+    if emb is None:
+        return None, "absent"
+    if req.source_tokenizer is None and ck.tensors[emb].shape[0] == v_new:
+        return None, "copied unchanged (same tokenizer)"
+    emb_rows = n2o[:v_new].copy()
+    emb_rows[emb_rows >= ck.tensors[emb].shape[0]] = -1
+    matched = int(np.count_nonzero(emb_rows >= 0))
+    rest = "from the target's embed_tokens" if req.target is not None else "zeros"
+    return emb_rows, f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} {rest}"
+
+
+def _specs(ck: Checkpoint, plan: _Plan) -> list[TensorSpec]:
+    """The output's tensors: the source's order, the vocabulary-dependent ones resized."""
+    k, v_new = plan.dst_map.draft_vocab_size, plan.v_new
+    specs: list[TensorSpec] = []
     for n, t in ck.tensors.items():
-        if n == head:
-            new_specs.append(TensorSpec(n, t.dtype, (dst_map.draft_vocab_size, hidden)))
-        elif n == d2t_name:
-            new_specs.append(TensorSpec(n, "I64", (dst_map.draft_vocab_size,)))
-        elif n == t2d_name:
-            new_specs.append(TensorSpec(n, "BOOL", (v_new,)))
-        elif n == emb and emb_rows is not None:
-            new_specs.append(TensorSpec(n, t.dtype, (v_new, t.shape[1])))
+        if n == plan.head:
+            specs.append(TensorSpec(n, t.dtype, (k, plan.hidden)))
+        elif n == plan.d2t_name:
+            specs.append(TensorSpec(n, "I64", (k,)))
+        elif n == plan.t2d_name:
+            specs.append(TensorSpec(n, "BOOL", (v_new,)))
+        elif n == plan.emb and plan.emb_rows is not None:
+            specs.append(TensorSpec(n, t.dtype, (v_new, t.shape[1])))
         else:
-            new_specs.append(TensorSpec(n, t.dtype, t.shape))
-    if head is None:
-        st = {"BF16": "BF16", "F16": "F16"}.get(tgt[0].tensors[tgt[1]].dtype, "BF16")  # type: ignore[index]
-        new_specs.append(TensorSpec("lm_head.weight", st, (dst_map.draft_vocab_size, hidden)))
-    if d2t_name not in ck.tensors:
-        new_specs.append(TensorSpec("d2t", "I64", (dst_map.draft_vocab_size,)))
-    if t2d_name not in ck.tensors:
-        new_specs.append(TensorSpec("t2d", "BOOL", (v_new,)))
-    total = sum(s.nbytes for s in new_specs)
-    done = 0
+            specs.append(TensorSpec(n, t.dtype, t.shape))
+    if plan.head is None:
+        assert plan.tgt is not None  # a head-less drafter was refused unless filled from the target
+        st = {"BF16": "BF16", "F16": "F16"}.get(plan.tgt[0].tensors[plan.tgt[1]].dtype, "BF16")
+        specs.append(TensorSpec("lm_head.weight", st, (k, plan.hidden)))
+    if plan.d2t_name not in ck.tensors:
+        specs.append(TensorSpec("d2t", "I64", (k,)))
+    if plan.t2d_name not in ck.tensors:
+        specs.append(TensorSpec("t2d", "BOOL", (v_new,)))
+    return specs
 
-    cfg = dict(ck.config or {})
-    cfg["draft_vocab_size"] = dst_map.draft_vocab_size
-    if v_new != ess.vocab_size:
-        cfg["vocab_size"] = v_new
-    params = {
-        "to": str(to) if to else None,
-        "frequencies": str(frequencies) if frequencies else None,
-        "draft_vocab_size": dst_map.draft_vocab_size,
-        "fill": fill,
-        "target": str(target) if target else None,
-        "source_tokenizer": str(source_tokenizer) if source_tokenizer else None,
-        "target_tokenizer": str(target_tokenizer) if target_tokenizer else None,
-        "max_shard_size": shard_size,
-        "fsync": fsync,
-    }
-    tgt_rows = dst_map.ids
-    with CheckpointWriter(out, new_specs, max_shard_size=shard_size, force=force, fsync=fsync) as w:
-        for spec in new_specs:
-            n = spec.name
-            if n in (head, "lm_head.weight") and (n == head or head is None):
-                if fill != "target":  # rows move in the kernel, fills are written
-                    assert head is not None  # a head-less drafter was refused unless fill is target
-                    w.write_segments(n, _row_segments(ck, head, src_rows, fill_raw))
-                else:
-                    w.write_chunks(n, _rows_from(ck, head, src_rows, fill_vec, tgt, tgt_rows, hidden, head_dtype))
-            elif n == d2t_name or (n == "d2t" and d2t_name not in ck.tensors):
-                w.write(n, dst_map.d2t)
-            elif n == t2d_name or (n == "t2d" and t2d_name not in ck.tensors):
-                w.write(n, dst_map.t2d(v_new))
-            elif n == emb and emb_rows is not None:
-                et = ck.tensors[emb]
-                edt = numpy_dtype(et.dtype)
-                emb_tgt = None
-                if target is not None:
-                    tck = target_ck.get()
-                    tname = _find(tck, "embed_tokens.weight")
-                    if tname and tck.tensors[tname].shape[1] == et.shape[1]:
-                        emb_tgt = (tck, tname)
-                w.write_chunks(
-                    n,
-                    _rows_from(
-                        ck, emb, emb_rows, np.zeros(et.shape[1], edt), emb_tgt, np.arange(v_new), et.shape[1], edt
-                    ),
-                )
-            else:
-                t = ck.tensors[n]
-                w.copy_range(n, ck.shard_paths[t.shard], t.start)
+
+def _write(
+    ck: Checkpoint,
+    plan: _Plan,
+    req: _Request,
+    out: Path,
+    target_ck: _OnDemand,
+    hashes: BackgroundDigests,
+    progress: Progress | None,
+) -> None:
+    total = sum(s.nbytes for s in plan.specs)
+    done = 0
+    with CheckpointWriter(out, plan.specs, max_shard_size=req.shard_size, force=req.force, fsync=req.fsync) as w:
+        for spec in plan.specs:
+            _write_tensor(w, ck, plan, req, spec.name, target_ck)
             done += spec.nbytes
             if progress:
-                progress(done, total, n)
-        w.add_json("config.json", cfg)
+                progress(done, total, spec.name)
+        w.add_json("config.json", plan.config)
         copy_side_files(ck, w)
-        sources = {"drafter": ck.files()}
-        small = []
-        if to is not None and Path(to).is_file():
-            small.append(Path(to))
-        if frequencies is not None:
-            small.append(Path(frequencies))
-        for tok in (source_tokenizer, target_tokenizer):
-            if tok is not None:
-                p = Path(tok)
-                small.append(p / "tokenizer.json" if p.is_dir() else p)
-        if small:
-            sources["inputs"] = small
-        done_hashes = hashes.result()
-        for p in small:
-            if p.stat().st_size <= _HASH_LIMIT:
-                done_hashes[str(p)] = file_digest(p)
-            else:
-                done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
-        extra = {"note": "a destination or target checkpoint directory is read only in part and is not hashed"}
-        w.add_json(MANIFEST_NAME, make_manifest("remap", params, sources, hashes=done_hashes, extra=extra))
+        w.add_json(MANIFEST_NAME, _manifest(ck, plan, req, hashes))
 
-    carried = int(np.count_nonzero(src_rows >= 0))
-    mass = None
-    if counts is not None:
-        tot = float(counts.sum()) or 1.0
-        mass = {
-            "covered_by_new_mapping": float(counts[dst_map.ids].sum() / tot),
-            "covered_by_carried_rows": float(counts[dst_map.ids[src_rows >= 0]].sum() / tot),
-            "covered_by_filled_rows": float(counts[dst_map.ids[src_rows < 0]].sum() / tot),
-            "covered_by_old_mapping": float(counts[src_map.ids[src_map.ids < len(counts)]].sum() / tot)
-            if source_tokenizer is None
-            else float("nan"),
-        }
-    fill_desc = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}[fill]
+
+def _write_tensor(
+    w: CheckpointWriter, ck: Checkpoint, plan: _Plan, req: _Request, n: str, target_ck: _OnDemand
+) -> None:
+    if plan.is_head(n):
+        if req.fill != "target":  # rows move in the kernel, fills are written
+            assert plan.head is not None  # a head-less drafter was refused unless fill is target
+            w.write_segments(n, _row_segments(ck, plan.head, plan.src_rows, plan.fill_raw))
+        else:
+            rows = _rows_from(
+                ck, plan.head, plan.src_rows, plan.fill_vec, plan.tgt, plan.dst_map.ids, plan.hidden, plan.head_dtype
+            )
+            w.write_chunks(n, rows)
+    elif n in (plan.d2t_name, "d2t") and (n == plan.d2t_name or plan.d2t_name not in ck.tensors):
+        w.write(n, plan.dst_map.d2t)
+    elif n in (plan.t2d_name, "t2d") and (n == plan.t2d_name or plan.t2d_name not in ck.tensors):
+        w.write(n, plan.dst_map.t2d(plan.v_new))
+    elif n == plan.emb and plan.emb_rows is not None:
+        et = ck.tensors[n]
+        edt = numpy_dtype(et.dtype)
+        emb_tgt = None
+        if req.target is not None:
+            tck = target_ck.get()
+            tname = _find(tck, "embed_tokens.weight")
+            if tname and tck.tensors[tname].shape[1] == et.shape[1]:
+                emb_tgt = (tck, tname)
+        zeros = np.zeros(et.shape[1], edt)
+        w.write_chunks(n, _rows_from(ck, n, plan.emb_rows, zeros, emb_tgt, np.arange(plan.v_new), et.shape[1], edt))
+    else:
+        t = ck.tensors[n]
+        w.copy_range(n, ck.shard_paths[t.shard], t.start)
+
+
+def _manifest(ck: Checkpoint, plan: _Plan, req: _Request, hashes: BackgroundDigests) -> dict[str, Any]:
+    sources: dict[str, Any] = {"drafter": ck.files()}
+    small = req.small_inputs()
+    if small:
+        sources["inputs"] = small
+    done_hashes = hashes.result()
+    for p in small:
+        if p.stat().st_size <= _HASH_LIMIT:
+            done_hashes[str(p)] = file_digest(p)
+        else:
+            done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
+    extra = {"note": "a destination or target checkpoint directory is read only in part and is not hashed"}
+    params = req.params(plan.dst_map.draft_vocab_size)
+    return make_manifest("remap", params, sources, hashes=done_hashes, extra=extra)
+
+
+def _token_mass(plan: _Plan, req: _Request) -> dict[str, float] | None:
+    """How much of the counted text each set of rows covers (with frequencies only)."""
+    counts, dst, src = plan.counts, plan.dst_map.ids, plan.src_map.ids
+    if counts is None:
+        return None
+    tot = float(counts.sum()) or 1.0
+    old = float(counts[src[src < len(counts)]].sum() / tot) if req.source_tokenizer is None else float("nan")
+    return {
+        "covered_by_new_mapping": float(counts[dst].sum() / tot),
+        "covered_by_carried_rows": float(counts[dst[plan.src_rows >= 0]].sum() / tot),
+        "covered_by_filled_rows": float(counts[dst[plan.src_rows < 0]].sum() / tot),
+        "covered_by_old_mapping": old,
+    }
+
+
+_FILL_DESC = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}
+
+
+def _report(ck: Checkpoint, plan: _Plan, req: _Request, out: Path, seconds: float) -> RemapReport:
+    k = plan.dst_map.draft_vocab_size
+    replaced = (plan.head, plan.d2t_name, plan.t2d_name, plan.emb, "lm_head.weight")
     return RemapReport(
         output=str(out),
         source=str(ck.source),
-        destination=dest_desc,
-        draft_vocab_size_before=src_map.draft_vocab_size,
-        draft_vocab_size_after=dst_map.draft_vocab_size,
-        vocab_size_before=v_src,
-        vocab_size_after=v_new,
-        rows_carried=carried,
-        rows_filled=dst_map.draft_vocab_size - carried,
-        fill=f"{fill} ({fill_desc})",
-        embed_tokens=emb_note,
-        token_match=token_match,
-        token_mass=mass,
-        tensors_copied=sum(1 for s in new_specs if s.name not in (head, d2t_name, t2d_name, emb, "lm_head.weight")),
-        bytes_written=total,
-        seconds=time.perf_counter() - t0,
+        destination=plan.dest_desc,
+        draft_vocab_size_before=plan.src_map.draft_vocab_size,
+        draft_vocab_size_after=k,
+        vocab_size_before=plan.v_src,
+        vocab_size_after=plan.v_new,
+        rows_carried=plan.rows_carried,
+        rows_filled=k - plan.rows_carried,
+        fill=f"{req.fill} ({_FILL_DESC[req.fill]})",
+        embed_tokens=plan.emb_note,
+        token_match=plan.token_match,
+        token_mass=_token_mass(plan, req),
+        tensors_copied=sum(1 for s in plan.specs if s.name not in replaced),
+        bytes_written=sum(s.nbytes for s in plan.specs),
+        seconds=seconds,
     )
