@@ -93,6 +93,14 @@ def _set(cfg: dict[str, Any], key: str, value: Any, changes: list[str]) -> None:
         cfg[key] = value
 
 
+_DROPPED_KEYS = (
+    "speculators_config",
+    "speculators_model_type",
+    "speculators_version",
+    "eagle_aux_hidden_state_layer_ids",
+)
+
+
 def _plan_config(
     ck: Checkpoint,
     flavor: str,
@@ -102,29 +110,13 @@ def _plan_config(
     target_cfg: dict[str, Any] | None,
     notes: list[str],
 ) -> tuple[dict, list[str]]:
+    """The output's config.json, and each change to the source's, in words."""
     src = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     if "speculators_config" in src or "transformer_layer_config" in src:
         src, changes = _flatten_speculators(src)
-    cfg = {
-        k: v
-        for k, v in src.items()
-        if k
-        not in (
-            "speculators_config",
-            "speculators_model_type",
-            "speculators_version",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    }
-    mla = flavor == "mla"
-    arch = (
-        "Eagle3DeepseekV2ForCausalLM"
-        if mla
-        else "LlamaForCausalLMEagle3"
-        if fmt == "sglang"
-        else "Eagle3LlamaForCausalLM"
-    )
+    cfg = {k: v for k, v in src.items() if k not in _DROPPED_KEYS}
+    arch = "Eagle3DeepseekV2ForCausalLM" if flavor == "mla" else _LLAMA_ARCH[fmt]
     _set(cfg, "architectures", [arch], changes)
     layers = {canonical_name(n)[0].split(".")[1] for n in names.values() if n.startswith("layers.")}
     _set(cfg, "num_hidden_layers", max(1, len(layers)), changes)
@@ -138,41 +130,7 @@ def _plan_config(
         dt = max(set(floats), key=floats.count)
         _set(cfg, "torch_dtype", CONFIG_DTYPE.get(dt, "bfloat16"), changes)
         cfg.pop("dtype", None)
-    # aux layer ids, in the output engine's convention
-    ids, _ = aux_layer_ids(ck.config)
-    src_conv = AUX_ID_CONVENTION.get(flavor, "output")
-    out_ids: list[int] | None = None
-    if ids is not None:
-        out_ids = [i - 1 for i in ids] if src_conv == "input" else list(ids)  # now "output" convention
-        if src_conv == "input":
-            notes.append(
-                f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
-                f"as SGLang counts them (output of layer id) they are {out_ids}"
-            )
-    elif target_cfg is not None:
-        L = essentials(target_cfg).num_hidden_layers
-        if not isinstance(L, int):
-            raise ConfigError(f"the target's num_hidden_layers is {L!r}: the default aux layer ids need it")
-        out_ids = sglang_default_aux_ids(L)
-        notes.append(
-            f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
-            "(the captures both engines make by default)"
-        )
-    eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
-    if out_ids is not None:
-        if fmt == "sglang":
-            eagle_cfg["eagle_aux_hidden_state_layer_ids"] = out_ids
-        else:
-            eagle_cfg.pop("eagle_aux_hidden_state_layer_ids", None)
-            cfg["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in out_ids]
-            notes.append(
-                f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
-                f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})"
-            )
-    if eagle_cfg:
-        cfg["eagle_config"] = eagle_cfg
-    if out_ids is not None and out_ids != ids:
-        changes.append(f"config: aux layer ids {ids} -> {out_ids} (SGLang's convention)")
+    _write_aux_ids(cfg, ck.config, flavor, fmt, target_cfg, notes, changes)
     if fmt == "vllm":
         for k in ("norm_before_residual", "norm_before_fc"):
             if k not in cfg:
@@ -186,6 +144,63 @@ def _plan_config(
         if "vocab_size" not in cfg and isinstance(tv, int):
             _set(cfg, "vocab_size", tv, changes)
     return cfg, changes
+
+
+_LLAMA_ARCH = {"sglang": "LlamaForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
+
+
+def _output_aux_ids(
+    source_cfg: Any, flavor: str, target_cfg: dict[str, Any] | None, notes: list[str]
+) -> tuple[list[int] | None, list[int] | None]:
+    """The source's aux layer ids and the output's, in SGLang's convention (output of layer id)."""
+    ids, _ = aux_layer_ids(source_cfg)
+    if ids is not None:
+        if AUX_ID_CONVENTION.get(flavor, "output") != "input":
+            return ids, list(ids)
+        out_ids = [i - 1 for i in ids]
+        notes.append(
+            f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
+            f"as SGLang counts them (output of layer id) they are {out_ids}"
+        )
+        return ids, out_ids
+    if target_cfg is None:
+        return None, None
+    L = essentials(target_cfg).num_hidden_layers
+    if not isinstance(L, int):
+        raise ConfigError(f"the target's num_hidden_layers is {L!r}: the default aux layer ids need it")
+    out_ids = sglang_default_aux_ids(L)
+    notes.append(
+        f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
+        "(the captures both engines make by default)"
+    )
+    return None, out_ids
+
+
+def _write_aux_ids(
+    cfg: dict[str, Any],
+    source_cfg: Any,
+    flavor: str,
+    fmt: str,
+    target_cfg: dict[str, Any] | None,
+    notes: list[str],
+    changes: list[str],
+) -> None:
+    """Aux layer ids where the output engine reads them, in its convention."""
+    ids, out_ids = _output_aux_ids(source_cfg, flavor, target_cfg, notes)
+    eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
+    if out_ids is not None and fmt == "sglang":
+        eagle_cfg["eagle_aux_hidden_state_layer_ids"] = out_ids
+    elif out_ids is not None:
+        eagle_cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+        cfg["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in out_ids]
+        notes.append(
+            f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
+            f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})"
+        )
+    if eagle_cfg:
+        cfg["eagle_config"] = eagle_cfg
+    if out_ids is not None and out_ids != ids:
+        changes.append(f"config: aux layer ids {ids} -> {out_ids} (SGLang's convention)")
 
 
 def export(
@@ -228,137 +243,152 @@ def export(
         raise ValueError(f"format must be one of {FORMATS}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
+    target_cfg = load_target_config(target)[0] if target is not None else None
+    require_valid_config(target_cfg, f"target {target}")
     out_dtype = DTYPES[dtype]
-    target_cfg_early = load_target_config(target)[0] if target is not None else None
-    require_valid_config(target_cfg_early, f"target {target}")
-    if dtype == "auto" and target_cfg_early is not None:
-        out_dtype = ST_DTYPE.get(essentials(target_cfg_early).torch_dtype or "")
+    if dtype == "auto" and target_cfg is not None:
+        out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
     ck = open_checkpoint(src)
     hashes: BackgroundDigests | None = None
     try:
         require_valid_config(ck.config, str(src))
         flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
-        report = ExportReport(
-            None, str(src), flavor, format, dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
-        )
-        target_cfg = target_cfg_early
-
-        # names: canonical, renamed, or dropped
-        names: dict[str, str] = {}
-        for n in ck.tensors:
-            canon, rules = canonical_name(n)
-            if is_training_only(n):
-                report.dropped.append([n, "training-only"])
-            elif sglang_loads(n):
-                names[n] = canon
-            elif (new := suggest_rename(n)) is not None:
-                names[n] = new
-            else:
-                report.dropped.append([n, "no engine loads this name"])
-                continue
-            if names.get(n, n) != n:
-                report.renamed.append([n, names[n]])
-        if len(set(names.values())) != len(names):
-            raise CkptError(f"{src}: two tensors map to the same name after renaming", path=str(src))
-
-        # the mapping: int64 d2t, and t2d built when missing
-        d2t_src = next((n for n, c in names.items() if c == "d2t"), None)
-        t2d_src = next((n for n, c in names.items() if c == "t2d"), None)
-        mapping = None
-        if d2t_src is not None:
-            mapping = VocabMapping.from_checkpoint(ck)
-            if mapping is not None and mapping.order != "ascending":
-                report.notes.append(
-                    "d2t is in frequency order (not ascending target ids): valid for SGLang and "
-                    "vLLM, which read it as is, so it was kept as it is, not reordered"
-                )
-        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
+        shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
+        report = ExportReport(None, str(src), flavor, format, shown_dtype)
+        names = _plan_names(ck, report)
+        mapping = _checked_mapping(ck, names, report)
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
-
-        specs: list[TensorSpec] = []
-        for n, new in names.items():
-            t = ck.tensors[n]
-            dt = t.dtype
-            if new == "d2t":
-                dt = "I64"
-            elif new == "t2d":
-                dt = "BOOL"
-            elif out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype:
-                dt = out_dtype
-            if dt != t.dtype:
-                report.cast.append(f"{n}: {t.dtype} -> {dt}")
-            specs.append(TensorSpec(new, dt, t.shape))
-        if mapping is not None and t2d_src is None:
-            vt = int(v) if isinstance(v, int) else int(mapping.ids.max()) + 1
-            specs.append(TensorSpec("t2d", "BOOL", (vt,)))
-            report.built.append(f"t2d: built from d2t over a vocabulary of {vt}")
-        src_of = {new: n for n, new in names.items()}
-
-        total = sum(s.nbytes for s in specs)
-        done = 0
-        dest = Path(out)
+        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
+        specs = _plan_specs(ck, names, out_dtype, mapping, v, report)
         hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
-        with CheckpointWriter(
-            dest,
-            specs,
-            max_shard_size=parse_size(max_shard_size),
-            force=force,
-            fsync=fsync,
-            inputs=[ck.root, *([target] if target is not None else [])],
-        ) as w:
-            for s in specs:
-                src_name = src_of.get(s.name)
-                if src_name is None:  # built t2d
-                    w.write(s.name, mapping.t2d(s.shape[0]))  # type: ignore[union-attr]
-                else:
-                    t = ck.tensors[src_name]
-                    if s.dtype == t.dtype:
-                        w.copy_range(s.name, ck.shard_paths[t.shard], t.start)
-                    elif s.name == "d2t":
-                        w.write(s.name, ck.read(src_name).astype(np.int64))
-                    elif s.name == "t2d":
-                        w.write(s.name, ck.read(src_name).astype(bool))
-                    else:
-                        to = numpy_dtype(s.dtype)
-                        w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(src_name)))
-                done += s.nbytes
-                if progress:
-                    progress(done, total, s.name)
+        params: dict[str, Any] = {"format": format, "target": str(target) if target else None, "dtype": dtype}
+        params["max_shard_size"] = max_shard_size
+        dest = Path(out)
+        inputs = [ck.root, *([target] if target is not None else [])]
+        shard_size = parse_size(max_shard_size)
+        with CheckpointWriter(dest, specs, max_shard_size=shard_size, force=force, fsync=fsync, inputs=inputs) as w:
+            _write_tensors(w, ck, specs, {new: n for n, new in names.items()}, mapping, progress)
             w.add_json("config.json", cfg)
             copy_side_files(ck, w)
-            params = {
-                "format": format,
-                "target": str(target) if target else None,
-                "dtype": dtype,
-                "max_shard_size": max_shard_size,
-            }
-            w.add_json(
-                MANIFEST_NAME,
-                make_manifest(
-                    "export",
-                    params,
-                    {"drafter": ck.files()},
-                    hashes=hashes.result(),
-                    extra={"renamed": report.renamed, "dropped": report.dropped},
-                ),
-            )
-            # validate what was written, before it is moved into place
-            with open_checkpoint(w.seal()) as written:
-                written.source = str(dest)
-                val = validate(written, target, engine=format)
-            report.validation = val.to_dict()
-            if not val.ok:
-                raise ExportRejected(
-                    f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
-                    f"nothing was written to {dest}",
-                    report,
-                )
+            extra = {"renamed": report.renamed, "dropped": report.dropped}
+            manifest = make_manifest("export", params, {"drafter": ck.files()}, hashes=hashes.result(), extra=extra)
+            w.add_json(MANIFEST_NAME, manifest)
+            _validate_before_rename(w, dest, target, format, report)
         report.output = str(dest)
         report.tensors = len(specs)
-        report.bytes_written = total
+        report.bytes_written = sum(s.nbytes for s in specs)
         report.seconds = time.perf_counter() - t0
         return report
     finally:
         if hashes is not None:
             hashes.close()
         ck.close()
+
+
+def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:
+    """Each kept tensor's output name (canonical, or renamed); drops and renames go in the report."""
+    names: dict[str, str] = {}
+    for n in ck.tensors:
+        canon, _ = canonical_name(n)
+        if is_training_only(n):
+            report.dropped.append([n, "training-only"])
+        elif sglang_loads(n):
+            names[n] = canon
+        elif (new := suggest_rename(n)) is not None:
+            names[n] = new
+        else:
+            report.dropped.append([n, "no engine loads this name"])
+            continue
+        if names.get(n, n) != n:
+            report.renamed.append([n, names[n]])
+    if len(set(names.values())) != len(names):
+        raise CkptError(f"{ck.source}: two tensors map to the same name after renaming", path=str(ck.source))
+    return names
+
+
+def _checked_mapping(ck: Checkpoint, names: dict[str, str], report: ExportReport) -> VocabMapping | None:
+    if "d2t" not in names.values():
+        return None
+    mapping = VocabMapping.from_checkpoint(ck)
+    if mapping is not None and mapping.order != "ascending":
+        report.notes.append(
+            "d2t is in frequency order (not ascending target ids): valid for SGLang and "
+            "vLLM, which read it as is, so it was kept as it is, not reordered"
+        )
+    return mapping
+
+
+def _plan_specs(
+    ck: Checkpoint,
+    names: dict[str, str],
+    out_dtype: str | None,
+    mapping: VocabMapping | None,
+    vocab_size: Any,
+    report: ExportReport,
+) -> list[TensorSpec]:
+    """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
+    specs: list[TensorSpec] = []
+    for n, new in names.items():
+        t = ck.tensors[n]
+        dt = t.dtype
+        if new == "d2t":
+            dt = "I64"
+        elif new == "t2d":
+            dt = "BOOL"
+        elif out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype:
+            dt = out_dtype
+        if dt != t.dtype:
+            report.cast.append(f"{n}: {t.dtype} -> {dt}")
+        specs.append(TensorSpec(new, dt, t.shape))
+    if mapping is not None and "t2d" not in names.values():
+        vt = int(vocab_size) if isinstance(vocab_size, int) else int(mapping.ids.max()) + 1
+        specs.append(TensorSpec("t2d", "BOOL", (vt,)))
+        report.built.append(f"t2d: built from d2t over a vocabulary of {vt}")
+    return specs
+
+
+def _write_tensors(
+    w: CheckpointWriter,
+    ck: Checkpoint,
+    specs: list[TensorSpec],
+    src_of: dict[str, str],
+    mapping: VocabMapping | None,
+    progress: Callable[[int, int, str], None] | None,
+) -> None:
+    total = sum(s.nbytes for s in specs)
+    done = 0
+    for s in specs:
+        src_name = src_of.get(s.name)
+        if src_name is None:  # built t2d
+            assert mapping is not None
+            w.write(s.name, mapping.t2d(s.shape[0]))
+        else:
+            t = ck.tensors[src_name]
+            if s.dtype == t.dtype:
+                w.copy_range(s.name, ck.shard_paths[t.shard], t.start)
+            elif s.name == "d2t":
+                w.write(s.name, ck.read(src_name).astype(np.int64))
+            elif s.name == "t2d":
+                w.write(s.name, ck.read(src_name).astype(bool))
+            else:
+                to = numpy_dtype(s.dtype)
+                w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(src_name)))
+        done += s.nbytes
+        if progress:
+            progress(done, total, s.name)
+
+
+def _validate_before_rename(
+    w: CheckpointWriter, dest: Path, target: str | Path | None, fmt: str, report: ExportReport
+) -> None:
+    """validate what was written, before it is moved into place; errors leave nothing at ``dest``."""
+    with open_checkpoint(w.seal()) as written:
+        written.source = str(dest)
+        val = validate(written, target, engine=fmt)
+    report.validation = val.to_dict()
+    if not val.ok:
+        raise ExportRejected(
+            f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
+            f"nothing was written to {dest}",
+            report,
+        )
