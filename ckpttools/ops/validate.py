@@ -124,28 +124,34 @@ def _type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) -
 
 
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
-    out: list[Finding] = []
+    """The drafter's config.json on its own: schema, types, the class, and the fields engines read."""
+    out = _schema_findings(cfg, "eagle3-drafter-config.schema.json", "config.schema", "", _CONFIG_SCHEMA_FIX)
+    out += _type_findings(cfg, "config.type", "", {f.location for f in out})
+    out += _draft_vocab_finding(essentials(cfg))
+    out += _architecture_findings(cfg, engine)
+    out += _field_findings(cfg)
+    out += _dtype_findings(essentials(cfg))
+    return out
+
+
+_CONFIG_SCHEMA_FIX = "fix config.json to match schemas/eagle3-drafter-config.schema.json"
+
+
+def _schema_findings(cfg: dict[str, Any], schema_name: str, fid: str, prefix: str, fix: str) -> list[Finding]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema("eagle3-drafter-config.schema.json"))
-    for err in sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path)):
-        out.append(
-            Finding(
-                "config.schema",
-                "error",
-                err.json_path,
-                err.message,
-                "fix config.json to match schemas/eagle3-drafter-config.schema.json",
-            )
-        )
-    out += _type_findings(cfg, "config.type", "", {f.location for f in out})
-    ess = essentials(cfg)
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    return [Finding(fid, "error", e.json_path, prefix + e.message, fix) for e in errors]
+
+
+def _draft_vocab_finding(ess: Any) -> list[Finding]:
     if (
         isinstance(ess.draft_vocab_size, int)
         and isinstance(ess.vocab_size, int)
         and ess.draft_vocab_size > ess.vocab_size
     ):
-        out.append(
+        return [
             Finding(
                 "config.draft_vocab_size",
                 "error",
@@ -154,32 +160,39 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
                 "a draft vocabulary is a subset of the target's",
                 "set draft_vocab_size to lm_head's rows (at most vocab_size)",
             )
-        )
+        ]
+    return []
+
+
+def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
+    if arch is None:
+        return []
+    where = "$.architectures[0]"
     if engine == "vllm":
-        if arch is not None and arch not in VLLM_ARCHS:
-            out.append(
-                Finding(
-                    "config.architectures",
-                    "error",
-                    "$.architectures[0]",
-                    f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM",
-                    "ckpt export --format vllm writes it",
-                )
-            )
-    elif arch is not None and arch not in SGLANG_ARCHS:
-        msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
-        fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
-        out.append(
-            Finding(
-                "config.architectures",
-                "error",
-                "$.architectures[0]",
-                msg,
-                f'set architectures to ["LlamaForCausalLMEagle3"] ({fix} does it)',
-            )
+        if arch in VLLM_ARCHS:
+            return []
+        msg = f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM"
+        return [Finding("config.architectures", "error", where, msg, "ckpt export --format vllm writes it")]
+    if arch in SGLANG_ARCHS:
+        return []
+    msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
+    fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
+    return [
+        Finding(
+            "config.architectures",
+            "error",
+            where,
+            msg,
+            f'set architectures to ["LlamaForCausalLMEagle3"] ({fix} does it)',
         )
+    ]
+
+
+def _field_findings(cfg: dict[str, Any]) -> list[Finding]:
+    """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
+    out: list[Finding] = []
     if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
         if "draft_vocab_size" not in cfg:
             out.append(
@@ -222,8 +235,12 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
                 "set hidden_act to silu unless the drafter was really trained otherwise",
             )
         )
+    return out
+
+
+def _dtype_findings(ess: Any) -> list[Finding]:
     if ess.torch_dtype is None:
-        out.append(
+        return [
             Finding(
                 "config.torch_dtype",
                 "warning",
@@ -231,9 +248,9 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
                 "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
                 "set torch_dtype to the dtype the weights are in (bfloat16 or float16)",
             )
-        )
-    elif ess.torch_dtype == "float32":
-        out.append(
+        ]
+    if ess.torch_dtype == "float32":
+        return [
             Finding(
                 "config.torch_dtype",
                 "warning",
@@ -241,8 +258,8 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
                 "torch_dtype is float32: SGLang serves it as float16 under --dtype auto",
                 "export to bf16 (ckpt export --dtype bf16) and say so in torch_dtype",
             )
-        )
-    return out
+        ]
+    return []
 
 
 # ------------------------------------------------------------------------ tensor checks
@@ -287,6 +304,15 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tu
 
 
 def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
+    """Names SGLang loads, shapes the config implies, and the vocabulary mapping."""
+    out, canon = _name_findings(ck)
+    if cfg is None:
+        return out
+    return out + _shape_findings(cfg, canon) + _mapping_findings(cfg, canon, ck)
+
+
+def _name_findings(ck: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+    """Tensors an engine would drop; and the tensors by canonical name."""
     out: list[Finding] = []
     canon: dict[str, Any] = {}
     for name, t in ck.tensors.items():
@@ -316,8 +342,11 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
                     else "remove it, or rename it to a name SGLang loads",
                 )
             )
-    if cfg is None:
-        return out
+    return out, canon
+
+
+def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
     ess = essentials(cfg)
     for name, shape in _expected_shapes(cfg, canon).items():
         got = canon.get(name)
@@ -353,7 +382,13 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
                     "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size",
                 )
             )
-    # the vocabulary mapping
+    return out
+
+
+def _mapping_findings(cfg: dict[str, Any], canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
+    """d2t/t2d read and checked; or missing where the head is reduced."""
+    out: list[Finding] = []
+    ess = essentials(cfg)
     vd, v = ess.draft_vocab_size, ess.vocab_size
     from ckpttools.vocab.mapping import VocabMapping, missing_mapping_message
 
@@ -393,26 +428,25 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
 def check_target(
     cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None, engine: str = "sglang"
 ) -> list[Finding]:
-    out: list[Finding] = []
-    import jsonschema
-
-    tv = jsonschema.Draft202012Validator(schema("target-config.schema.json"))
-    terrs = list(tv.iter_errors(tcfg))
-    for e in terrs:
-        out.append(
-            Finding(
-                "target.schema",
-                "error",
-                e.json_path,
-                f"target config: {e.message}",
-                "give the target's own config.json",
-            )
-        )
+    """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope."""
+    out = _schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += _type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
         return out
     d, t = essentials(cfg), essentials(tcfg)
-    # vocab
+    out += _target_vocab_findings(d, t, ck)
+    out += _target_hidden_findings(d, t)
+    out += _aux_id_findings(cfg, t, engine)
+    out += _target_dtype_findings(d, t, engine)
+    out += _target_context_findings(cfg, tcfg, d, t)
+    return out
+
+
+_TARGET_FIX = "give the target's own config.json"
+
+
+def _target_vocab_findings(d: Any, t: Any, ck: Checkpoint | None) -> list[Finding]:
+    out: list[Finding] = []
     if isinstance(d.vocab_size, int) and d.vocab_size != t.vocab_size:
         top = None
         if ck is not None:
@@ -444,6 +478,11 @@ def check_target(
                     "this drafter was made for another tokenizer: remap it (ckpt remap)",
                 )
             )
+    return out
+
+
+def _target_hidden_findings(d: Any, t: Any) -> list[Finding]:
+    out: list[Finding] = []
     ht = d.target_hidden_size or d.hidden_size
     if isinstance(ht, int) and ht != t.hidden_size:
         field_ = "target_hidden_size" if d.target_hidden_size else "hidden_size"
@@ -457,8 +496,14 @@ def check_target(
                 "this drafter was trained for another target",
             )
         )
+    return out
+
+
+def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
+    """Aux layer ids in range for the target, in the engine's convention."""
+    out: list[Finding] = []
     L = t.num_hidden_layers
-    if not isinstance(L, int):  # the target schema requires it; a bad value returned above
+    if not isinstance(L, int):  # the target schema requires it; a bad value was reported before
         return out
     ids, where = aux_layer_ids(cfg)
     if ids is None:
@@ -508,25 +553,36 @@ def check_target(
                     "check the training config",
                 )
             )
+    return out
 
-    # dtype: SGLang (0.5.17, --dtype auto) runs the drafter in its own torch_dtype (float32 is
+
+def _served(dt: str | None) -> str | None:
+    return "float16" if dt == "float32" else dt
+
+
+def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
+    out: list[Finding] = []
+    # SGLang (0.5.17, --dtype auto) runs the drafter in its own torch_dtype (float32 is
     # served as float16) and feeds it the target's hidden states; seen on the GPU machine:
     # a float16 drafter behind a bfloat16 target dies at fc on its first request
-    def served(dt: str | None) -> str | None:
-        return "float16" if dt == "float32" else dt
-
-    if d.torch_dtype and t.torch_dtype and served(d.torch_dtype) != served(t.torch_dtype):
+    if d.torch_dtype and t.torch_dtype and _served(d.torch_dtype) != _served(t.torch_dtype):
         out.append(
             Finding(
                 "target.dtype",
                 "error" if engine == "sglang" else "warning",
                 "$.torch_dtype",
-                f"the drafter is {d.torch_dtype} (served as {served(d.torch_dtype)}) but the target is "
+                f"the drafter is {d.torch_dtype} (served as {_served(d.torch_dtype)}) but the target is "
                 f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
                 'request ("expected mat1 and mat2 to have the same dtype")',
                 f"ckpt export --target TARGET casts to {t.torch_dtype}; or launch with --dtype {t.torch_dtype}",
             )
         )
+    return out
+
+
+def _target_context_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any) -> list[Finding]:
+    """Context length and rope against the target's."""
+    out: list[Finding] = []
     dctx, dhow = context_length(cfg)
     tctx, thow = context_length(tcfg)
     if dctx is not None and tctx is not None and dctx < tctx:
