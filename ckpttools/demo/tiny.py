@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -201,55 +202,102 @@ def build_drafter(
     _check_sizes(hidden_size, num_heads, vocab_size)
     if draft_vocab_size is not None and not 0 < draft_vocab_size <= vocab_size:
         raise ConfigError(f"draft vocab size {draft_vocab_size} must be from 1 to the vocab size {vocab_size}")
-    H, hd = hidden_size, hidden_size // num_heads
-    Ht = target_hidden_size or H
+    dims = _Dims(hidden_size, num_heads, num_kv_heads, intermediate_size, target_hidden_size or hidden_size)
     st = "F32" if flavor == "training" else _ST["fp16" if flavor == "eagle" and dtype == "bf16" else dtype]
     rng = np.random.default_rng(seed)
-    shapes: dict[str, tuple[int, ...]] = {}
-    if embed_tokens or flavor == "training":
-        shapes["embed_tokens.weight"] = (vocab_size, H)
-    shapes["fc.weight"] = (H, num_aux * Ht)
-    layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
-    shapes |= _layer_tensors(layer_prefix, H, num_heads, num_kv_heads, hd, intermediate_size, True, flavor == "mla")
-    for i in range(1, num_layers):
-        shapes |= _layer_tensors(f"layers.{i}.", H, num_heads, num_kv_heads, hd, intermediate_size, False)
-    shapes["norm.weight"] = (H,)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
-    shapes["lm_head.weight"] = (Vd, H)
-    if flavor == "training":
-        shapes["layers.0.self_attn.rotary_emb.inv_freq"] = (hd // 2,)
-
+    shapes = _drafter_shapes(flavor, dims, vocab_size, Vd, num_aux, num_layers, embed_tokens)
     tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.01)
-
     if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
         ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
         if flavor == "modelopt" and mapping is None:
             ids = ids[rng.permutation(len(ids))]  # frequency order, not ascending
-        tensors["d2t"] = ids - np.arange(len(ids), dtype=np.int64)
-        if flavor != "modelopt":
-            t2d = np.zeros(vocab_size, dtype=bool)
-            t2d[ids] = True
-            tensors["t2d"] = t2d
+        tensors |= _mapping_tensors(ids, vocab_size, with_t2d=flavor != "modelopt")
     if flavor == "training":
         tensors = {("model." + n if not n.startswith(("lm_head", "d2t", "t2d")) else n): a for n, a in tensors.items()}
+    cfg = _drafter_config(flavor, dims, num_layers, vocab_size, draft_vocab_size, max_position_embeddings, st)
+    if target_hidden_size:
+        cfg["target_hidden_size"] = dims.target_hidden
+    if aux_layer_ids is not None and flavor == "vllm":
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
+    elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
+    if flavor == "speculators":
+        cfg = _speculators_config(cfg, draft_vocab_size, target_hidden_size, aux_layer_ids)
+    cfg = {**cfg, **(config_overrides or {})}
+    return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
 
-    arch = {
-        "sglang": "LlamaForCausalLMEagle3",
-        "eagle": "LlamaForCausalLM",
-        "vllm": "Eagle3LlamaForCausalLM",
-        "mla": "Eagle3DeepseekV2ForCausalLM",
-        "modelopt": "LlamaForCausalLMEagle3",
-        "training": "LlamaForCausalLMEagle3",
-        "speculators": "Eagle3Speculator",
-    }[flavor]
-    layer_cfg: dict[str, Any] = {
-        "architectures": [arch],
+
+@dataclass(frozen=True)
+class _Dims:
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    target_hidden: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def _drafter_shapes(
+    flavor: str, d: _Dims, vocab_size: int, draft_rows: int, num_aux: int, num_layers: int, embed_tokens: bool
+) -> dict[str, tuple[int, ...]]:
+    H, hd = d.hidden, d.head_dim
+    shapes: dict[str, tuple[int, ...]] = {}
+    if embed_tokens or flavor == "training":
+        shapes["embed_tokens.weight"] = (vocab_size, H)
+    shapes["fc.weight"] = (H, num_aux * d.target_hidden)
+    layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
+    shapes |= _layer_tensors(layer_prefix, H, d.heads, d.kv_heads, hd, d.intermediate, True, flavor == "mla")
+    for i in range(1, num_layers):
+        shapes |= _layer_tensors(f"layers.{i}.", H, d.heads, d.kv_heads, hd, d.intermediate, False)
+    shapes["norm.weight"] = (H,)
+    shapes["lm_head.weight"] = (draft_rows, H)
+    if flavor == "training":
+        shapes["layers.0.self_attn.rotary_emb.inv_freq"] = (hd // 2,)
+    return shapes
+
+
+def _mapping_tensors(ids: np.ndarray, vocab_size: int, with_t2d: bool) -> dict[str, np.ndarray]:
+    """d2t (offsets: target id minus slot) and, unless left out, t2d."""
+    out = {"d2t": ids - np.arange(len(ids), dtype=np.int64)}
+    if with_t2d:
+        t2d = np.zeros(vocab_size, dtype=bool)
+        t2d[ids] = True
+        out["t2d"] = t2d
+    return out
+
+
+_DRAFTER_ARCH = {
+    "sglang": "LlamaForCausalLMEagle3",
+    "eagle": "LlamaForCausalLM",
+    "vllm": "Eagle3LlamaForCausalLM",
+    "mla": "Eagle3DeepseekV2ForCausalLM",
+    "modelopt": "LlamaForCausalLMEagle3",
+    "training": "LlamaForCausalLMEagle3",
+    "speculators": "Eagle3Speculator",
+}
+
+
+def _drafter_config(
+    flavor: str,
+    d: _Dims,
+    num_layers: int,
+    vocab_size: int,
+    draft_vocab_size: int | None,
+    max_position_embeddings: int,
+    st: str,
+) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "architectures": [_DRAFTER_ARCH[flavor]],
         "model_type": "deepseek_v2" if flavor == "mla" else "llama",
-        "hidden_size": H,
-        "intermediate_size": intermediate_size,
-        "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads,
-        "head_dim": hd,
+        "hidden_size": d.hidden,
+        "intermediate_size": d.intermediate,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
         "num_hidden_layers": num_layers,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
@@ -260,45 +308,47 @@ def build_drafter(
         "draft_vocab_size": draft_vocab_size,
         "torch_dtype": CONFIG_DTYPE[st],
     }
-    if target_hidden_size:
-        layer_cfg["target_hidden_size"] = Ht
     if flavor == "mla":
-        layer_cfg |= {
+        H, hd = d.hidden, d.head_dim
+        cfg |= {
             "q_lora_rank": H // 2,
             "kv_lora_rank": H // 4,
             "qk_rope_head_dim": hd // 2,
             "qk_nope_head_dim": hd // 2,
             "v_head_dim": hd,
         }
-    if aux_layer_ids is not None and flavor == "vllm":
-        layer_cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
-    elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
-        layer_cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
     if flavor == "vllm":
-        layer_cfg["norm_before_residual"] = False
-    cfg = layer_cfg
-    if flavor == "speculators":
-        inner = {k: v for k, v in layer_cfg.items() if k not in ("architectures", "draft_vocab_size")}
-        inner["architectures"] = ["LlamaForCausalLM"]
-        cfg = {
-            "architectures": ["Eagle3Speculator"],
-            "speculators_model_type": "eagle3",
-            "speculators_version": "0.3.0",
-            "draft_vocab_size": draft_vocab_size,
-            "norm_before_residual": False,
-            "target_hidden_size": target_hidden_size,
-            "transformer_layer_config": inner,
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": "tiny-target", "architectures": ["LlamaForCausalLM"]},
-            },
-        }
-        if aux_layer_ids is not None:
-            cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
-    cfg = {**cfg, **(config_overrides or {})}
-    return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
+        cfg["norm_before_residual"] = False
+    return cfg
+
+
+def _speculators_config(
+    layer_cfg: dict[str, Any],
+    draft_vocab_size: int | None,
+    target_hidden_size: int | None,
+    aux_layer_ids: Sequence[int] | None,
+) -> dict[str, Any]:
+    """The speculators library's layout: the layer config nested, the EAGLE-3 fields on top."""
+    inner = {k: v for k, v in layer_cfg.items() if k not in ("architectures", "draft_vocab_size")}
+    inner["architectures"] = ["LlamaForCausalLM"]
+    cfg: dict[str, Any] = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "draft_vocab_size": draft_vocab_size,
+        "norm_before_residual": False,
+        "target_hidden_size": target_hidden_size,
+        "transformer_layer_config": inner,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": "tiny-target", "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+    if aux_layer_ids is not None:
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
+    return cfg
 
 
 def build_target(
