@@ -462,37 +462,7 @@ def export_cmd(
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def verify_cmd(
-    drafter_arg: str | None,
-    host: str | None,
-    engine: str,
-    prompts: str,
-    num_prompts: int,
-    max_new_tokens: int,
-    concurrency: int,
-    temperature: float,
-    ignore_eos: bool,
-    baseline_host: str | None,
-    min_accept_len: float | None,
-    flush_cache: bool,
-    tokenizer: str | None,
-    timeout: float,
-    launch: bool,
-    target: str | None,
-    drafter: str | None,
-    port: int | None,
-    tp: int,
-    steps: int,
-    topk: int,
-    engine_args: tuple[str, ...],
-    engine_python: str | None,
-    log_path: str | None,
-    ready_timeout: float,
-    device: str,
-    output_file: str | None,
-    quiet: bool,
-    as_json: bool,
-) -> None:
+def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
     """Measure accept length through a real server and give a verdict.
 
     Reports accept length in the engines' convention (tokens per verify step =
@@ -507,86 +477,90 @@ def verify_cmd(
     """
     from ckpttools.cli.render import render_verify
 
-    drafter = drafter or drafter_arg
-    if engine == "torch":
-        if not (target and drafter):
-            raise click.UsageError("--engine torch needs --target and DRAFTER")
-        from ckpttools.ops.probe import verify_torch
-
-        rep = verify_torch(
-            target,
-            drafter,
-            steps=steps,
-            prompts=prompts,
-            num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens,
-            min_accept_len=min_accept_len,
-            tokenizer=tokenizer,
-            device=device,
-        )
+    drafter = o["drafter"] or drafter_arg
+    if o["engine"] == "torch":
+        rep = _verify_offline(drafter, o)
     else:
-        spec = None
-        if launch:
-            if not (target and drafter) or engine == "auto":
-                raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
-            from ckpttools.engines.launch import LaunchSpec, free_port
-
-            p = port or free_port()
-            spec = LaunchSpec(
-                engine=engine,
-                target=target,
-                drafter=drafter,
-                port=p,
-                tp=tp,
-                steps=steps,
-                topk=topk,
-                engine_args=list(engine_args),
-                python=engine_python or sys.executable,
-                log_path=log_path or f"ckpt-verify-{engine}-{p}.log",
-                ready_timeout=ready_timeout,
-            )
-            click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
-        elif not host:
+        spec = _launch_spec(drafter, o) if o["launch"] else None
+        if spec is None and not o["host"]:
             raise click.UsageError("give --host URL, or --launch, or --engine torch")
-        from ckpttools.ops.verify import verify
-
-        bar = None
-        if not quiet and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            bar = tqdm(total=num_prompts, desc="verify", unit="req", file=sys.stderr, leave=False)
-        try:
-            rep = verify(
-                host,
-                engine=engine,
-                prompts=prompts,
-                num_prompts=num_prompts,
-                max_new_tokens=max_new_tokens,
-                concurrency=concurrency,
-                temperature=temperature,
-                ignore_eos=ignore_eos,
-                baseline_host=baseline_host,
-                min_accept_len=min_accept_len,
-                flush_cache=flush_cache,
-                tokenizer=tokenizer,
-                timeout=timeout,
-                launch=spec,
-                progress=(lambda d, t: bar.update(d - bar.n)) if bar else None,
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-    if output_file:
+        rep = _verify_server(spec, o)
+    if o["output_file"]:
         import json as _json
 
         from ckpttools.io.fsutil import write_text_atomic
 
-        write_text_atomic(output_file, _json.dumps(rep.to_dict(), indent=2) + "\n")
-    _show(rep, as_json, render_verify)
+        write_text_atomic(o["output_file"], _json.dumps(rep.to_dict(), indent=2) + "\n")
+    _show(rep, o["as_json"], render_verify)
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)
     sys.exit(rep.exit_code)
+
+
+_OFFLINE_OPTS = ("steps", "prompts", "num_prompts", "max_new_tokens", "min_accept_len", "tokenizer", "device")
+_SERVER_OPTS = (
+    "engine",
+    "prompts",
+    "num_prompts",
+    "max_new_tokens",
+    "concurrency",
+    "temperature",
+    "ignore_eos",
+    "baseline_host",
+    "min_accept_len",
+    "flush_cache",
+    "tokenizer",
+    "timeout",
+)
+
+
+def _verify_offline(drafter: str | None, o: dict[str, Any]) -> Any:
+    if not (o["target"] and drafter):
+        raise click.UsageError("--engine torch needs --target and DRAFTER")
+    from ckpttools.ops.probe import verify_torch
+
+    return verify_torch(o["target"], drafter, **{k: o[k] for k in _OFFLINE_OPTS})
+
+
+def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
+    engine = o["engine"]
+    if not (o["target"] and drafter) or engine == "auto":
+        raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
+    from ckpttools.engines.launch import LaunchSpec, free_port
+
+    p = o["port"] or free_port()
+    spec = LaunchSpec(
+        engine=engine,
+        target=o["target"],
+        drafter=drafter,
+        port=p,
+        tp=o["tp"],
+        steps=o["steps"],
+        topk=o["topk"],
+        engine_args=list(o["engine_args"]),
+        python=o["engine_python"] or sys.executable,
+        log_path=o["log_path"] or f"ckpt-verify-{engine}-{p}.log",
+        ready_timeout=o["ready_timeout"],
+    )
+    click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
+    return spec
+
+
+def _verify_server(spec: Any, o: dict[str, Any]) -> Any:
+    from ckpttools.ops.verify import verify
+
+    bar = None
+    if not o["quiet"] and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=o["num_prompts"], desc="verify", unit="req", file=sys.stderr, leave=False)
+    try:
+        progress = (lambda d, t: bar.update(d - bar.n)) if bar else None
+        return verify(o["host"], launch=spec, progress=progress, **{k: o[k] for k in _SERVER_OPTS})
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 # ---------------------------------------------------------------------------- example
