@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -99,87 +100,28 @@ def run_demo(
     engine_python: str | None = None,
 ) -> int:
     """Replay the story; returns 0 when every step behaved as the story says, else 1."""
-    from ckpttools.ops.inspect import inspect
-    from ckpttools.ops.remap import remap
-    from ckpttools.ops.validate import validate
-    from ckpttools.vocab.diff import diff_vocab
-
     story = story_dir()
-    target_a, target_b = story / "target-a", story / "target-b"
-    drafter, m2, prompts = story / "drafter", story / "mapping-m2.safetensors", story / "prompts.jsonl"
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="ckpt-demo-")
         workdir = tmp.name
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    measure = _measurer(engine, work, prompts, engine_python)
+    prompts = story / "prompts.jsonl"
+    st = _Story(story / "target-a", story / "target-b", story / "drafter", story / "mapping-m2.safetensors", work, echo)
+    st.measure = _measurer(engine, work, prompts, engine_python)
     t0 = time.perf_counter()
     try:
         echo(
-            f"The pair: {drafter.name} (EAGLE-3) trained for {target_a.name}; {target_b.name} is {target_a.name} "
-            f"trained further. Engine: {engine}; 12 prompts, 64 tokens each, 3 draft steps, greedy.\n"
+            f"The pair: {st.drafter.name} (EAGLE-3) trained for {st.target_a.name}; {st.target_b.name} is "
+            f"{st.target_a.name} trained further. Engine: {engine}; 12 prompts, 64 tokens each, 3 draft steps, "
+            "greedy.\n"
         )
-
-        r = inspect(drafter, tensors=False)
-        v = validate(drafter, target_a)
-        vm = r.vocab_mapping or {}
-        echo("[1] ckpt inspect drafter; ckpt validate drafter --target target-a")
-        echo(
-            f"    kind {r.kind}; Vd {vm.get('draft_vocab_size')} of V {vm.get('target_vocab_size')}, {vm.get('order')} "
-            f"order; validate: {len(v.errors)} error(s), {v.counts()['warning']} warning(s)"
-        )
-        echo(f"    reading: {'a well-formed SGLang drafter that fits its target' if v.ok else 'NOT clean'}\n")
-
-        a = measure(target_a, drafter)
-        echo("[2] ckpt verify: the drafter on its own target")
-        echo(
-            f"    accept length {a.accept_length:.2f} tokens per verify step ({a.accepted_drafts_per_step:.2f} accepted "
-            "drafts per step)"
-        )
-        echo("    reading: matched, well above 1: speculation pays here\n")
-
-        naive = _naive_swap(drafter, m2, work / "drafter-naive-m2")
-        d = diff_vocab(drafter, m2)
-        n = measure(target_a, naive)
-        echo(
-            "[3] the pipeline wants mapping M2 (ckpt vocab build on another sample). The naive way: swap in M2's "
-            "d2t/t2d, leave lm_head"
-        )
-        echo(
-            f"    ckpt diff-vocab drafter M2: slots agree {d.slots_agree} of {d.slots_total}; tokens shared "
-            f"{d.shared_tokens} (Jaccard {d.jaccard:.2f})"
-        )
-        echo(f"    ckpt verify (naive swap): accept length {n.accept_length:.2f}")
-        echo(
-            "    reading: most tokens are shared but the slots moved, so every lm_head row now scores another "
-            "token: acceptance collapses\n"
-        )
-
-        rr = remap(drafter, work / "drafter-m2", to=m2, force=True)
-        m = measure(target_a, work / "drafter-m2")
-        echo("[4] ckpt remap drafter --to M2: rows follow their tokens")
-        echo(
-            f"    remap: {rr.rows_carried} rows carried, {rr.rows_filled} filled with zeros (tokens new to the drafter)"
-        )
-        echo(f"    ckpt verify (remapped): accept length {m.accept_length:.2f}")
-        echo(
-            f"    reading: back near the matched {a.accept_length:.2f}; what is lost is the {rr.rows_filled} tokens M2 "
-            "added that the drafter never learned\n"
-        )
-
-        vb = validate(drafter, target_b)
-        b = measure(target_b, drafter)
-        echo("[5] the same drafter on target B (same architecture, same sizes, trained further)")
-        echo(
-            f"    ckpt validate --target target-b: {len(vb.errors)} error(s); ckpt verify: accept length "
-            f"{b.accept_length:.2f}"
-        )
-        echo(
-            "    reading: every config check passes, yet acceptance drops: architecture equality is not "
-            "hidden-state compatibility. Measure before you invest.\n"
-        )
-
+        v = _step_inspect(st)
+        a = _step_matched(st)
+        n = _step_naive_swap(st)
+        m = _step_remap(st, a)
+        vb, b = _step_target_b(st)
         ok = (
             v.ok
             and vb.ok
@@ -198,3 +140,97 @@ def run_demo(
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+@dataclass
+class _Story:
+    target_a: Path
+    target_b: Path
+    drafter: Path
+    m2: Path
+    work: Path
+    echo: Callable[[str], None]
+    measure: Callable[[Path, Path], Any] = lambda target, drafter: None
+
+
+def _step_inspect(st: _Story) -> Any:
+    from ckpttools.ops.inspect import inspect
+    from ckpttools.ops.validate import validate
+
+    r = inspect(st.drafter, tensors=False)
+    v = validate(st.drafter, st.target_a)
+    vm = r.vocab_mapping or {}
+    st.echo("[1] ckpt inspect drafter; ckpt validate drafter --target target-a")
+    st.echo(
+        f"    kind {r.kind}; Vd {vm.get('draft_vocab_size')} of V {vm.get('target_vocab_size')}, {vm.get('order')} "
+        f"order; validate: {len(v.errors)} error(s), {v.counts()['warning']} warning(s)"
+    )
+    st.echo(f"    reading: {'a well-formed SGLang drafter that fits its target' if v.ok else 'NOT clean'}\n")
+    return v
+
+
+def _step_matched(st: _Story) -> Any:
+    a = st.measure(st.target_a, st.drafter)
+    st.echo("[2] ckpt verify: the drafter on its own target")
+    st.echo(
+        f"    accept length {a.accept_length:.2f} tokens per verify step ({a.accepted_drafts_per_step:.2f} accepted "
+        "drafts per step)"
+    )
+    st.echo("    reading: matched, well above 1: speculation pays here\n")
+    return a
+
+
+def _step_naive_swap(st: _Story) -> Any:
+    from ckpttools.vocab.diff import diff_vocab
+
+    naive = _naive_swap(st.drafter, st.m2, st.work / "drafter-naive-m2")
+    d = diff_vocab(st.drafter, st.m2)
+    n = st.measure(st.target_a, naive)
+    st.echo(
+        "[3] the pipeline wants mapping M2 (ckpt vocab build on another sample). The naive way: swap in M2's "
+        "d2t/t2d, leave lm_head"
+    )
+    st.echo(
+        f"    ckpt diff-vocab drafter M2: slots agree {d.slots_agree} of {d.slots_total}; tokens shared "
+        f"{d.shared_tokens} (Jaccard {d.jaccard:.2f})"
+    )
+    st.echo(f"    ckpt verify (naive swap): accept length {n.accept_length:.2f}")
+    st.echo(
+        "    reading: most tokens are shared but the slots moved, so every lm_head row now scores another "
+        "token: acceptance collapses\n"
+    )
+    return n
+
+
+def _step_remap(st: _Story, matched: Any) -> Any:
+    from ckpttools.ops.remap import remap
+
+    rr = remap(st.drafter, st.work / "drafter-m2", to=st.m2, force=True)
+    m = st.measure(st.target_a, st.work / "drafter-m2")
+    st.echo("[4] ckpt remap drafter --to M2: rows follow their tokens")
+    st.echo(
+        f"    remap: {rr.rows_carried} rows carried, {rr.rows_filled} filled with zeros (tokens new to the drafter)"
+    )
+    st.echo(f"    ckpt verify (remapped): accept length {m.accept_length:.2f}")
+    st.echo(
+        f"    reading: back near the matched {matched.accept_length:.2f}; what is lost is the {rr.rows_filled} "
+        "tokens M2 added that the drafter never learned\n"
+    )
+    return m
+
+
+def _step_target_b(st: _Story) -> tuple[Any, Any]:
+    from ckpttools.ops.validate import validate
+
+    vb = validate(st.drafter, st.target_b)
+    b = st.measure(st.target_b, st.drafter)
+    st.echo("[5] the same drafter on target B (same architecture, same sizes, trained further)")
+    st.echo(
+        f"    ckpt validate --target target-b: {len(vb.errors)} error(s); ckpt verify: accept length "
+        f"{b.accept_length:.2f}"
+    )
+    st.echo(
+        "    reading: every config check passes, yet acceptance drops: architecture equality is not "
+        "hidden-state compatibility. Measure before you invest.\n"
+    )
+    return vb, b

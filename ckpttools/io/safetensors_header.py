@@ -116,25 +116,48 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
         >>> read_header("model.safetensors").tensors["fc.weight"].shape  # doctest: +SKIP
         (64, 192)
     """
+    path = Path(path)
+    raw, size = _read_header_bytes(path)
+    return parse_header(raw, size, path, shard_name or path.name)
+
+
+def _read_header_bytes(path: Path) -> tuple[bytes, int]:
+    """The header's JSON bytes and the file's size; only the header is read."""
     from ckpttools.io.fsutil import open_regular
 
-    path = Path(path)
-    shard = shard_name or path.name
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
-        if size < 8:
-            raise _fail(path, f"truncated: {size} bytes, shorter than the 8-byte header length")
-        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-        if n > MAX_HEADER_BYTES:
-            raise _fail(path, f"header length {n} is not plausible (limit {MAX_HEADER_BYTES} bytes)")
-        if 8 + n > size:
-            raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes): truncated")
+        n = check_header_length(path, os.pread(fd, 8, 0), size)
         raw = os.pread(fd, n, 8)
     finally:
         os.close(fd)
     if len(raw) != n:
         raise _fail(path, "the file changed while its header was read")
+    return raw, size
+
+
+def check_header_length(path: str | Path, first8: bytes, size: int) -> int:
+    """The header length from a file's first 8 bytes, checked against the file's size."""
+    path = Path(path)
+    if size < 8 or len(first8) < 8:
+        raise _fail(path, f"truncated: {size} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", first8[:8])
+    if n > MAX_HEADER_BYTES:
+        raise _fail(path, f"header length {n} is not plausible (limit {MAX_HEADER_BYTES} bytes)")
+    if 8 + n > size:
+        raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes): truncated")
+    return n
+
+
+def parse_header(raw: bytes, size: int, path: str | Path, shard: str) -> ShardHeader:
+    """Check a header's JSON bytes, of a file of ``size`` bytes, as :func:`read_header` does.
+
+    For headers read elsewhere (a range request to a Hub file); ``path`` names the file
+    in messages and in the result.
+    """
+    path = Path(path)
+    n = len(raw)
     header, compact = _parse_json(path, raw)
     data_len = size - 8 - n
     meta = header.pop("__metadata__", None)
@@ -142,8 +165,17 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
         meta = {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise _fail(path, "__metadata__ must be an object of strings")
+    tensors = _entries(path, header, raw, 8 + n, data_len, shard)
+    # every entry is a dict now; with three fields each and compact text, orjson saw what serde sees
+    if not compact or sum(map(len, header.values())) != 3 * len(header):
+        _slow_check(path, raw)
+    _check_tiling(path, tensors, 8 + n, size)
+    return ShardHeader(path, n, size, dict(meta), tensors)
+
+
+def _entries(path: Path, header: dict, raw: bytes, data_start: int, data_len: int, shard: str) -> dict[str, TensorInfo]:
+    """Each entry checked (the hot loop: C-level builtins on the well-formed path)."""
     tensors: dict[str, TensorInfo] = {}
-    data_start = 8 + n
     bits = DTYPE_BITS
     maybe_bool = b"true" in raw or b"false" in raw  # only then can a dim be a bool (True == 1)
     for name, entry in header.items():
@@ -176,14 +208,13 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
                 name,
             )
         tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + b, data_start + e, numel)
+    return tensors
 
-    # every entry is a dict now; with three fields each and compact text, orjson saw what serde sees
-    if not compact or sum(map(len, header.values())) != 3 * len(header):
-        _slow_check(path, raw)
 
-    # the byte ranges must tile [0, data_len) exactly (safetensors' rule). With no empty
-    # tensor, that holds iff the sorted starts, less the first, equal the sorted ends, less
-    # the last: checked in C, with ints only (no tuples for the garbage collector to track)
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_start: int, size: int) -> None:
+    """The byte ranges must tile the data section exactly, in offset order (safetensors' rule)."""
+    # With no empty tensor, that holds iff the sorted starts, less the first, equal the sorted
+    # ends, less the last: checked in C, with ints only (no tuples for the garbage collector)
     ts = tensors.values()
     starts, ends = sorted(map(_START, ts)), sorted(map(_END, ts))
     if (
@@ -193,8 +224,7 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
         and all(map(lt, map(_START, ts), map(_END, ts)))
         and starts[1:] == ends[:-1]
     ):
-        return ShardHeader(path, n, size, dict(meta), tensors)
-    # the byte ranges must tile [0, data_len) exactly, in offset order (safetensors' rule)
+        return
     pos, prev = data_start, ""
     for t in sorted(tensors.values(), key=itemgetter(4, 5)):  # (start, end)
         if t.start < pos:
@@ -207,15 +237,14 @@ def read_header(path: str | Path, shard_name: str | None = None) -> ShardHeader:
                 t.name,
             )
         pos, prev = t.end, t.name
+    if pos > size:
+        raise _fail(
+            path,
+            f"tensors need {pos - data_start} data bytes but the file holds only {size - data_start}: "
+            "truncated or bad offsets",
+        )
     if pos != size:
-        if pos > size:
-            raise _fail(
-                path,
-                f"tensors need {pos - data_start} data bytes but the file holds only {data_len}: "
-                "truncated or bad offsets",
-            )
         raise _fail(path, f"{size - pos} trailing bytes after the last tensor: the file is not fully covered")
-    return ShardHeader(path, n, size, dict(meta), tensors)
 
 
 class _Pairs(list):
