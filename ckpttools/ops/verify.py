@@ -272,6 +272,8 @@ def _measure(
     per_request_metrics: bool,
     steps: int | None = None,
 ) -> tuple[list[RequestResult], float, str | None]:
+    """Send the prompts (one at a time, or ``concurrency`` at once); the results, the wall time, and why
+    the run stopped early (None: it did not)."""
     results: list[RequestResult] = []
     stop_reason: str | None = None
 
@@ -280,49 +282,50 @@ def _measure(
             before = engine.metrics() if per_request_metrics else None
             r = engine.run(i, p, max_new_tokens, temperature, ignore_eos)
             if before is not None:
-                after = engine.metrics()
-                _vllm_delta(r, before, after)
+                _vllm_delta(r, before, engine.metrics())
             check_figures(r, steps)
             return r
         except ServerError as e:
             return RequestResult(i, p.category, error=str(e))
 
-    def check_stop() -> str | None:
-        if min_accept_len is None:
-            return None
-        vals = [r.accept_length for r in results if r.accept_length is not None]
-        ci = _ci95(vals) if len(vals) >= 5 else None
-        if ci is not None and ci[1] < min_accept_len:
-            return (
-                f"after {len(vals)} requests the 95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is below the bar "
-                f"{min_accept_len:.2f}"
-            )
-        return None
+    def done(r: RequestResult) -> bool:
+        """Record a result; True when the run should stop."""
+        nonlocal stop_reason
+        results.append(r)
+        if progress:
+            progress(len(results), len(prompts))
+        stop_reason = _below_bar(results, min_accept_len)
+        return stop_reason is not None
 
     t0 = time.perf_counter()
     if concurrency <= 1:
         for i, p in enumerate(prompts):
-            results.append(one(i, p))
-            if progress:
-                progress(len(results), len(prompts))
-            if results[-1].error and "cannot connect" in results[-1].error:
-                break
-            if (stop_reason := check_stop()) is not None:
+            r = one(i, p)
+            if done(r) or (r.error and "cannot connect" in r.error):
                 break
     else:
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futs = []
-            for i, p in enumerate(prompts):
-                futs.append(pool.submit(one, i, p))
+            futs = [pool.submit(one, i, p) for i, p in enumerate(prompts)]
             for f in futs:
-                results.append(f.result())
-                if progress:
-                    progress(len(results), len(prompts))
-                if stop_reason is None and (stop_reason := check_stop()) is not None:
+                if done(f.result()):
                     for g in futs:
                         g.cancel()
                     break
     return results, time.perf_counter() - t0, stop_reason
+
+
+def _below_bar(results: list[RequestResult], min_accept_len: float | None) -> str | None:
+    """Why to stop early: the 95% interval of accept length is wholly below the bar (from 5 results)."""
+    if min_accept_len is None:
+        return None
+    vals = [r.accept_length for r in results if r.accept_length is not None]
+    ci = _ci95(vals) if len(vals) >= 5 else None
+    if ci is not None and ci[1] < min_accept_len:
+        return (
+            f"after {len(vals)} requests the 95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is below the bar "
+            f"{min_accept_len:.2f}"
+        )
+    return None
 
 
 def _vllm_delta(r: RequestResult, before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -400,23 +403,10 @@ def verify(
             server = RunningServer(launch).start()
             server.wait_ready(client)
             host, engine = launch.url, launch.engine
-        assert host is not None
-        host = check_url(host)
-        if engine == "auto":
-            engine = detect_engine(host, client)
-        eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
-        rep = VerifyReport(engine=engine, url=host, num_prompts=len(plist), min_accept_len=min_accept_len)
-        rep.server = eng.spec_settings()
-        if not eng.spec_enabled():
-            raise SpecOffError(
-                f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
-                "measured (and is not 1.0)",
-                url=host,
-            )
-        if engine == "sglang" and flush_cache:
+        eng, rep = _connect(host, engine, client, len(plist), min_accept_len)
+        if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
-        per_req = engine == "vllm" and concurrency <= 1
-        before = eng.metrics() if engine == "vllm" else None
+        before = eng.metrics() if rep.engine == "vllm" else None
         steps = rep.server.get("speculative_num_steps")
         steps = steps if type(steps) is int and steps > 0 else None
         results, wall, stop = _measure(
@@ -428,37 +418,26 @@ def verify(
             concurrency=concurrency,
             min_accept_len=min_accept_len,
             progress=progress,
-            per_request_metrics=per_req,
+            per_request_metrics=rep.engine == "vllm" and concurrency <= 1,
             steps=steps,
         )
         summarize(results, rep, steps)
         rep.stopped_early = stop
         rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
-        if engine == "vllm" and before is not None:
-            after = eng.metrics()
-            _check_counters(before, after)
-            drafts = after["drafts"] - before["drafts"]
-            if drafts > 0 and rep.completed:  # counters that moved while every request failed measure nothing
-                acc = after["accepted"] - before["accepted"]
-                rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
-                rep.per_position_acceptance = [
-                    (after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0)) / drafts
-                    for k in sorted(after["accepted_per_pos"])
-                ]
-                rep.fields_used = "1 + vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_drafts (run delta)"
-        if engine == "sglang":
+        if before is not None:
+            _run_delta(rep, before, eng.metrics())
+        if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
         if baseline_host is not None:
+            base_prompts = plist[: len(results)]
             rep.baseline = _baseline(
-                baseline_host, client, plist[: len(results)], max_new_tokens, temperature, ignore_eos, concurrency
+                baseline_host, client, base_prompts, max_new_tokens, temperature, ignore_eos, concurrency
             )
             if rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
                 rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
-        if min_accept_len is not None and rep.accept_length is not None:
-            rep.passed = rep.accept_length >= min_accept_len
-        elif min_accept_len is not None:
-            rep.passed = False
-        if server is not None and engine == "sglang":
+        if min_accept_len is not None:
+            rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
+        if server is not None and rep.engine == "sglang":
             from ckpttools.engines.launch import parse_sglang_accept_lens
 
             rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
@@ -468,6 +447,40 @@ def verify(
         if server is not None:
             server.stop()
         client.close()
+
+
+def _connect(
+    host: str | None, engine: str, client: Any, num_prompts: int, min_accept_len: float | None
+) -> tuple[Any, VerifyReport]:
+    """The engine's client, and a report that names the server; refuses a server with speculation off."""
+    assert host is not None
+    host = check_url(host)
+    if engine == "auto":
+        engine = detect_engine(host, client)
+    eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
+    rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len)
+    rep.server = eng.spec_settings()
+    if not eng.spec_enabled():
+        raise SpecOffError(
+            f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
+            "measured (and is not 1.0)",
+            url=host,
+        )
+    return eng, rep
+
+
+def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """vLLM: accept length over the whole run, from its counters' change."""
+    _check_counters(before, after)
+    drafts = after["drafts"] - before["drafts"]
+    if drafts > 0 and rep.completed:  # counters that moved while every request failed measure nothing
+        acc = after["accepted"] - before["accepted"]
+        rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
+        rep.per_position_acceptance = [
+            (after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0)) / drafts
+            for k in sorted(after["accepted_per_pos"])
+        ]
+        rep.fields_used = "1 + vllm:spec_decode_num_accepted_tokens / vllm:spec_decode_num_drafts (run delta)"
 
 
 def _baseline(
