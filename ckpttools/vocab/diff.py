@@ -237,33 +237,8 @@ def diff_vocab(
     total = max(len(ids_a), len(ids_b))
     carried, to_init = shared, mb.draft_vocab_size - shared
 
-    names = token_strings(tokenizer)
-
-    def tok(i: int) -> str | None:
-        return names(int(i)) if names else None
-
-    diff_rows = []
-    for s in np.flatnonzero(~agree_mask)[:show]:
-        diff_rows.append(
-            {"slot": int(s), "a": int(ids_a[s]), "b": int(ids_b[s]), "a_token": tok(ids_a[s]), "b_token": tok(ids_b[s])}
-        )
-    only_a_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_a & ~mask_b)[:show]]
-    only_b_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_b & ~mask_a)[:show]]
-
-    freq = None
-    if frequencies is not None:
-        counts = frequencies if isinstance(frequencies, np.ndarray) else load_frequencies(frequencies)
-        counts = np.pad(counts[:v], (0, max(0, v - len(counts))))
-        tot = float(counts.sum()) or 1.0
-        freq = {
-            "total": float(counts.sum()),
-            "mass_a": float(counts[mask_a].sum() / tot),
-            "mass_b": float(counts[mask_b].sum() / tot),
-            "mass_shared": float(counts[mask_a & mask_b].sum() / tot),
-            "mass_only_a": float(counts[mask_a & ~mask_b].sum() / tot),
-            "mass_only_b": float(counts[mask_b & ~mask_a].sum() / tot),
-        }
-
+    diff_rows, only_a_rows, only_b_rows = _examples(ids_a, ids_b, agree_mask, mask_a, mask_b, tokenizer, show)
+    freq = None if frequencies is None else _token_mass(frequencies, v, mask_a, mask_b)
     verdict = _verdict(total, agree, shared, carried, to_init, mb.draft_vocab_size)
     return VocabDiff(
         a=_side(ma),
@@ -284,6 +259,44 @@ def diff_vocab(
         only_b_tokens=only_b_rows,
         frequency=freq,
     )
+
+
+def _examples(
+    ids_a: np.ndarray,
+    ids_b: np.ndarray,
+    agree_mask: np.ndarray,
+    mask_a: np.ndarray,
+    mask_b: np.ndarray,
+    tokenizer: str | Path | None,
+    show: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The first ``show`` differing slots and one-sided tokens, with token strings when a tokenizer is given."""
+    names = token_strings(tokenizer)
+
+    def tok(i: int) -> str | None:
+        return names(int(i)) if names else None
+
+    diff_rows = [
+        {"slot": int(s), "a": int(ids_a[s]), "b": int(ids_b[s]), "a_token": tok(ids_a[s]), "b_token": tok(ids_b[s])}
+        for s in np.flatnonzero(~agree_mask)[:show]
+    ]
+    only_a_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_a & ~mask_b)[:show]]
+    only_b_rows = [{"id": int(i), "token": tok(i)} for i in np.flatnonzero(mask_b & ~mask_a)[:show]]
+    return diff_rows, only_a_rows, only_b_rows
+
+
+def _token_mass(frequencies: Any, v: int, mask_a: np.ndarray, mask_b: np.ndarray) -> dict[str, float]:
+    counts = frequencies if isinstance(frequencies, np.ndarray) else load_frequencies(frequencies)
+    counts = np.pad(counts[:v], (0, max(0, v - len(counts))))
+    tot = float(counts.sum()) or 1.0
+    return {
+        "total": float(counts.sum()),
+        "mass_a": float(counts[mask_a].sum() / tot),
+        "mass_b": float(counts[mask_b].sum() / tot),
+        "mass_shared": float(counts[mask_a & mask_b].sum() / tot),
+        "mass_only_a": float(counts[mask_a & ~mask_b].sum() / tot),
+        "mass_only_b": float(counts[mask_b & ~mask_a].sum() / tot),
+    }
 
 
 def _verdict(total: int, agree: int, shared: int, carried: int, to_init: int, vd_b: int) -> str:

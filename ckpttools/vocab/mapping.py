@@ -210,8 +210,33 @@ class VocabMapping:
     # -- checks -------------------------------------------------------------------------
     def problems(self) -> list[MappingProblem]:
         """Everything wrong or notable: dtype, range, duplicates, t2d agreement, order, sizes."""
+        out = self._dtype_problems() + self._id_problems() + self._t2d_problems()
+        vd = self.draft_vocab_size
+        if self.config_draft_vocab_size is not None and self.config_draft_vocab_size != vd:
+            out.append(
+                MappingProblem(
+                    "d2t-length",
+                    "error",
+                    f"d2t has {vd} slots but config draft_vocab_size is {self.config_draft_vocab_size}",
+                )
+            )
+        if self.order != "ascending":
+            out.append(
+                MappingProblem(
+                    "order",
+                    "info",
+                    "slots are not in ascending target-id order (ModelOpt's frequency order); "
+                    "valid for SGLang and vLLM, which read d2t as is",
+                )
+            )
+        if self.is_identity:
+            out.append(
+                MappingProblem("identity", "info", "d2t is all zeros with Vd == V: the identity (full-vocab) map")
+            )
+        return out
+
+    def _dtype_problems(self) -> list[MappingProblem]:
         out: list[MappingProblem] = []
-        ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
         for key, dt in self.given_dtypes.items():
             if key in ("d2t", "ids") and dt != "int64":
                 out.append(
@@ -221,6 +246,12 @@ class VocabMapping:
                 )
             if key == "t2d" and dt != "bool":
                 out.append(MappingProblem("t2d-dtype", "warning", f"t2d is {dt}; expected bool", "t2d"))
+        return out
+
+    def _id_problems(self) -> list[MappingProblem]:
+        """Target ids in range and distinct."""
+        out: list[MappingProblem] = []
+        ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
         if vd and ids.min() < 0:
             bad = int(np.flatnonzero(ids < 0)[0])
             out.append(
@@ -244,43 +275,29 @@ class VocabMapping:
                     "d2t-duplicates", "error", f"{vd - len(uniq)} draft slot(s) repeat a target id (e.g. {dup})"
                 )
             )
-        if self.given_t2d is not None:
-            t = self.given_t2d
-            if v is not None and len(t) != v:
-                out.append(
-                    MappingProblem("t2d-length", "error", f"t2d has length {len(t)} but the target vocab is {v}", "t2d")
-                )
-            nz = np.flatnonzero(t)
-            if len(nz) != vd or not np.array_equal(nz, np.sort(ids)):
-                out.append(
-                    MappingProblem(
-                        "t2d-mismatch",
-                        "error",
-                        f"t2d marks {len(nz)} tokens but d2t maps {vd}, and the sets differ "
-                        f"in {len(np.setxor1d(nz, ids))} token(s)",
-                        "t2d",
-                    )
-                )
-        if self.config_draft_vocab_size is not None and self.config_draft_vocab_size != vd:
+        return out
+
+    def _t2d_problems(self) -> list[MappingProblem]:
+        """A given t2d agrees with d2t and with the vocabulary size."""
+        out: list[MappingProblem] = []
+        ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
+        t = self.given_t2d
+        if t is None:
+            return out
+        if v is not None and len(t) != v:
+            out.append(
+                MappingProblem("t2d-length", "error", f"t2d has length {len(t)} but the target vocab is {v}", "t2d")
+            )
+        nz = np.flatnonzero(t)
+        if len(nz) != vd or not np.array_equal(nz, np.sort(ids)):
             out.append(
                 MappingProblem(
-                    "d2t-length",
+                    "t2d-mismatch",
                     "error",
-                    f"d2t has {vd} slots but config draft_vocab_size is {self.config_draft_vocab_size}",
+                    f"t2d marks {len(nz)} tokens but d2t maps {vd}, and the sets differ "
+                    f"in {len(np.setxor1d(nz, ids))} token(s)",
+                    "t2d",
                 )
-            )
-        if self.order != "ascending":
-            out.append(
-                MappingProblem(
-                    "order",
-                    "info",
-                    "slots are not in ascending target-id order (ModelOpt's frequency order); "
-                    "valid for SGLang and vLLM, which read d2t as is",
-                )
-            )
-        if self.is_identity:
-            out.append(
-                MappingProblem("identity", "info", "d2t is all zeros with Vd == V: the identity (full-vocab) map")
             )
         return out
 
