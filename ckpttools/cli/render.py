@@ -45,73 +45,75 @@ def _fmt(v: Any) -> str:
 
 def render_inspect(r: Any, all_tensors: bool = False) -> str:
     out = [f"{r.source}", f"  kind: {r.kind} ({r.kind_description})"]
-    for e in r.evidence:
-        out.append(f"    - {e}")
-    if r.config is None:
-        out.append("config: none (no config.json)")
-    else:
-        out.append("config:")
-        src = r.config.get("sources", {})
-        rows = []
-        for k in _CONFIG_ROWS:
-            v = r.config.get(k)
-            if k == "draft_vocab_size" and r.config.get("draft_vocab_size_present") and v is None:
-                v = "null (full vocabulary)"
-            where = src.get(k, "")
-            rows.append((k, _fmt(v), where if where and not where.startswith("$." + k) else ""))
-        out.append(table(rows, ("field", "value", "from")))
-        if r.context_length:
-            out.append(f"  context length: {r.context_length}")
+    out += [f"    - {e}" for e in r.evidence]
+    out += _inspect_config(r)
     out.append(
         f"weights: {r.num_tensors} tensors, {human_count(r.total_params)} params, "
         f"{human_bytes(r.total_bytes)} in {len(r.files)} file(s)"
     )
-    out.append(
-        table(
-            [
-                (d, v["tensors"], human_count(v["params"]), human_bytes(v["bytes"]))
-                for d, v in sorted(r.by_dtype.items())
-            ],
-            ("dtype", "tensors", "params", "bytes"),
-        )
-    )
+    dtypes = [
+        (d, v["tensors"], human_count(v["params"]), human_bytes(v["bytes"])) for d, v in sorted(r.by_dtype.items())
+    ]
+    out.append(table(dtypes, ("dtype", "tensors", "params", "bytes")))
     if len(r.files) > 1:
         out.append(f"  shards: {len(r.files)} ({r.files[0]['file']} ... {r.files[-1]['file']})")
-    vm = r.vocab_mapping
-    if vm:
-        out.append("vocab mapping:")
-        if "error" in vm:
-            out.append(f"  unreadable: {vm['error']}")
-        else:
-            agree = {None: "no t2d", True: "t2d agrees with d2t", False: "t2d DISAGREES with d2t"}[vm["t2d_agrees"]]
-            out.append(
-                f"  Vd {vm['draft_vocab_size']} -> V {_fmt(vm['target_vocab_size'])}; {vm['order']} order; "
-                f"d2t offsets [{vm['d2t_min']}, {vm['d2t_max']}]; target ids [{vm['target_id_min']}, "
-                f"{vm['target_id_max']}]; {agree}" + ("; identity map" if vm["identity"] else "")
-            )
-            out.append(f"  dtypes: {_fmt(vm['dtypes'])}")
-            for p in vm["problems"]:
-                out.append(f"  {p['severity']}: {p['message']}")
-    for n in r.notes:
-        out.append(f"note: {n}")
+    out += _inspect_mapping(r.vocab_mapping)
+    out += [f"note: {n}" for n in r.notes]
     if r.tensors is not None:
-        trows: list[dict[str, Any]] = r.tensors if all_tensors else group_tensor_rows(r.tensors)
-        grouped = "" if all_tensors or len(trows) == len(r.tensors) else f", {len(trows)} rows (--all-tensors for each)"
-        out.append(f"tensors ({len(r.tensors)}{grouped}):")
-        counted = any(t.get("count", 1) > 1 for t in trows)
-        cells = [
-            (
-                t["name"],
-                t["dtype"],
-                "x".join(map(str, t["shape"])) or "scalar",
-                human_bytes(t["bytes"]),
-                t["shard"],
-                *([f"x{t['count']:,}" if t.get("count", 1) > 1 else ""] if counted else []),
-            )
-            for t in trows
-        ]
-        out.append(table(cells, ("name", "dtype", "shape", "size", "shard", *(["count"] if counted else []))))
+        out += _inspect_tensors(r.tensors, all_tensors)
     return "\n".join(out)
+
+
+def _inspect_config(r: Any) -> list[str]:
+    if r.config is None:
+        return ["config: none (no config.json)"]
+    src = r.config.get("sources", {})
+    rows = []
+    for k in _CONFIG_ROWS:
+        v = r.config.get(k)
+        if k == "draft_vocab_size" and r.config.get("draft_vocab_size_present") and v is None:
+            v = "null (full vocabulary)"
+        where = src.get(k, "")
+        rows.append((k, _fmt(v), where if where and not where.startswith("$." + k) else ""))
+    out = ["config:", table(rows, ("field", "value", "from"))]
+    if r.context_length:
+        out.append(f"  context length: {r.context_length}")
+    return out
+
+
+def _inspect_mapping(vm: dict[str, Any] | None) -> list[str]:
+    if not vm:
+        return []
+    if "error" in vm:
+        return ["vocab mapping:", f"  unreadable: {vm['error']}"]
+    agree = {None: "no t2d", True: "t2d agrees with d2t", False: "t2d DISAGREES with d2t"}[vm["t2d_agrees"]]
+    out = [
+        "vocab mapping:",
+        f"  Vd {vm['draft_vocab_size']} -> V {_fmt(vm['target_vocab_size'])}; {vm['order']} order; "
+        f"d2t offsets [{vm['d2t_min']}, {vm['d2t_max']}]; target ids [{vm['target_id_min']}, "
+        f"{vm['target_id_max']}]; {agree}" + ("; identity map" if vm["identity"] else ""),
+        f"  dtypes: {_fmt(vm['dtypes'])}",
+    ]
+    return out + [f"  {p['severity']}: {p['message']}" for p in vm["problems"]]
+
+
+def _inspect_tensors(tensors: list[dict[str, Any]], all_tensors: bool) -> list[str]:
+    trows = tensors if all_tensors else group_tensor_rows(tensors)
+    grouped = "" if all_tensors or len(trows) == len(tensors) else f", {len(trows)} rows (--all-tensors for each)"
+    counted = any(t.get("count", 1) > 1 for t in trows)
+    cells = [
+        (
+            t["name"],
+            t["dtype"],
+            "x".join(map(str, t["shape"])) or "scalar",
+            human_bytes(t["bytes"]),
+            t["shard"],
+            *([f"x{t['count']:,}" if t.get("count", 1) > 1 else ""] if counted else []),
+        )
+        for t in trows
+    ]
+    head = ("name", "dtype", "shape", "size", "shard", *(["count"] if counted else []))
+    return [f"tensors ({len(tensors)}{grouped}):", table(cells, head)]
 
 
 def render_diff_vocab(d: Any) -> str:

@@ -103,39 +103,25 @@ def inspect(
         >>> inspect("./drafter").kind  # doctest: +SKIP
         'sglang'
     """
-    ck = source if isinstance(source, Checkpoint) else open_checkpoint(source, revision)
+    if isinstance(source, Checkpoint):
+        return _inspect(source, tensors, filter)
+    with open_checkpoint(source, revision) as ck:
+        return _inspect(ck, tensors, filter)
+
+
+def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport:
     flavor = detect_flavor(ck.config, ck.tensors.keys())
     ess = essentials(ck.config) if ck.config is not None else None
-    ctx, _ = context_length(ck.config)
-
     by_dtype = _by_dtype(ck)
-    total_p = sum(d["params"] for d in by_dtype.values())
-    total_b = sum(d["bytes"] for d in by_dtype.values())
-    files = []
-    for name, h in ck.headers.items():
-        files.append({"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.tensors)})
+    files = [
+        {"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.tensors)}
+        for name, h in ck.headers.items()
+    ]
     metadata: dict[str, str] = {}
     for h in ck.headers.values():
         metadata.update(h.metadata)
-
-    mapping = None
     notes: list[str] = [f"config {where} {why}: ignored" for where, why in (ess.invalid.items() if ess else ())]
-    if flavor.has_d2t or flavor.has_t2d:
-        from ckpttools.errors import MappingError
-        from ckpttools.vocab.mapping import VocabMapping
-
-        try:
-            m = VocabMapping.from_checkpoint(ck, allow_missing=True)
-            mapping = m.summary() if m is not None else None
-        except MappingError as e:
-            mapping = {"error": str(e)}
-    elif flavor.is_drafter and ess is not None:
-        vd, v = ess.draft_vocab_size, ess.vocab_size
-        if isinstance(vd, int) and isinstance(v, int) and vd < v:
-            from ckpttools.vocab.mapping import missing_mapping_message
-
-            notes.append(missing_mapping_message(vd, v))
-
+    mapping = _mapping_summary(ck, flavor, ess, notes)
     rows = None
     if tensors:
         rows = [
@@ -150,14 +136,34 @@ def inspect(
         kind_description=flavor.description,
         evidence=flavor.evidence,
         config=ess.to_dict() if ess is not None else None,
-        context_length=ctx,
+        context_length=context_length(ck.config)[0],
         files=files,
         num_tensors=len(ck.tensors),
-        total_params=total_p,
-        total_bytes=total_b,
+        total_params=sum(d["params"] for d in by_dtype.values()),
+        total_bytes=sum(d["bytes"] for d in by_dtype.values()),
         by_dtype=by_dtype,
         metadata=metadata,
         vocab_mapping=mapping,
         tensors=rows,
         notes=notes,
     )
+
+
+def _mapping_summary(ck: Checkpoint, flavor: Any, ess: Any, notes: list[str]) -> dict[str, Any] | None:
+    """The d2t/t2d summary (read from the tensors), or a note when a reduced head has none."""
+    if flavor.has_d2t or flavor.has_t2d:
+        from ckpttools.errors import MappingError
+        from ckpttools.vocab.mapping import VocabMapping
+
+        try:
+            m = VocabMapping.from_checkpoint(ck, allow_missing=True)
+            return m.summary() if m is not None else None
+        except MappingError as e:
+            return {"error": str(e)}
+    if flavor.is_drafter and ess is not None:
+        vd, v = ess.draft_vocab_size, ess.vocab_size
+        if isinstance(vd, int) and isinstance(v, int) and vd < v:
+            from ckpttools.vocab.mapping import missing_mapping_message
+
+            notes.append(missing_mapping_message(vd, v))
+    return None
