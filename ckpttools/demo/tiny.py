@@ -17,6 +17,7 @@ import numpy as np
 
 from ckpttools.errors import ConfigError
 from ckpttools.formats.conventions import CONFIG_DTYPE
+from ckpttools.io.fsutil import write_text_atomic
 from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
 __all__ = [
@@ -525,22 +526,34 @@ def build_known_pair(
     """
     root = Path(root)
     e = _known_embedding()
-    ids = np.arange(KNOWN_V)
-    head = e if target == "repeat" else e[swap_pairs(ids)]
+    tpath = _known_target(root / f"target-{target}", target, e, num_layers, force)
+    dpath = _known_drafter(
+        root / f"drafter-{drafter}-{drafter_flavor}", drafter, drafter_flavor, e, aux_layer_ids, force
+    )
+    return tpath, dpath
+
+
+def _passthrough_weight(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Layers that add nothing (zero output projections, unit norms); the rest small and seeded by name."""
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        return np.zeros(shape, np.float32)
+    if "norm" in name:
+        return np.ones(shape, np.float32)
+    return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
+
+
+def _known_target(out: Path, target: str, e: np.ndarray, num_layers: int, force: bool) -> Path:
+    head = e if target == "repeat" else e[swap_pairs(np.arange(KNOWN_V))]
 
     def tw(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name == "model.embed_tokens.weight":
             return e
         if name == "lm_head.weight":
             return head
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return np.zeros(shape, np.float32)
-        if "norm" in name:
-            return np.ones(shape, np.float32)
-        return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
+        return _passthrough_weight(name, shape)
 
     tpath = build_target(
-        root / f"target-{target}",
+        out,
         hidden_size=KNOWN_H,
         num_layers=num_layers,
         num_heads=2,
@@ -552,29 +565,29 @@ def build_known_pair(
     )
     cfg = json.loads((tpath / "config.json").read_text())
     cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
-    (tpath / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    write_text_atomic(tpath / "config.json", json.dumps(cfg, indent=2) + "\n")
+    return tpath
 
+
+def _known_drafter(
+    out: Path, drafter: str, flavor: str, e: np.ndarray, aux_layer_ids: Sequence[int], force: bool
+) -> Path:
     draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
     pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
-    H = KNOWN_H
 
     def dw(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name == "fc.weight":
             w = np.zeros(shape, np.float32)
-            w[:, :H] = np.eye(H, dtype=np.float32)
+            w[:, :KNOWN_H] = np.eye(KNOWN_H, dtype=np.float32)
             return w
         if name == "lm_head.weight":
             return e[pred]
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return np.zeros(shape, np.float32)
-        if "norm" in name or "layernorm" in name:
-            return np.ones(shape, np.float32)
-        return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
+        return _passthrough_weight(name, shape)
 
-    dpath = build_drafter(
-        root / f"drafter-{drafter}-{drafter_flavor}",
-        drafter_flavor,
-        hidden_size=H,
+    return build_drafter(
+        out,
+        flavor,
+        hidden_size=KNOWN_H,
         num_heads=2,
         num_kv_heads=2,
         intermediate_size=128,
@@ -586,7 +599,6 @@ def build_known_pair(
         config_overrides={"bos_token_id": 0, "eos_token_id": 1},
         force=force,
     )
-    return tpath, dpath
 
 
 def known_prompts(n: int = 8, length: int = 8, seed: int = 0) -> list[list[int]]:
