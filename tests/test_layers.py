@@ -106,3 +106,18 @@ def test_library_messages_never_name_cli_flags() -> None:
                 if not engine_flags.match(m.group(0)):
                     bad.append(f"{path.relative_to(PKG)}:{node.lineno}: {m.group(0)}")
     assert not bad, bad
+
+
+def test_no_function_over_60_lines() -> None:
+    """Functions a reader can hold: at most 60 lines from ``def`` to the end, the docstring not counted."""
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    n -= first.end_lineno - first.lineno + 1  # type: ignore[operator]
+                if n > 60:
+                    long.append(f"{path.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, long

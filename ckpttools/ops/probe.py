@@ -271,6 +271,25 @@ class TorchSpeculator:
         return {"tokens": out[:max_new_tokens], "verify_steps": verify_steps, "accepted": accepted, "histogram": hist}
 
 
+def _one(spec: TorchSpeculator, i: int, p: Any, max_new_tokens: int, steps: int) -> RequestResult:
+    t = time.perf_counter()
+    g = spec.generate(list(p.input_ids or []), max_new_tokens)
+    r = RequestResult(
+        i,
+        p.category,
+        completion_tokens=len(g["tokens"]),
+        verify_steps=g["verify_steps"],
+        accepted_drafts=g["accepted"],
+        proposed_drafts=g["verify_steps"] * steps,
+        latency_s=time.perf_counter() - t,
+        histogram=g["histogram"],
+        source="torch probe: 1 + accepted drafts / verify steps",
+    )
+    r.accept_length = 1 + (r.accepted_drafts or 0) / r.verify_steps if r.verify_steps else None
+    r.extra["tokens"] = g["tokens"]
+    return r
+
+
 def verify_torch(
     target: str | Path,
     drafter: str | Path,
@@ -305,25 +324,8 @@ def verify_torch(
         "dtype": str(spec.dtype).removeprefix("torch."),
         "aux_layer_ids": spec.drafter.aux_ids,
     }
-    results: list[RequestResult] = []
     t0 = time.perf_counter()
-    for i, p in enumerate(plist):
-        t = time.perf_counter()
-        g = spec.generate(list(p.input_ids or []), max_new_tokens)
-        r = RequestResult(
-            i,
-            p.category,
-            completion_tokens=len(g["tokens"]),
-            verify_steps=g["verify_steps"],
-            accepted_drafts=g["accepted"],
-            proposed_drafts=g["verify_steps"] * steps,
-            latency_s=time.perf_counter() - t,
-            histogram=g["histogram"],
-            source="torch probe: 1 + accepted drafts / verify steps",
-        )
-        r.accept_length = 1 + (r.accepted_drafts or 0) / r.verify_steps if r.verify_steps else None
-        r.extra["tokens"] = g["tokens"]
-        results.append(r)
+    results = [_one(spec, i, p, max_new_tokens, steps) for i, p in enumerate(plist)]
     summarize(results, rep, steps)
     wall = time.perf_counter() - t0
     rep.output_tokens_per_s = rep.output_tokens / wall if wall else None

@@ -406,10 +406,8 @@ def verify(
         eng, rep = _connect(host, engine, client, len(plist), min_accept_len)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
-        before = eng.metrics() if rep.engine == "vllm" else None
-        steps = rep.server.get("speculative_num_steps")
-        steps = steps if type(steps) is int and steps > 0 else None
-        results, wall, stop = _measure(
+        results = _measure_into(
+            rep,
             eng,
             plist,
             max_new_tokens=max_new_tokens,
@@ -418,14 +416,7 @@ def verify(
             concurrency=concurrency,
             min_accept_len=min_accept_len,
             progress=progress,
-            per_request_metrics=rep.engine == "vllm" and concurrency <= 1,
-            steps=steps,
         )
-        summarize(results, rep, steps)
-        rep.stopped_early = stop
-        rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
-        if before is not None:
-            _run_delta(rep, before, eng.metrics())
         if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
         if baseline_host is not None:
@@ -433,20 +424,40 @@ def verify(
             rep.baseline = _baseline(
                 baseline_host, client, base_prompts, max_new_tokens, temperature, ignore_eos, concurrency
             )
-            if rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
-                rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
-        if min_accept_len is not None:
-            rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
-        if server is not None and rep.engine == "sglang":
-            from ckpttools.engines.launch import parse_sglang_accept_lens
-
-            rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
-        rep.verdict = verdict_line(rep)
+        _conclude(rep, server)
         return rep
     finally:
         if server is not None:
             server.stop()
         client.close()
+
+
+def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -> list[RequestResult]:
+    """Run the prompts and put the figures into ``rep``: per request, and for vLLM from its counters."""
+    before = eng.metrics() if rep.engine == "vllm" else None
+    steps = rep.server.get("speculative_num_steps")
+    steps = steps if type(steps) is int and steps > 0 else None
+    per_request = rep.engine == "vllm" and kw["concurrency"] <= 1
+    results, wall, stop = _measure(eng, plist, per_request_metrics=per_request, steps=steps, **kw)
+    summarize(results, rep, steps)
+    rep.stopped_early = stop
+    rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
+    if before is not None:
+        _run_delta(rep, before, eng.metrics())
+    return results
+
+
+def _conclude(rep: VerifyReport, server: Any) -> None:
+    """Speedup, pass/fail, the launched server's own log figures, and the verdict."""
+    if rep.baseline and rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
+        rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
+    if rep.min_accept_len is not None:
+        rep.passed = rep.accept_length is not None and rep.accept_length >= rep.min_accept_len
+    if server is not None and rep.engine == "sglang":
+        from ckpttools.engines.launch import parse_sglang_accept_lens
+
+        rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
+    rep.verdict = verdict_line(rep)
 
 
 def _connect(
