@@ -143,7 +143,7 @@ def test_hub_repo_id_resolves_through_the_offline_cache(ckpts, tmp_path):
     assert json.loads(r.stdout)["kind"] == "eagle"
     r = run_ckpt("inspect", "acme/not-cached", env=env, cwd=tmp_path)
     assert r.returncode == 2
-    assert "not in the local Hugging Face cache" in r.stderr
+    assert "not in the local cache" in r.stderr
 
 
 def test_duplicate_tensor_across_shards_is_an_error(tmp_path):

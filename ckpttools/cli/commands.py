@@ -213,6 +213,12 @@ def vocab_build_cmd(
 @click.argument("drafter")
 @click.option("--target", help="The target: a checkpoint directory, Hub repo id, or its config.json.")
 @click.option("--deep", is_flag=True, help="Stream every tensor (bounded memory): NaN/Inf, zero or constant heads.")
+@click.option(
+    "--max-download",
+    default="20GB",
+    show_default=True,
+    help="With --deep on a Hub repo: the most to download; a larger repo is refused before any transfer.",
+)
 @click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
 @click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
@@ -222,6 +228,7 @@ def validate_cmd(
     drafter: str,
     target: str | None,
     deep: bool,
+    max_download: str,
     do_fix: bool,
     out: str | None,
     in_place: bool,
@@ -253,7 +260,7 @@ def validate_cmd(
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
 
-    r = validate(drafter, target, deep=deep)
+    r = validate(drafter, target, deep=deep, max_download=max_download)
     _show(r, as_json, render_validation)
     sys.exit(0 if r.ok else 1)
 

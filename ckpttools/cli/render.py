@@ -43,9 +43,21 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def hub_line(hub: dict[str, Any] | None) -> list[str]:
+    """Which commit of a Hub repo was read, and what reading it cost."""
+    if not hub:
+        return []
+    asked = f"@{hub['revision']}" if hub.get("revision") else ""
+    return [
+        f"  hub: {hub['repo']}{asked} at commit {hub['commit']}; read by range: {human_bytes(hub['range_bytes'])} "
+        f"in {hub['range_requests']} request(s) (config and index through the Hugging Face cache)"
+    ]
+
+
 def render_inspect(r: Any, all_tensors: bool = False) -> str:
     out = [f"{r.source}", f"  kind: {r.kind} ({r.kind_description})"]
     out += [f"    - {e}" for e in r.evidence]
+    out += hub_line(r.hub)
     out += _inspect_config(r)
     out.append(
         f"weights: {r.num_tensors} tensors, {human_count(r.total_params)} params, "
@@ -182,7 +194,7 @@ def render_build(r: Any) -> str:
 def render_validation(r: Any) -> str:
     c = r.counts()
     head = f"{r.drafter}" + (f" against {r.target}" if r.target else "") + f" (checked: {', '.join(r.checked)})"
-    out = [head]
+    out = [head, *hub_line(r.hub)]
     for sev in ("error", "warning", "info"):
         items = [f for f in r.findings if f.severity == sev]
         if not items:

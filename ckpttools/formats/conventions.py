@@ -3,11 +3,13 @@ SGLang's default captures, and where a target's config is read from."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.io.hub import REPO_REF, HubRepo, split_ref
 
 __all__ = ["CONFIG_DTYPE", "ST_DTYPE", "AUX_ID_CONVENTION", "sglang_default_aux_ids", "load_target_config"]
 
@@ -52,6 +54,11 @@ def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any],
         return load_config(p), str(p)
     if p.is_dir() and (p / "config.json").is_file():
         return load_config(p / "config.json"), str(p)
+    if not os.path.lexists(p) and REPO_REF.match(str(target)):  # a Hub repo: its config.json, nothing more
+        repo = HubRepo.resolve(*split_ref(str(target)))
+        if "config.json" not in repo.files:
+            raise ConfigError(f"{target}: the target repo has no config.json", path=str(target))
+        return load_config(repo.download("config.json")), f"{target} (commit {repo.commit})"
     with open_checkpoint(target) as ck:
         if ck.config is None:
             raise ConfigError(f"{target}: the target has no config.json", path=str(target))

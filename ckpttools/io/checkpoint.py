@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import itemgetter
@@ -22,11 +21,11 @@ from ckpttools.errors import (
     CheckpointFormatError,
     CheckpointNotFoundError,
     ConfigError,
-    HubError,
     NoWeightsError,
     PickleRefusedError,
     UnsafePathError,
 )
+from ckpttools.io.hub import REPO_REF
 from ckpttools.io.safetensors_header import ShardHeader, TensorInfo, read_header
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoint", "open_checkpoint", "numpy_dtype", "load_config", "PICKLE_SUFFIXES"]
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 INDEX_NAME = "model.safetensors.index.json"
 
 
@@ -155,6 +153,7 @@ class Checkpoint:
         config_path: Path | None,
         index_path: Path | None = None,
         revision: str | None = None,
+        headers: dict[str, ShardHeader] | None = None,
     ) -> None:
         self.source = source
         self.root = root
@@ -167,12 +166,14 @@ class Checkpoint:
         self._shard_paths: dict[str, Path] = {}
         self._maps: dict[str, Any] = {}
         self._fds: dict[str, int] = {}
+        #: the Hub repo and commit this checkpoint was read from (None: a local one)
+        self.hub: Any = None
         with _gc_paused():  # tens of thousands of acyclic objects: no garbage to find, only time to lose
-            self._read_headers(shards)
+            self._read_headers(shards, headers or {})
 
-    def _read_headers(self, shards: list[tuple[str, Path]]) -> None:
+    def _read_headers(self, shards: list[tuple[str, Path]], given: dict[str, ShardHeader]) -> None:
         for name, p in shards:
-            hdr = read_header(p, name)
+            hdr = given.get(name) or read_header(p, name)
             self.headers[name] = hdr
             self._shard_paths[name] = p
             common = hdr.tensors.keys() & self.tensors.keys()  # in C
@@ -249,10 +250,9 @@ class Checkpoint:
             yield np.zeros(t.shape, dtype=dt)
             return
         step = max(1, chunk_bytes // row_bytes)
-        fd = self._fd(t.shard)
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
-            buf = os.pread(fd, (r1 - r0) * row_bytes, t.start + r0 * row_bytes)
+            buf = self._pread(t.shard, (r1 - r0) * row_bytes, t.start + r0 * row_bytes)
             if len(buf) != (r1 - r0) * row_bytes:
                 raise CheckpointFormatError(f"{t.shard}: short read in {name!r}", tensor=name)
             a = np.frombuffer(buf, dtype=dt).reshape((r1 - r0, *row_shape))
@@ -275,19 +275,23 @@ class Checkpoint:
         if not len(idx):
             return out
         flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), row_bytes)
-        fd = self._fd(t.shard)
         # coalesce runs of consecutive rows into one read each
-        i = 0
-        while i < len(idx):
-            j = i + 1
-            while j < len(idx) and idx[j] == idx[j - 1] + 1:
-                j += 1
-            buf = os.pread(fd, (j - i) * row_bytes, t.start + int(idx[i]) * row_bytes)
+        brk = np.flatnonzero(idx[1:] != idx[:-1] + 1) + 1
+        starts, ends = np.concatenate([[0], brk]).tolist(), np.concatenate([brk, [len(idx)]]).tolist()
+        reads = [((j - i) * row_bytes, t.start + int(idx[i]) * row_bytes) for i, j in zip(starts, ends)]
+        for i, j, buf in zip(starts, ends, self._pread_many(t.shard, reads)):
             if len(buf) != (j - i) * row_bytes:
                 raise CheckpointFormatError(f"{t.shard}: short read in {name!r} (the file shrank?)", tensor=name)
             flat[i:j] = np.frombuffer(buf, dtype=np.uint8).reshape(j - i, row_bytes)
-            i = j
         return out
+
+    def _pread(self, shard: str, n: int, offset: int) -> bytes:
+        """``n`` bytes of a shard at ``offset``: the one primitive every positioned read goes through."""
+        return os.pread(self._fd(shard), n, offset)
+
+    def _pread_many(self, shard: str, reads: list[tuple[int, int]]) -> Iterator[bytes]:
+        """Several positioned reads of one shard, in order."""
+        return (self._pread(shard, n, off) for n, off in reads)
 
     def _fd(self, shard: str) -> int:
         fd = self._fds.get(shard)
@@ -311,6 +315,18 @@ class Checkpoint:
         if m is None or a == b:
             return np.zeros(shape, dtype=dt)
         return m[a:b].view(dt).reshape(shape)
+
+    def hub_record(self) -> dict[str, Any] | None:
+        """For a checkpoint read from the Hub: the repo, commit and sha256 of its files (for manifests)."""
+        if self.hub is None:
+            return None
+        return self.hub.record(self.hub_files())
+
+    def hub_files(self) -> list[str]:
+        """The repo paths this checkpoint is made of (config, index, shards)."""
+        names = ["config.json"] if self.config is not None else []
+        names += [self.index_path.name] if self.index_path is not None else []
+        return names + list(self.headers)
 
     def close(self) -> None:
         self._maps.clear()
@@ -352,21 +368,7 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
                 )
             shards.append((name, p))
         ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
-        norm = {rel: os.path.normpath(rel) for rel in set(weight_map.values())}
-        if all(k == v for k, v in norm.items()) and len(weight_map) == len(ck.tensors):
-            # the usual case, compared in C: every tensor in the shard the index names
-            if weight_map == dict(zip(ck.tensors.keys(), map(_SHARD, ck.tensors.values()))):
-                return ck
-        for tname, rel in weight_map.items():
-            t = ck.tensors.get(tname)
-            if t is None or t.shard != norm[rel]:
-                where = "no shard holds it" if t is None else f"it is in {t.shard}"
-                raise CheckpointFormatError(
-                    f"{index_path.name} maps tensor {tname!r} to {rel}, but {where}",
-                    path=index_path,
-                    tensor=tname,
-                    hint="the index is stale or damaged: fix or regenerate it",
-                )
+        _check_index(ck, weight_map, index_path.name, index_path)
         return ck
     files = sorted(root.glob("*.safetensors"))
     if not files:
@@ -378,6 +380,25 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
 
 
 _SHARD = itemgetter(3)
+
+
+def _check_index(ck: Checkpoint, weight_map: dict[str, str], index_name: str, where: str | Path) -> None:
+    """Every tensor the index names is in the shard it names, and no other tensor exists."""
+    norm = {rel: os.path.normpath(rel) for rel in set(weight_map.values())}
+    if all(k == v for k, v in norm.items()) and len(weight_map) == len(ck.tensors):
+        # the usual case, compared in C: every tensor in the shard the index names
+        if weight_map == dict(zip(ck.tensors.keys(), map(_SHARD, ck.tensors.values()))):
+            return
+    for tname, rel in weight_map.items():
+        t = ck.tensors.get(tname)
+        if t is None or t.shard != norm[rel]:
+            where_t = "no shard holds it" if t is None else f"it is in {t.shard}"
+            raise CheckpointFormatError(
+                f"{index_name} maps tensor {tname!r} to {rel}, but {where_t}",
+                path=where,
+                tensor=tname,
+                hint="the index is stale or damaged: fix or regenerate it",
+            )
 
 
 def _read_index(index_path: Path) -> dict[str, str]:
@@ -398,42 +419,118 @@ def _read_index(index_path: Path) -> dict[str, str]:
     return weight_map
 
 
-def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import (
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
-    except ImportError as e:  # pragma: no cover - it is a dependency
-        raise HubError(f"huggingface_hub is not importable: {e}") from None
-    try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"],
-        )
-    except LocalEntryNotFoundError:
-        raise CheckpointNotFoundError(
-            f"{repo_id}{'@' + revision if revision else ''}: not in the local Hugging Face cache",
-            path=repo_id,
-            hint="download it first (`hf download REPO`), or unset HF_HUB_OFFLINE",
-        ) from None
-    except (RepositoryNotFoundError, RevisionNotFoundError) as e:
-        raise CheckpointNotFoundError(f"{repo_id}: {e.__class__.__name__} on the Hub", path=repo_id) from None
-    except OSError as e:  # network and HTTP failures are not "not found"
-        raise HubError(f"{repo_id}: could not reach the Hub ({e.__class__.__name__}: {e})", url=repo_id) from None
-    return Path(path)
+class RemoteCheckpoint(Checkpoint):
+    """A checkpoint on the Hub: headers read by range request, tensor bytes fetched on demand.
+
+    Nothing but headers is transferred until a tensor is read; a read fetches exactly
+    its bytes (rows: one request per run of consecutive rows, several in flight).
+    """
+
+    def _pread(self, shard: str, n: int, offset: int) -> bytes:
+        return self.hub.fetch(shard, offset, offset + n)
+
+    def _pread_many(self, shard: str, reads: list[tuple[int, int]]) -> Iterator[bytes]:
+        return iter(self.hub.fetch_many(shard, [(off, off + n) for n, off in reads]))
+
+    def read_bytes(self, name: str) -> memoryview:
+        t = self.info(name)
+        return memoryview(self._pread(t.shard, t.end - t.start, t.start))
+
+    def _view(self, t: TensorInfo, a: int, b: int, shape: tuple[int, ...]):
+        import numpy as np
+
+        dt = numpy_dtype(t.dtype)
+        if a == b:
+            return np.zeros(shape, dtype=dt)
+        return np.frombuffer(self._pread(t.shard, b - a, a), dtype=dt).reshape(shape)
+
+    def files(self) -> list[Path]:
+        return []  # nothing local: the manifest records the Hub's sha256 instead
 
 
-def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoint:
+def _open_hub(source: str, repo_id: str, revision: str | None) -> Checkpoint:
+    """Config through huggingface_hub's cache, headers by range request: no tensor data."""
+    from ckpttools.io.hub import HubRepo
+
+    repo = HubRepo.resolve(repo_id, revision)
+    config = load_config(repo.download("config.json")) if "config.json" in repo.files else None
+    indexes = sorted(p for p in repo.files if p.endswith(".safetensors.index.json") and "/" not in p)
+    index_name = INDEX_NAME if INDEX_NAME in repo.files else (indexes[0] if indexes else None)
+    weight_map = None
+    if index_name is not None:
+        weight_map = _read_index(repo.download(index_name))
+        shards = [_inside_repo(repo, index_name, rel) for rel in dict.fromkeys(weight_map.values())]
+    else:
+        shards = sorted(p for p in repo.files if p.endswith(".safetensors") and "/" not in p)
+    if not shards:
+        pickles = sorted(p for p in repo.files if Path(p).suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise PickleRefusedError(
+                f"{repo_id}: only pickle-based weights ({pickles[0]}): ckpttools never unpickles", path=repo_id
+            )
+        raise NoWeightsError(f"{repo_id}@{repo.commit[:12]}: no .safetensors weights in this repo", path=repo_id)
+    root = Path(f"{repo_id}@{repo.commit}")
+    headers = repo.headers(shards)
+    ck = RemoteCheckpoint(
+        source,
+        root,
+        [(s, root / s) for s in shards],
+        config,
+        root / "config.json" if config is not None else None,
+        root / index_name if index_name else None,
+        repo.commit,
+        headers=headers,
+    )
+    ck.hub = repo
+    if weight_map is not None and index_name is not None:
+        _check_index(ck, weight_map, index_name, f"{repo_id}/{index_name}")
+    return ck
+
+
+def _inside_repo(repo: Any, index_name: str, rel: str) -> str:
+    """A shard the index names: a plain path inside the repo, and one the repo has."""
+    norm = os.path.normpath(rel) if rel else ""
+    if not rel or "\0" in rel or os.path.isabs(rel) or norm in ("..", ".") or norm.startswith("../"):
+        raise UnsafePathError(f"{index_name} names shard {rel!r}, which is outside {repo.repo_id}", path=rel)
+    if norm not in repo.files:
+        raise CheckpointFormatError(
+            f"{index_name} names shard {rel!r}, which {repo.repo_id}@{repo.commit[:12]} does not have",
+            path=f"{repo.repo_id}/{index_name}",
+            hint="the repo's index is stale or damaged",
+        )
+    return norm
+
+
+def _offline_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    from huggingface_hub import constants
+
+    from ckpttools.io.hub import cached_snapshot
+
+    return cached_snapshot(repo_id, revision) if constants.HF_HUB_OFFLINE else None
+
+
+def _hub_snapshot(repo_id: str, revision: str | None) -> tuple[Path, Any]:
+    """The whole repo's weights and side files in huggingface_hub's cache (progress bars on)."""
+    from ckpttools.io.fsutil import note
+    from ckpttools.io.hub import HubRepo
+
+    repo = HubRepo.resolve(repo_id, revision)
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+    size = repo.size_of(patterns)
+    note(f"{repo_id}@{repo.commit[:12]}: fetching {size / 1e9:.2f} GB into the Hugging Face cache (once)")
+    return repo.snapshot(patterns), repo
+
+
+def open_checkpoint(source: str | Path, revision: str | None = None, *, download: bool = False) -> Checkpoint:
     """Resolve and open a checkpoint, reading config and headers only.
 
     Args:
         source: a directory, a ``.safetensors`` file, or a Hub repo id ``org/name`` (a
             revision may follow as ``org/name@rev``).
         revision: a Hub revision (overrides one given after ``@``).
+        download: for a Hub repo, fetch its weights into huggingface_hub's cache and open
+            them there (for operations that copy every byte). Otherwise a Hub repo is read
+            remotely: config and headers now, tensor bytes by range request when read.
 
     Returns:
         a :class:`Checkpoint`.
@@ -464,8 +561,17 @@ def open_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoi
         if p.name == "config.json":
             raise NoWeightsError(f"{p}: a config.json alone holds no weights", path=p)
         return Checkpoint(text, p.parent, [(p.name, p)], None, None)
-    if _REPO_ID.match(text) and not text.startswith((".", "/", "~")):
-        repo_id, _, rev = text.partition("@")
-        snap = _hub_snapshot(repo_id, revision or rev or None)
-        return _open_dir(text, snap, revision or rev or None)
+    if REPO_REF.match(text) and not text.startswith((".", "/", "~")):
+        from ckpttools.io.hub import split_ref
+
+        repo_id, rev = split_ref(text, revision)
+        offline_snap = _offline_snapshot(repo_id, rev)
+        if offline_snap is not None:  # HF_HUB_OFFLINE=1 and the weights are in huggingface_hub's cache
+            return _open_dir(text, offline_snap, offline_snap.name)
+        if not download:
+            return _open_hub(text, repo_id, rev)
+        snap, repo = _hub_snapshot(repo_id, rev)
+        ck = _open_dir(text, snap, repo.commit)
+        ck.hub = repo
+        return ck
     raise CheckpointNotFoundError(f"{text}: no such file or directory", path=text)

@@ -268,15 +268,25 @@ def rename_exchange(a: str | Path, b: str | Path) -> bool:
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write a small text file through a temporary beside it and one rename."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write a small file through a temporary beside it and one rename."""
     dest = Path(path)
     clean_stale_temporaries(dest)
     tmp = temp_name(dest, "write")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def note(msg: str) -> None:
+    """Say something on the side (the CLI prints it to stderr; library users get the logger)."""
+    _note(msg)
 
 
 # ----------------------------------------------------------------------------- output paths

@@ -248,7 +248,7 @@ def export(
     out_dtype = DTYPES[dtype]
     if dtype == "auto" and target_cfg is not None:
         out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
-    ck = open_checkpoint(src)
+    ck = open_checkpoint(src, download=True)
     hashes: BackgroundDigests | None = None
     try:
         require_valid_config(ck.config, str(src))
@@ -270,7 +270,9 @@ def export(
             _write_tensors(w, ck, specs, {new: n for n, new in names.items()}, mapping, progress)
             w.add_json("config.json", cfg)
             copy_side_files(ck, w)
-            extra = {"renamed": report.renamed, "dropped": report.dropped}
+            extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
+            if ck.hub is not None:
+                extra["hub"] = {"drafter": ck.hub_record()}
             manifest = make_manifest("export", params, {"drafter": ck.files()}, hashes=hashes.result(), extra=extra)
             w.add_json(MANIFEST_NAME, manifest)
             _validate_before_rename(w, dest, target, format, report)

@@ -119,7 +119,7 @@ def fix(
     """
     if in_place == (out is not None):
         raise ValueError("give exactly one of an output path or in_place=True")
-    ck = open_checkpoint(drafter)
+    ck = open_checkpoint(drafter, download=True)
     try:
         if ck.config is None:
             raise NoWeightsError(

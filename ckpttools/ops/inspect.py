@@ -37,6 +37,8 @@ class InspectReport:
     vocab_mapping: dict[str, Any] | None
     tensors: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
+    #: for a Hub repo: the repo, the revision asked for, the commit read, and what was transferred
+    hub: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -59,6 +61,8 @@ class InspectReport:
         }
         if self.tensors is not None:
             d["tensors"] = self.tensors
+        if self.hub is not None:
+            d["hub"] = self.hub
         return d
 
 
@@ -146,6 +150,7 @@ def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport
         vocab_mapping=mapping,
         tensors=rows,
         notes=notes,
+        hub=ck.hub.describe() if ck.hub is not None else None,
     )
 
 

@@ -60,7 +60,7 @@ class Eagle3Drafter:
         self, path: str | Path, target_embed: Any, num_target_layers: int, device: str = "cpu", dtype: Any = None
     ) -> None:
         torch = _torch()
-        with open_checkpoint(path) as ck:
+        with open_checkpoint(path, download=True) as ck:
             cfg = ck.config or {}
             flavor = detect_flavor(cfg, ck.tensors.keys()).kind
             self.dtype = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(

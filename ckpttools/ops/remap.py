@@ -324,7 +324,7 @@ def remap(
         fsync,
     )
     req.check()
-    ck = open_checkpoint(drafter)
+    ck = open_checkpoint(drafter, download=True)
     try:
         require_valid_config(ck.config, str(drafter))
         check_output_path(out, [ck.root, *req.inputs()])
@@ -618,7 +618,7 @@ def _write(
                 progress(done, total, spec.name)
         w.add_json("config.json", plan.config)
         copy_side_files(ck, w)
-        w.add_json(MANIFEST_NAME, _manifest(ck, plan, req, hashes))
+        w.add_json(MANIFEST_NAME, _manifest(ck, plan, req, hashes, target_ck))
 
 
 def _write_tensor(
@@ -653,7 +653,9 @@ def _write_tensor(
         w.copy_range(n, ck.shard_paths[t.shard], t.start)
 
 
-def _manifest(ck: Checkpoint, plan: _Plan, req: _Request, hashes: BackgroundDigests) -> dict[str, Any]:
+def _manifest(
+    ck: Checkpoint, plan: _Plan, req: _Request, hashes: BackgroundDigests, target_ck: _OnDemand
+) -> dict[str, Any]:
     sources: dict[str, Any] = {"drafter": ck.files()}
     small = req.small_inputs()
     if small:
@@ -664,7 +666,16 @@ def _manifest(ck: Checkpoint, plan: _Plan, req: _Request, hashes: BackgroundDige
             done_hashes[str(p)] = file_digest(p)
         else:
             done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
-    extra = {"note": "a destination or target checkpoint directory is read only in part and is not hashed"}
+    extra: dict[str, Any] = {
+        "note": "a destination or target checkpoint directory is read only in part and is not hashed"
+    }
+    hub = {
+        "drafter": ck.hub_record(),
+        "destination": plan.dst_map.origin,
+        "target": target_ck.ck.hub_record() if target_ck.ck is not None else None,
+    }
+    if any(hub.values()):
+        extra["hub"] = {k: v for k, v in hub.items() if v is not None}
     params = req.params(plan.dst_map.draft_vocab_size)
     return make_manifest("remap", params, sources, hashes=done_hashes, extra=extra)
 

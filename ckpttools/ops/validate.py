@@ -63,6 +63,8 @@ class ValidationReport:
     target: str | None
     checked: list[str]
     findings: list[Finding] = field(default_factory=list)
+    #: for a Hub drafter: the repo, revision, commit and bytes transferred (``describe()``)
+    hub: dict[str, Any] | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -83,7 +85,12 @@ class ValidationReport:
             "ok": self.ok,
             "counts": self.counts(),
             "findings": [asdict(f) for f in self.findings],
+            **({"hub": self.hub} if self.hub is not None else {}),
         }
+
+
+#: how much ``validate --deep`` may download from the Hub unless told otherwise
+DEFAULT_MAX_DOWNLOAD = "20GB"
 
 
 @lru_cache(maxsize=None)
@@ -680,6 +687,7 @@ def validate(
     *,
     deep: bool = False,
     engine: str = "sglang",
+    max_download: int | str = DEFAULT_MAX_DOWNLOAD,
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -690,6 +698,8 @@ def validate(
         engine: ``sglang`` (default) or ``vllm``: whose class names and aux-layer-id
             convention to check against (SGLang captures the output of layer id; vLLM
             the input of layer id).
+        max_download: with ``deep`` on a Hub repo, the most it may download (bytes, or
+            e.g. ``"50GB"``); a larger repo is refused before anything is fetched.
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -731,7 +741,35 @@ def validate(
         findings += check_target(cfg, tcfg, ck, engine)
     if deep and ck is not None:
         checked.append("deep")
+        ck = _local_for_deep(ck, max_download)
         findings += check_deep(ck)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: order[f.severity])
-    return ValidationReport(name, tname, checked, findings)
+    rep = ValidationReport(name, tname, checked, findings)
+    rep.hub = _hub_of(ck)
+    return rep
+
+
+def _local_for_deep(ck: Checkpoint, max_download: int | str) -> Checkpoint:
+    """A Hub checkpoint's weights fetched (after saying how much), or refused above the bound."""
+    if ck.hub is None or ck.files():
+        return ck
+    from ckpttools.errors import HubError, opt
+    from ckpttools.io.fsutil import note
+    from ckpttools.io.writer import parse_size
+
+    size = sum(h.file_size for h in ck.headers.values())
+    bound = parse_size(max_download) or 0
+    if size > bound:
+        raise HubError(
+            f"{ck.source}: a deep check reads every tensor, and its weights are {size / 1e9:.2f} GB "
+            f"(more than the {bound / 1e9:.2f} GB allowed)",
+            url=str(ck.source),
+            hint=f"raise the bound ({opt('max_download')} {int(size / 1e9) + 1}GB), or check without the deep scan",
+        )
+    note(f"{ck.source}: the deep check downloads {size / 1e9:.2f} GB of weights into the Hugging Face cache")
+    return open_checkpoint(ck.source, ck.hub.revision, download=True)
+
+
+def _hub_of(ck: Checkpoint | None) -> dict[str, Any] | None:
+    return ck.hub.describe() if ck is not None and ck.hub is not None else None

@@ -71,6 +71,8 @@ class VocabMapping:
     given_dtypes: dict[str, str] = field(default_factory=dict)
     config_draft_vocab_size: int | None = None
     config_vocab_size: int | None = None
+    #: read from a Hub repo: its id, the commit, and the Hub's sha256 of each file read
+    origin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         v = self.target_vocab_size
@@ -149,7 +151,14 @@ class VocabMapping:
 
         names = {canonical_name(n)[0]: n for n in ck.tensors}
         ess = essentials(ck.config)
-        kw = dict(source=str(ck.source), config_draft_vocab_size=ess.draft_vocab_size, config_vocab_size=ess.vocab_size)
+        kw: dict[str, Any] = dict(
+            source=str(ck.source), config_draft_vocab_size=ess.draft_vocab_size, config_vocab_size=ess.vocab_size
+        )
+        if ck.hub is not None:
+            keys = [names[k] for k in ("d2t", "t2d", *_IDS_KEYS) if k in names]
+            read = ["config.json"] * (ck.config is not None) + sorted({ck.tensors[n].shard for n in keys})
+            kw["source"] = f"{ck.source} (commit {ck.hub.commit})"
+            kw["origin"] = {"repo": ck.hub.repo_id, "commit": ck.hub.commit, "sha256": ck.hub.sha256_of(read)}
         vocab = ess.vocab_size if isinstance(ess.vocab_size, int) else None
         if "d2t" in names:
             t2d = ck.read(names["t2d"]) if "t2d" in names else None

@@ -1,0 +1,445 @@
+"""Hub repos read the Hub's way: configs through huggingface_hub's cache, safetensors
+headers and the few tensors a command needs by HTTP range request, whole repos only
+when a command copies every byte (and then through huggingface_hub's cache too).
+
+What is honoured, as huggingface_hub itself does: ``HF_ENDPOINT``, ``HF_TOKEN`` and the
+stored login, ``HF_HUB_OFFLINE=1`` (only the caches), ``HF_HUB_DOWNLOAD_TIMEOUT``.
+
+Headers fetched once are kept in ckpttools' own cache (``$HF_HOME/ckpttools``, or
+``CKPT_CACHE``), keyed by each file's sha256 as the Hub states it, so a second run and an
+offline run read no header twice; the file list of each commit is kept beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, CkptError, HubError
+from ckpttools.io.safetensors_header import ShardHeader, check_header_length, parse_header
+
+__all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
+
+#: ``org/name`` with an optional ``@revision`` (a branch, tag or commit)
+REPO_REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+_FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
+_WORKERS = 8  # range requests in flight at once
+
+
+def split_ref(text: str, revision: str | None = None) -> tuple[str, str | None]:
+    """``org/name@rev`` -> (``org/name``, ``rev``); an explicit ``revision`` wins."""
+    repo_id, _, after = text.partition("@")
+    rev = revision or after or None
+    if rev is not None and any(part in ("", ".", "..") for part in rev.split("/")):
+        raise CheckpointNotFoundError(
+            f"{text}: {rev!r} is not a revision name", path=text, hint="give a branch, tag or commit after @"
+        )
+    return repo_id, rev
+
+
+def cache_dir() -> Path:
+    """Where ckpttools keeps header bytes and commit file lists (never tensor data)."""
+    env = os.environ.get("CKPT_CACHE")
+    if env:
+        return Path(env)
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "ckpttools"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a commit, as the Hub lists it."""
+
+    path: str
+    size: int | None
+    sha256: str | None  # the LFS object id: the sha256 of the content (LFS files only)
+    blob_id: str | None  # the git blob id (every file)
+
+
+@dataclass
+class HubRepo:
+    """A repo pinned to one commit, with its file list; reads count the bytes they move."""
+
+    repo_id: str
+    revision: str | None
+    commit: str
+    files: dict[str, HubFile]
+    bytes_fetched: int = 0
+    requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- resolving --------------------------------------------------------------------
+    @classmethod
+    def resolve(cls, repo_id: str, revision: str | None = None) -> HubRepo:
+        """The commit a revision names, and its files: from the Hub, or offline from the cache."""
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            return cls._from_cache(repo_id, revision)
+        from huggingface_hub import HfApi
+
+        with hub_errors(repo_id, revision):
+            timeout = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+            info = HfApi().model_info(repo_id, revision=revision, files_metadata=True, timeout=timeout)
+        files = {}
+        for s in info.siblings or []:
+            lfs = getattr(s, "lfs", None)
+            sha = lfs.sha256 if lfs is not None else None
+            files[s.rfilename] = HubFile(s.rfilename, s.size, sha, s.blob_id)
+        if not info.sha:
+            raise HubError(f"{repo_id}: the Hub named no commit for {revision or 'main'}", url=repo_id)
+        repo = cls(repo_id, revision, info.sha, files)
+        repo._remember()
+        return repo
+
+    def _record_dir(self) -> Path:
+        return cache_dir() / "repos" / self.repo_id.replace("/", "--")
+
+    def _remember(self) -> None:
+        """Keep the commit's file list, and which commit the revision named, for offline runs."""
+        from ckpttools.io.fsutil import write_text_atomic
+
+        d = self._record_dir()
+        try:
+            (d / "refs").mkdir(parents=True, exist_ok=True)
+            listing = {p: [f.size, f.sha256, f.blob_id] for p, f in self.files.items()}
+            write_text_atomic(d / f"{self.commit}.json", json.dumps(listing))
+            write_text_atomic(d / "refs" / _ref_name(self.revision), self.commit)
+        except OSError:  # a read-only cache costs only the offline reuse
+            pass
+
+    @classmethod
+    def _from_cache(cls, repo_id: str, revision: str | None) -> HubRepo:
+        d = cache_dir() / "repos" / repo_id.replace("/", "--")
+        commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
+        try:
+            if commit is None:
+                commit = (d / "refs" / _ref_name(revision)).read_text().strip()
+            listing = json.loads((d / f"{commit}.json").read_text())
+        except (OSError, ValueError):
+            from_hf = cls._from_hf_cache(repo_id, revision)
+            if from_hf is not None:
+                return from_hf
+            raise CheckpointNotFoundError(
+                f"{repo_id}{'@' + revision if revision else ''}: not in the local cache, and HF_HUB_OFFLINE=1 "
+                "forbids asking the Hub",
+                path=repo_id,
+                hint="run the command once online (it caches configs and headers), or unset HF_HUB_OFFLINE",
+            ) from None
+        files = {p: HubFile(p, v[0], v[1], v[2]) for p, v in listing.items()}
+        return cls(repo_id, revision, commit, files)
+
+    @classmethod
+    def _from_hf_cache(cls, repo_id: str, revision: str | None) -> HubRepo | None:
+        """huggingface_hub's own cache of the revision: the commit from its refs, the files
+        from its snapshot folder (what was downloaded, with sizes; no sha256)."""
+        from huggingface_hub import constants
+
+        repo_dir = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+        commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
+        try:
+            commit = commit or (repo_dir / "refs" / (revision or "main")).read_text().strip()
+        except OSError:
+            return None
+        snap = repo_dir / "snapshots" / commit
+        if not re.fullmatch(r"[0-9a-f]{40}", commit) or not snap.is_dir():
+            return None
+        files = {
+            str(p.relative_to(snap)): HubFile(str(p.relative_to(snap)), p.stat().st_size, None, None)
+            for p in snap.rglob("*")
+            if p.is_file()
+        }
+        return cls(repo_id, revision, commit, files)
+
+    # -- whole files through huggingface_hub's cache ------------------------------------
+    def download(self, path: str) -> Path:
+        """One file, through huggingface_hub's cache (a second call transfers nothing)."""
+        from huggingface_hub import hf_hub_download
+
+        with hub_errors(self.repo_id, self.revision, path):
+            return Path(hf_hub_download(self.repo_id, path, revision=self.commit))
+
+    def snapshot(self, patterns: list[str]) -> Path:
+        """The files matching ``patterns``, with huggingface_hub's progress bars, into its cache."""
+        from huggingface_hub import snapshot_download
+
+        with hub_errors(self.repo_id, self.revision):
+            return Path(snapshot_download(self.repo_id, revision=self.commit, allow_patterns=patterns))
+
+    def size_of(self, patterns: list[str]) -> int:
+        from fnmatch import fnmatch
+
+        return sum(f.size or 0 for p, f in self.files.items() if any(fnmatch(p, pat) for pat in patterns))
+
+    # -- byte ranges --------------------------------------------------------------------
+    def fetch(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a file by one range request (206 expected; a server that
+        ignores the range is read only as far as needed, then the connection is closed)."""
+        from huggingface_hub import constants, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session
+
+        if end <= start:
+            return b""
+        if constants.HF_HUB_OFFLINE:
+            raise HubError(
+                f"{self.repo_id}: {path} bytes {start}-{end - 1} are not cached and HF_HUB_OFFLINE=1",
+                url=self.repo_id,
+                hint="run the command once online, or unset HF_HUB_OFFLINE",
+            )
+        url = hf_hub_url(self.repo_id, path, revision=self.commit)
+        headers = {**build_hf_headers(), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+        timeout = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        with hub_errors(self.repo_id, self.revision, path):
+            with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    from huggingface_hub.utils import hf_raise_for_status
+
+                    hf_raise_for_status(r)
+                skip = start if r.status_code == 200 else 0  # the whole file came: read up to what is needed
+                buf = bytearray()
+                for chunk in r.iter_bytes():
+                    buf += chunk
+                    if len(buf) >= skip + (end - start):
+                        break
+        data = bytes(buf[skip : skip + (end - start)])
+        with self._lock:
+            self.bytes_fetched += len(buf)
+            self.requests += 1
+        if len(data) != end - start:
+            raise CheckpointFormatError(
+                f"{self.repo_id}/{path}: asked for bytes {start}-{end - 1}, got {len(data)} bytes",
+                path=f"{self.repo_id}/{path}",
+                hint="the file on the Hub is shorter than its header says: it is damaged",
+            )
+        return data
+
+    def fetch_many(self, path: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Several ranges of one file, ``_WORKERS`` requests in flight."""
+        if len(ranges) <= 1:
+            return [self.fetch(path, a, b) for a, b in ranges]
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            return list(pool.map(lambda r: self.fetch(path, *r), ranges))
+
+    # -- safetensors headers ------------------------------------------------------------
+    def headers(self, shards: list[str]) -> dict[str, ShardHeader]:
+        """Each shard's header: from the header cache, else by range request (the first
+        read sized from the previous header, a second read only when a header is longer)."""
+        out: dict[str, ShardHeader] = {}
+        todo = []
+        for s in shards:
+            cached = self._cached_header(s)
+            if cached is not None:
+                out[s] = cached
+            else:
+                todo.append(s)
+        if todo:
+            first = self._fetch_header(todo[0], _FIRST_READ)
+            out[todo[0]] = first
+            guess = max(_FIRST_READ, int((first.header_len + 8) * 1.25))
+            if len(todo) > 1:
+                with ThreadPoolExecutor(_WORKERS) as pool:
+                    for s, h in zip(todo[1:], pool.map(lambda s: self._fetch_header(s, guess), todo[1:])):
+                        out[s] = h
+        return {s: out[s] for s in shards}
+
+    def _label(self, shard: str) -> str:
+        return f"{self.repo_id}@{self.commit[:12]}/{shard}"
+
+    def _fetch_header(self, shard: str, guess: int) -> ShardHeader:
+        f = self.files.get(shard)
+        size = f.size if f is not None and f.size is not None else None
+        want = guess if size is None else min(guess, size)
+        head = self.fetch(shard, 0, want) if want >= 8 else b""
+        if size is None:
+            raise HubError(f"{self.repo_id}: the Hub gave no size for {shard}", url=self.repo_id)
+        n = check_header_length(self._label(shard), head[:8], size)
+        raw = head[8 : 8 + n]
+        if len(raw) < n:
+            raw += self.fetch(shard, 8 + len(raw), 8 + n)
+        h = parse_header(raw, size, self._label(shard), shard)
+        self._store_header(shard, raw, size)
+        return h
+
+    def _header_key(self, shard: str) -> Path | None:
+        f = self.files.get(shard)
+        if f is None or not (f.sha256 or f.blob_id):
+            return None
+        key = f.sha256 or f"blob-{f.blob_id}"
+        if not re.fullmatch(r"[\w-]+", key):
+            return None
+        return cache_dir() / "headers" / key[:2] / key
+
+    def _cached_header(self, shard: str) -> ShardHeader | None:
+        key = self._header_key(shard)
+        f = self.files.get(shard)
+        if key is None or f is None or f.size is None:
+            return None
+        try:
+            raw = key.read_bytes()
+        except OSError:
+            return None
+        try:
+            return parse_header(raw, f.size, self._label(shard), shard)
+        except CheckpointFormatError:  # a damaged cache entry: read the header again
+            return None
+
+    def _store_header(self, shard: str, raw: bytes, size: int) -> None:
+        from ckpttools.io.fsutil import write_bytes_atomic
+
+        key = self._header_key(shard)
+        if key is None:
+            return
+        try:
+            key.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(key, raw)
+        except OSError:
+            pass
+
+    def describe(self) -> dict[str, Any]:
+        """What a report names: the repo, the revision asked for, the commit read, and the bytes read
+        by range request (headers and tensor rows; config and index come through huggingface_hub's cache)."""
+        return {
+            "repo": self.repo_id,
+            "revision": self.revision,
+            "commit": self.commit,
+            "range_bytes": self.bytes_fetched,
+            "range_requests": self.requests,
+        }
+
+    def record(self, paths: list[str]) -> dict[str, Any]:
+        """What a manifest keeps of a repo it read: id, commit, and the Hub's sha256 of each file read."""
+        return {"repo": self.repo_id, "revision": self.revision, "commit": self.commit, "sha256": self.sha256_of(paths)}
+
+    def sha256_of(self, paths: list[str]) -> dict[str, str | None]:
+        """The Hub's sha256 of each file (LFS files), else its git blob id, as ``git:<id>``."""
+        out: dict[str, str | None] = {}
+        for p in paths:
+            f = self.files.get(p)
+            out[p] = None if f is None else (f.sha256 or (f"git:{f.blob_id}" if f.blob_id else None))
+        return out
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """huggingface_hub's own cached snapshot of the revision, when it holds the weights
+    (every shard its index names, or a top-level .safetensors file); read from disk only."""
+    from huggingface_hub import constants
+
+    repo_dir = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
+    try:
+        commit = commit or (repo_dir / "refs" / (revision or "main")).read_text().strip()
+    except OSError:
+        return None
+    snap = repo_dir / "snapshots" / commit
+    if not re.fullmatch(r"[0-9a-f]{40}", commit) or not snap.is_dir():
+        return None
+    index = snap / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        except (OSError, ValueError, AttributeError):
+            return None
+        return snap if shards and all((snap / s).is_file() for s in shards) else None
+    return snap if any(snap.glob("*.safetensors")) else None
+
+
+def _ref_name(revision: str | None) -> str:
+    return (revision or "main").replace("/", "%2F")
+
+
+@contextmanager
+def hub_errors(repo_id: str, revision: str | None = None, path: str | None = None) -> Iterator[None]:
+    """huggingface_hub's and httpx's exceptions as ckpttools errors (exit 2), each with what to do."""
+    from huggingface_hub import errors as e
+
+    t, tr = _http_errors()
+    timeouts: tuple[type[BaseException], ...] = (*t, TimeoutError)
+    transport: tuple[type[BaseException], ...] = (*tr, ConnectionError)
+    what = f"{repo_id}{'@' + revision if revision else ''}"
+    try:
+        yield
+    except CkptError:
+        raise
+    except e.GatedRepoError:
+        raise _denied(what, repo_id) from None
+    except e.RevisionNotFoundError:
+        raise CheckpointNotFoundError(
+            f"{what}: the Hub has no revision {revision!r} in {repo_id}",
+            path=repo_id,
+            hint="check the branch, tag or commit after @",
+        ) from None
+    except e.RemoteEntryNotFoundError:
+        raise CheckpointNotFoundError(f"{what}: no file {path!r} in the repo", path=repo_id) from None
+    except e.RepositoryNotFoundError as err:
+        status = err.response.status_code if err.response is not None else None
+        if status == 401:
+            raise HubError(
+                f"{what}: the Hub wants a login for this repo (401): it is private or gated, or does not exist",
+                url=repo_id,
+                hint="log in with `hf auth login` or set HF_TOKEN; if the repo is gated, request access on its page",
+            ) from None
+        raise CheckpointNotFoundError(
+            f"{what}: no such repo on the Hub", path=repo_id, hint="check the repo id (org/name)"
+        ) from None
+    except e.OfflineModeIsEnabled:
+        raise CheckpointNotFoundError(
+            f"{what}: not in the local cache, and HF_HUB_OFFLINE=1 forbids asking the Hub",
+            path=repo_id,
+            hint="run the command once online, or unset HF_HUB_OFFLINE",
+        ) from None
+    except e.HfHubHTTPError as err:
+        status = err.response.status_code if err.response is not None else None
+        if status == 403:
+            raise _denied(what, repo_id) from None
+        raise HubError(f"{what}: the Hub answered {status}: {str(err).splitlines()[0]}", url=repo_id) from None
+    except timeouts:
+        raise HubError(
+            f"{what}: the Hub did not answer in time",
+            url=repo_id,
+            hint=_OFFLINE_HINT + " (or raise HF_HUB_DOWNLOAD_TIMEOUT)",
+        ) from None
+    except transport as err:
+        raise HubError(
+            f"{what}: cannot reach the Hub ({err.__class__.__name__}: {err})", url=repo_id, hint=_OFFLINE_HINT
+        ) from None
+
+
+def _http_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """Timeouts and other transport failures of the HTTP client huggingface_hub uses
+    (httpx2 in huggingface_hub 2.x, httpx in 1.x): whichever are installed."""
+    import importlib
+
+    timeouts: list[type[BaseException]] = []
+    transport: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        timeouts.append(mod.TimeoutException)
+        transport += [mod.TransportError, mod.InvalidURL]
+    return tuple(timeouts), tuple(transport)
+
+
+_OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
+
+
+def _denied(what: str, repo_id: str) -> HubError:
+    from huggingface_hub import constants
+
+    return HubError(
+        f"{what}: access denied (403): the repo is gated or private and this token may not read it",
+        url=repo_id,
+        hint=f"request access at {constants.ENDPOINT}/{repo_id}, then log in with a token that has it "
+        "(`hf auth login` or HF_TOKEN)",
+    )

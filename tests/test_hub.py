@@ -1,0 +1,267 @@
+"""Hub repos read the Hub's way, against tests/local_hub.py driven by huggingface_hub's
+own client: headers by range request, only the tensor bytes a command needs, whole repos
+through huggingface_hub's cache, and every failure as one line with exit code 2.
+
+The byte counts asserted here are the server's: every body it sent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckpttools.demo.tiny import build_drafter, build_huge_sparse, build_target
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.vocab.diff import save_mapping
+from ckpttools.vocab.mapping import VocabMapping
+
+from .local_hub import LocalHub, Repo
+
+MB = 1 << 20
+KIMI_V, KIMI_VD, KIMI_H = 163_840, 32_000, 7168
+
+
+def _kimi_sparse_drafter(out: Path, ids: np.ndarray) -> Path:
+    """A Kimi-K2-shaped drafter (hidden 7168, 32,000 slots of a 163,840 vocabulary) whose
+    d2t and t2d are real and whose 1.2 GB of weights are holes in a sparse file."""
+    out.mkdir(parents=True)
+    H = KIMI_H
+    shapes = {
+        "fc.weight": ("BF16", (H, 3 * H)),
+        "layers.0.self_attn.q_proj.weight": ("BF16", (7168, 2 * H)),
+        "layers.0.mlp.down_proj.weight": ("BF16", (H, 4096)),
+        "norm.weight": ("BF16", (H,)),
+        "lm_head.weight": ("BF16", (KIMI_VD, H)),
+        "d2t": ("I64", (KIMI_VD,)),
+        "t2d": ("BOOL", (KIMI_V,)),
+    }
+    size = {"BF16": 2, "I64": 8, "BOOL": 1}
+    header, pos = {}, 0
+    for name, (dt, shape) in shapes.items():
+        n = int(np.prod(shape)) * size[dt]
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [pos, pos + n]}
+        pos += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    t2d = np.zeros(KIMI_V, bool)
+    t2d[ids] = True
+    with open(out / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        base = 8 + len(raw)
+        f.seek(base + header["d2t"]["data_offsets"][0])
+        f.write((ids - np.arange(KIMI_VD)).astype("<i8").tobytes())
+        f.write(t2d.tobytes())
+        f.truncate(base + pos)
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": H,
+        "vocab_size": KIMI_V,
+        "draft_vocab_size": KIMI_VD,
+        "num_hidden_layers": 1,
+        "torch_dtype": "bfloat16",
+    }
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory) -> dict[str, Path]:
+    src = tmp_path_factory.mktemp("repos")
+    ids_a = np.sort(np.random.default_rng(0).choice(1024, 256, replace=False))
+    out = {
+        "drafter": build_drafter(src / "drafter", "sglang", mapping=ids_a, num_layers=1, seed=1),
+        "target": build_target(src / "target", hidden_size=64, vocab_size=1024, num_layers=8, max_shard_size=200_000),
+        "huge": build_huge_sparse(src / "huge"),
+    }
+    m = src / "mapping"
+    m.mkdir()
+    ids_b = np.sort(np.concatenate([ids_a[:200], np.setdiff1d(np.arange(1024), ids_a)[:56]]))
+    save_mapping(VocabMapping.from_ids(ids_b, 1024), m / "model.safetensors")
+    out["mapping"] = m
+    rng = np.random.default_rng(7)
+    ka = np.sort(rng.choice(KIMI_V, KIMI_VD, replace=False))
+    kb = np.sort(np.concatenate([ka[298:], np.setdiff1d(np.arange(KIMI_V), ka)[:298]]))
+    out["k2-a"] = _kimi_sparse_drafter(src / "k2-a", ka)
+    out["k2-b"] = _kimi_sparse_drafter(src / "k2-b", kb)
+    pk = src / "pickle"
+    pk.mkdir()
+    (pk / "config.json").write_text("{}")
+    (pk / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not unpickled")
+    out["pickle"] = pk
+    out["v1"] = build_drafter(src / "v1", "eagle", seed=3)
+    return out
+
+
+@pytest.fixture()
+def hub(repos):
+    r = {
+        "org/drafter": Repo.from_dir(repos["drafter"]),
+        "org/target": Repo.from_dir(repos["target"]),
+        "org/mapping": Repo.from_dir(repos["mapping"]),
+        "org/huge": Repo.from_dir(repos["huge"], by_path=True),
+        "org/k2-a": Repo.from_dir(repos["k2-a"], by_path=True),
+        "org/k2-b": Repo.from_dir(repos["k2-b"], by_path=True),
+        "org/pickle": Repo.from_dir(repos["pickle"]),
+        "org/gated": Repo.from_dir(repos["drafter"], status=403),
+        "org/private": Repo.from_dir(repos["drafter"], token="hf_sekrit"),
+        "org/deleted": Repo.from_dir(repos["target"], missing=frozenset({"config.json"})),
+        "org/two": [Repo.from_dir(repos["drafter"]), Repo.from_dir(repos["v1"], refs=("v1",))],
+    }
+    with LocalHub(r) as h:
+        yield h
+
+
+@pytest.fixture()
+def env(hub, tmp_path) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    e.update(
+        HF_ENDPOINT=hub.url,
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        CKPT_CACHE=str(tmp_path / "ckpt-cache"),
+    )
+    return e
+
+
+def ckpt(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpttools", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def _cdn_requests(hub: LocalHub, repo: str) -> list[str]:
+    return [r for r in hub.requests if f"/cdn/{repo}/" in r]
+
+
+# ---------------------------------------------------------------------------------- the server
+def test_local_hub_speaks_to_huggingface_hubs_own_client(hub, env, repos, monkeypatch):
+    """hf_hub_download, get_safetensors_metadata, HfFileSystem range reads and snapshot_download."""
+    code = """
+import sys, json
+from huggingface_hub import hf_hub_download, get_safetensors_metadata, HfFileSystem, snapshot_download
+p = hf_hub_download("org/target", "config.json")
+meta = get_safetensors_metadata("org/target")
+fs = HfFileSystem()
+shard = sorted(meta.files_metadata)[0]
+with fs.open("org/target/" + shard, "rb") as f:
+    f.seek(8)
+    head = f.read(16)
+snap = snapshot_download("org/drafter")
+print(json.dumps({"config": open(p).read(), "shards": sorted(meta.files_metadata),
+                  "tensors": sum(len(m.tensors) for m in meta.files_metadata.values()),
+                  "head": head.decode(), "snap": snap, "shard": shard}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["config"] == (repos["target"] / "config.json").read_text()
+    with open_checkpoint(repos["target"]) as ck:
+        assert got["shards"] == sorted(ck.headers) and got["tensors"] == len(ck.tensors)
+    assert got["head"] == (repos["target"] / got["shard"]).read_bytes()[8:24].decode()
+    snap = Path(got["snap"])
+    assert (snap / "model.safetensors").read_bytes() == (repos["drafter"] / "model.safetensors").read_bytes()
+    assert any(r.startswith("GET /cdn/org/target/") for r in hub.requests)  # LFS went through the redirect
+
+
+# ---------------------------------------------------------------------------------- headers only
+def test_inspect_of_a_1tb_repo_reads_headers_only_then_the_cache(hub, env, repos):
+    with open_checkpoint(repos["huge"]) as ck:
+        headers = sum(h.header_len + 8 for h in ck.headers.values())
+        local = ck.tensors.keys()
+    r = ckpt(env, "inspect", "org/huge", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["num_tensors"] == len(local) and rep["total_bytes"] > 10**12
+    first = hub.bytes_served
+    index = (repos["huge"] / "model.safetensors.index.json").stat().st_size
+    assert first <= 16 * MB and first < headers * 1.3 + index + MB, (first, headers, index)
+    assert rep["hub"]["repo"] == "org/huge" and len(rep["hub"]["commit"]) == 40
+    # a second run: the Hub confirms the commit (one model-info call), headers come from the cache
+    hub.reset_counts()
+    r2 = ckpt(env, "inspect", "org/huge", "--json")
+    assert r2.returncode == 0, r2.stderr
+    assert [q.split("?")[0] for q in hub.requests] == ["GET /api/models/org/huge"], hub.requests
+    assert hub.bytes_served < 64 << 10
+    assert json.loads(r2.stdout)["num_tensors"] == rep["num_tensors"]
+    # offline: nothing at all
+    hub.reset_counts()
+    r3 = ckpt({**env, "HF_HUB_OFFLINE": "1"}, "inspect", "org/huge", "--json", "--no-tensors")
+    assert r3.returncode == 0, r3.stderr
+    assert hub.requests == [] and json.loads(r3.stdout)["num_tensors"] == rep["num_tensors"]
+
+
+def test_validate_against_a_hub_target_reads_only_its_config(hub, env, repos):
+    r = ckpt(env, "validate", "org/drafter", "--target", "org/huge", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    assert "target" in json.loads(r.stdout)["checked"]
+    assert _cdn_requests(hub, "org/huge") == []  # no header, no tensor byte of the 1 TB target
+    huge = [q for q in hub.requests if "org/huge" in q and "/api/" not in q]
+    assert huge and all(q.endswith("/config.json") for q in huge), huge
+    # the drafter: its header, then only d2t and t2d (for the mapping checks)
+    with open_checkpoint(repos["drafter"]) as ck:
+        header = ck.headers["model.safetensors"].header_len + 8
+        mapping = ck.tensors["d2t"].nbytes + ck.tensors["t2d"].nbytes
+        size = ck.headers["model.safetensors"].file_size
+    served = hub.bytes_served  # every body the server sent
+    config = (repos["drafter"] / "config.json").stat().st_size + (repos["huge"] / "config.json").stat().st_size
+    assert served < size  # the drafter's weights never came whole
+    assert served <= max(header, 64 << 10) + mapping + config + (64 << 10), (served, header, mapping)
+
+
+def test_diff_vocab_of_two_kimi_shaped_repos_reads_headers_and_the_mappings(hub, env, repos):
+    r = ckpt(env, "diff-vocab", "org/k2-a", "org/k2-b", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["slots_total"] == KIMI_VD and d["shared_tokens"] == KIMI_VD - 298
+    assert "commit" in d["a"]["source"]
+    mapping = 2 * (KIMI_VD * 8 + KIMI_V)  # d2t and t2d of both
+    size = (repos["k2-a"] / "model.safetensors").stat().st_size
+    cdn = hub.bytes_served
+    assert cdn <= mapping + 2 * (64 << 10) + 2 * 8 << 10, (cdn, mapping)
+    assert cdn < size / 1000  # of 2 x 1.2 GB
+
+
+# ---------------------------------------------------------------------------------- remap
+def test_remap_fill_target_reads_only_the_needed_rows_and_equals_the_local_run(hub, env, repos, tmp_path):
+    args = ["--to", "org/mapping", "--fill", "target", "--target", "org/target", "--json"]
+    r = ckpt(env, "remap", "org/drafter", "-o", str(tmp_path / "out-hub"), *args)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    filled = rep["rows_filled"]
+    assert filled > 0
+    with open_checkpoint(repos["target"]) as ck:
+        head = ck.tensors["lm_head.weight"]
+        row = head.nbytes // head.shape[0]
+        first_data = min(h.header_len + 8 for h in ck.headers.values())
+    # the target: its headers (reads from byte 0), then exactly the filled lm_head rows
+    assert hub.read_bytes("org/target", from_byte=first_data) == filled * row
+    assert hub.read_bytes("org/target", head.shard, from_byte=first_data) == filled * row
+    # the drafter came whole, once, through huggingface_hub's cache
+    drafter_size = (repos["drafter"] / "model.safetensors").stat().st_size
+    assert hub.read_bytes("org/drafter", "model.safetensors") == drafter_size
+    # against the same remap run on local copies: the weights are byte-equal
+    local = ["--to", str(repos["mapping"]), "--fill", "target", "--target", str(repos["target"])]
+    r2 = ckpt(env, "remap", str(repos["drafter"]), "-o", str(tmp_path / "out-local"), *local)
+    assert r2.returncode == 0, r2.stderr
+    a = (tmp_path / "out-hub" / "model.safetensors").read_bytes()
+    b = (tmp_path / "out-local" / "model.safetensors").read_bytes()
+    assert a == b
+    manifest = json.loads((tmp_path / "out-hub" / "ckpttools-manifest.json").read_text())
+    hubrec = manifest["hub"]
+    sha = hashlib.sha256((repos["drafter"] / "model.safetensors").read_bytes()).hexdigest()
+    assert hubrec["drafter"]["repo"] == "org/drafter" and hubrec["drafter"]["sha256"]["model.safetensors"] == sha
+    assert hubrec["target"]["repo"] == "org/target" and len(hubrec["target"]["commit"]) == 40
+    assert hubrec["destination"]["repo"] == "org/mapping"
+    # a second run transfers no drafter byte again
+    hub.reset_counts()
+    r3 = ckpt(env, "remap", "org/drafter", "-o", str(tmp_path / "out-hub2"), *args)
+    assert r3.returncode == 0, r3.stderr
+    assert _cdn_requests(hub, "org/drafter") == []
