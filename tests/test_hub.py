@@ -265,3 +265,128 @@ def test_remap_fill_target_reads_only_the_needed_rows_and_equals_the_local_run(h
     r3 = ckpt(env, "remap", "org/drafter", "-o", str(tmp_path / "out-hub2"), *args)
     assert r3.returncode == 0, r3.stderr
     assert _cdn_requests(hub, "org/drafter") == []
+
+
+# ---------------------------------------------------------------------------------- revisions and auth
+def test_a_revision_pins_a_tag_and_the_report_names_its_commit(hub, env):
+    two = hub.repos["org/two"]
+    assert isinstance(two, list)
+    main, v1 = two[0].commit, two[1].commit
+    r = ckpt(env, "inspect", "org/two@v1", "--json", "--no-tensors")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["kind"] == "eagle" and rep["hub"]["commit"] == v1 and rep["hub"]["revision"] == "v1"
+    r = ckpt(env, "inspect", "org/two", "--json", "--no-tensors")
+    assert json.loads(r.stdout)["hub"]["commit"] == main and json.loads(r.stdout)["kind"] == "sglang"
+    r = ckpt(env, "inspect", f"org/two@{v1}")
+    assert r.returncode == 0 and f"at commit {v1}" in r.stdout
+
+
+def test_hf_token_and_the_stored_login_open_a_private_repo(hub, env, tmp_path):
+    r = ckpt(env, "inspect", "org/private", "--no-tensors")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "ckpt: error: org/private: the Hub wants a login for this repo (401): it is private or gated, or does "
+        "not exist",
+        "ckpt: hint: log in with `hf auth login` or set HF_TOKEN; if the repo is gated, request access on its page",
+    ]
+    r = ckpt({**env, "HF_TOKEN": "hf_sekrit"}, "inspect", "org/private", "--no-tensors")
+    assert r.returncode == 0, r.stderr
+    home = Path(env["HF_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "token").write_text("hf_sekrit")  # where `hf auth login` stores it
+    r = ckpt({**env, "CKPT_CACHE": str(tmp_path / "fresh-cache")}, "inspect", "org/private", "--no-tensors")
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "args, first_line, hint",
+    [
+        (
+            ["inspect", "org/gated"],
+            "ckpt: error: org/gated: access denied (403): the repo is gated or private and this token may not read it",
+            "ckpt: hint: request access at {url}/org/gated, then log in with a token that has it "
+            "(`hf auth login` or HF_TOKEN)",
+        ),
+        (
+            ["inspect", "org/nope"],
+            "ckpt: error: org/nope: no such repo on the Hub",
+            "ckpt: hint: check the repo id (org/name)",
+        ),
+        (
+            ["inspect", "org/drafter@no-such-branch"],
+            "ckpt: error: org/drafter@no-such-branch: the Hub has no revision 'no-such-branch' in org/drafter",
+            "ckpt: hint: check the branch, tag or commit after @",
+        ),
+        (
+            ["validate", "org/drafter", "--target", "org/deleted"],
+            "ckpt: error: org/deleted: no file 'config.json' in the repo",
+            "ckpt: hint: check the path, or give a Hub repo id like org/name[@revision]",
+        ),
+        (
+            ["inspect", "org/pickle"],
+            "ckpt: error: org/pickle: only pickle-based weights (pytorch_model.bin): ckpttools never unpickles",
+            None,
+        ),
+    ],
+)
+def test_hub_errors_are_one_line_and_exit_2(hub, env, args, first_line, hint):
+    r = ckpt(env, *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[0] == first_line
+    if hint is not None:
+        assert lines[1] == hint.format(url=hub.url)
+    assert "Traceback" not in r.stderr
+
+
+def test_a_hub_that_cannot_be_reached_or_answers_late(hub, env):
+    r = ckpt({**env, "HF_ENDPOINT": "http://127.0.0.1:9"}, "inspect", "org/drafter")
+    assert r.returncode == 2
+    assert r.stderr.startswith("ckpt: error: org/drafter: cannot reach the Hub (")
+    assert "set HF_HUB_OFFLINE=1" in r.stderr.splitlines()[1]
+    hub.delay = 3.0
+    r = ckpt({**env, "HF_HUB_DOWNLOAD_TIMEOUT": "1", "HF_HUB_ETAG_TIMEOUT": "1"}, "inspect", "org/drafter")
+    hub.delay = 0.0
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == "ckpt: error: org/drafter: the Hub did not answer in time"
+    assert "HF_HUB_OFFLINE=1" in r.stderr.splitlines()[1]
+
+
+def test_offline_with_an_empty_cache_says_so(hub, env):
+    r = ckpt({**env, "HF_HUB_OFFLINE": "1"}, "inspect", "org/drafter")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == (
+        "ckpt: error: org/drafter: not in the local cache, and HF_HUB_OFFLINE=1 forbids asking the Hub"
+    )
+    assert hub.requests == []
+
+
+# ---------------------------------------------------------------------------------- deep and downloads
+def test_deep_validate_downloads_after_saying_how_much_or_refuses(hub, env, repos):
+    r = ckpt(env, "validate", "org/huge", "--deep")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0].startswith("ckpt: error: org/huge: a deep check reads every tensor, and its ")
+    assert "--max-download" in r.stderr.splitlines()[1]
+    assert hub.read_bytes("org/huge", from_byte=1 << 20) == 0  # nothing but headers was read
+    r = ckpt(env, "validate", "org/drafter", "--deep")
+    assert r.returncode == 0, r.stderr
+    assert "the deep check downloads" in r.stderr and "deep" in r.stdout
+    size = (repos["drafter"] / "model.safetensors").stat().st_size
+    assert hub.read_bytes("org/drafter", "model.safetensors", from_byte=0) >= size
+
+
+def test_export_of_a_hub_drafter_downloads_it_once_and_records_the_commit(hub, env, repos, tmp_path):
+    r = ckpt(env, "export", "org/drafter", "-o", str(tmp_path / "exp"), "--target", "org/target")
+    assert r.returncode == 0, r.stderr
+    assert "fetching" in r.stderr and "into the Hugging Face cache" in r.stderr
+    m = json.loads((tmp_path / "exp" / "ckpttools-manifest.json").read_text())
+    two = hub.repos["org/drafter"]
+    assert not isinstance(two, list)
+    assert m["hub"]["drafter"]["commit"] == two.commit
+    assert _cdn_requests(hub, "org/target") == []  # the target: config.json only
+    hub.reset_counts()
+    r = ckpt(env, "export", "org/drafter", "-o", str(tmp_path / "exp2"), "--target", "org/target")
+    assert r.returncode == 0, r.stderr
+    assert hub.read_bytes("org/drafter") == 0

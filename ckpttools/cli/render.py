@@ -194,7 +194,7 @@ def render_build(r: Any) -> str:
 def render_validation(r: Any) -> str:
     c = r.counts()
     head = f"{r.drafter}" + (f" against {r.target}" if r.target else "") + f" (checked: {', '.join(r.checked)})"
-    out = [head, *hub_line(r.hub)]
+    out = [head, *hub_line(getattr(r, "hub", None))]
     for sev in ("error", "warning", "info"):
         items = [f for f in r.findings if f.severity == sev]
         if not items:

@@ -381,13 +381,8 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
     except e.RemoteEntryNotFoundError:
         raise CheckpointNotFoundError(f"{what}: no file {path!r} in the repo", path=repo_id) from None
     except e.RepositoryNotFoundError as err:
-        status = err.response.status_code if err.response is not None else None
-        if status == 401:
-            raise HubError(
-                f"{what}: the Hub wants a login for this repo (401): it is private or gated, or does not exist",
-                url=repo_id,
-                hint="log in with `hf auth login` or set HF_TOKEN; if the repo is gated, request access on its page",
-            ) from None
+        if err.response is not None and err.response.status_code == 401:
+            raise _login(what, repo_id) from None
         raise CheckpointNotFoundError(
             f"{what}: no such repo on the Hub", path=repo_id, hint="check the repo id (org/name)"
         ) from None
@@ -401,6 +396,8 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
         status = err.response.status_code if err.response is not None else None
         if status == 403:
             raise _denied(what, repo_id) from None
+        if status == 401:
+            raise _login(what, repo_id) from None
         raise HubError(f"{what}: the Hub answered {status}: {str(err).splitlines()[0]}", url=repo_id) from None
     except timeouts:
         raise HubError(
@@ -432,6 +429,22 @@ def _http_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExce
 
 
 _OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
+
+
+def _login(what: str, repo_id: str) -> HubError:
+    return HubError(
+        f"{what}: the Hub wants a login for this repo (401): it is private or gated, or does not exist",
+        url=repo_id,
+        hint="log in with `hf auth login` or set HF_TOKEN; if the repo is gated, request access on its page",
+    )
+
+
+def size_text(n: int) -> str:
+    """Bytes for a person: 812 KB, 3.66 GB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"
 
 
 def _denied(what: str, repo_id: str) -> HubError:
