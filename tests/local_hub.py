@@ -112,6 +112,7 @@ class Repo:
 class LocalHub:
     repos: dict[str, Repo | list[Repo]] = field(default_factory=dict)
     delay: float = 0.0
+    max_whole: int = 256 << 20  # a whole-file GET above this is refused (416): a client bug, in tests
     bytes_served: int = 0
     requests: list[str] = field(default_factory=list)
     #: every file body sent: (repo, path, first byte, length)
@@ -329,7 +330,7 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
                 return self._reply(206, body, {**hdr, "Content-Length": str(b + 1 - a)})
             if self.command == "HEAD":
                 return self._reply(200, b"", {**hdr, "Content-Length": str(size)})
-            if size > 256 << 20:  # never stream a huge sparse file whole: a client asking for it is a bug
+            if size > hub.max_whole:  # never stream a huge sparse file whole: a client asking for it is a bug
                 return self._reply(416, b"", hdr)
             with hub._lock:
                 hub.reads.append((repo_id, name, 0, size))
