@@ -99,7 +99,9 @@ def main() -> None:
             {"HF_HUB_OFFLINE": "1"},
         )
         code = "from huggingface_hub import get_safetensors_metadata as g; g('org/huge')"
-        run("huggingface_hub get_safetensors_metadata('org/huge')", [sys.executable, "-c", code])
+        fresh = {"HF_HOME": str(work / "hf-home-baseline")}  # its own cache: the index is not there yet
+        subprocess.run(["rm", "-rf", fresh["HF_HOME"]], check=True)
+        run("huggingface_hub get_safetensors_metadata('org/huge')", [sys.executable, "-c", code], fresh)
         mapping = 2 * (KIMI_VD * 8 + KIMI_V)
         print(f"org/k2-a, org/k2-b: d2t + t2d of both {mapping / 1e6:.2f} MB; each file 1.2 GB")
         run("ckpt diff-vocab org/k2-a org/k2-b", [*ckpt, "diff-vocab", "org/k2-a", "org/k2-b", "--json"])
@@ -122,7 +124,9 @@ def main() -> None:
             out,
         ]
         run("ckpt remap org/k2-a --to org/k2-b --fill target ...", [*cmd, "--force"])
-        target_rows = hub.read_bytes("org/k2-target", from_byte=1 << 10)
+        with open_checkpoint(work / "k2-target") as ck:
+            data_start = ck.headers["model.safetensors"].header_len + 8
+        target_rows = hub.read_bytes("org/k2-target", from_byte=data_start)
         drafter = hub.read_bytes("org/k2-a")
         print(
             f"  of which: drafter {drafter / 1e6:.2f} MB (whole, into the HF cache), target rows {target_rows / 1e6:.2f} MB"
