@@ -9,7 +9,7 @@ from typing import Any
 
 from ckpttools.errors import ConfigError
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
-from ckpttools.io.hub import REPO_REF, HubRepo, split_ref
+from ckpttools.io.refs import REPO_REF, split_ref
 
 __all__ = ["CONFIG_DTYPE", "ST_DTYPE", "AUX_ID_CONVENTION", "sglang_default_aux_ids", "load_target_config"]
 
@@ -55,6 +55,8 @@ def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any],
     if p.is_dir() and (p / "config.json").is_file():
         return load_config(p / "config.json"), str(p)
     if not os.path.lexists(p) and REPO_REF.match(str(target)):  # a Hub repo: its config.json, nothing more
+        from ckpttools.io.hub import HubRepo
+
         repo = HubRepo.resolve(*split_ref(str(target)))
         if "config.json" not in repo.files:
             raise ConfigError(f"{target}: the target repo has no config.json", path=str(target))

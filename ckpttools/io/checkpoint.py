@@ -25,7 +25,7 @@ from ckpttools.errors import (
     PickleRefusedError,
     UnsafePathError,
 )
-from ckpttools.io.hub import REPO_REF
+from ckpttools.io.refs import REPO_REF
 from ckpttools.io.safetensors_header import ShardHeader, TensorInfo, read_header
 
 if TYPE_CHECKING:
@@ -562,7 +562,7 @@ def open_checkpoint(source: str | Path, revision: str | None = None, *, download
             raise NoWeightsError(f"{p}: a config.json alone holds no weights", path=p)
         return Checkpoint(text, p.parent, [(p.name, p)], None, None)
     if REPO_REF.match(text) and not text.startswith((".", "/", "~")):
-        from ckpttools.io.hub import split_ref
+        from ckpttools.io.refs import split_ref
 
         repo_id, rev = split_ref(text, revision)
         offline_snap = _offline_snapshot(repo_id, rev)

@@ -17,32 +17,19 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, CkptError, HubError
+from ckpttools.io.refs import REPO_REF, split_ref
 from ckpttools.io.safetensors_header import ShardHeader, check_header_length, parse_header
 
 __all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
 
-#: ``org/name`` with an optional ``@revision`` (a branch, tag or commit)
-REPO_REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
 _WORKERS = 8  # range requests in flight at once
-
-
-def split_ref(text: str, revision: str | None = None) -> tuple[str, str | None]:
-    """``org/name@rev`` -> (``org/name``, ``rev``); an explicit ``revision`` wins."""
-    repo_id, _, after = text.partition("@")
-    rev = revision or after or None
-    if rev is not None and any(part in ("", ".", "..") for part in rev.split("/")):
-        raise CheckpointNotFoundError(
-            f"{text}: {rev!r} is not a revision name", path=text, hint="give a branch, tag or commit after @"
-        )
-    return repo_id, rev
 
 
 def cache_dir() -> Path:
@@ -227,6 +214,8 @@ class HubRepo:
         """Several ranges of one file, ``_WORKERS`` requests in flight."""
         if len(ranges) <= 1:
             return [self.fetch(path, a, b) for a, b in ranges]
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(_WORKERS) as pool:
             return list(pool.map(lambda r: self.fetch(path, *r), ranges))
 
@@ -245,6 +234,8 @@ class HubRepo:
         if todo:
             first = self._fetch_header(todo[0], _FIRST_READ)
             out[todo[0]] = first
+            from concurrent.futures import ThreadPoolExecutor
+
             guess = max(_FIRST_READ, int((first.header_len + 8) * 1.1))  # shards of one checkpoint are alike
             if len(todo) > 1:
                 with ThreadPoolExecutor(_WORKERS) as pool:
