@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
+from ckpttools.errors import ConfigError
 from ckpttools.formats.names import canonical_name, sglang_loads, suggest_rename
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.export import export
@@ -212,3 +213,39 @@ def test_names_sglang_drops_and_the_renames_that_fix_them():
     assert suggest_rename("draft_model.midlayer.mlp.down_proj.weight") == "layers.0.mlp.down_proj.weight"
     assert not sglang_loads("layers.0.self_attn.qkv.weight") and suggest_rename("layers.0.self_attn.qkv.weight") is None
     assert suggest_rename("fc.weight") is None  # already loads
+
+
+def _target_config_of(tmp_path: Path, arch: str, num_layers: int = 8) -> Path:
+    t = build_target(tmp_path / f"t-{arch}", num_layers=num_layers)
+    cfg = json.loads((t / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    (t / "config.json").write_text(json.dumps(cfg))
+    return t / "config.json"
+
+
+def test_export_keeps_the_captured_layers_across_engines_and_target_classes(tmp_path):
+    """A vLLM drafter capturing the inputs of layers [2, 4, 6] keeps them when exported for SGLang:
+    ids [1, 3, 5] for a Llama target, [2, 4, 6] for DeepSeek (whose rule uses a first id other than 1
+    as it is), and back again. A first boundary of 1 cannot be said to SGLang on DeepSeek: refused."""
+    src = build_drafter(tmp_path / "v", "vllm", aux_layer_ids=(2, 4, 6))
+
+    def ids(out: Path) -> list[int]:
+        cfg = json.loads((out / "config.json").read_text())
+        return (
+            cfg.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids")
+            or cfg["eagle_aux_hidden_state_layer_ids"]
+        )
+
+    llama = _target_config_of(tmp_path, "LlamaForCausalLM")
+    ds = _target_config_of(tmp_path, "DeepseekV3ForCausalLM")
+    gpt = _target_config_of(tmp_path, "GptOssForCausalLM")
+    assert ids(Path(export(src, tmp_path / "l", target=llama).output)) == [1, 3, 5]
+    d = Path(export(src, tmp_path / "d", target=ds).output)
+    assert ids(d) == [2, 4, 6]
+    assert ids(Path(export(d, tmp_path / "dv", format="vllm", target=ds).output)) == [2, 4, 6]
+    g = build_drafter(tmp_path / "g", "vllm", aux_layer_ids=(2, 4, 8))  # the last layer's output
+    assert ids(Path(export(g, tmp_path / "gs", target=gpt).output)) == [2, 4, 8]
+    first1 = build_drafter(tmp_path / "f1", "vllm", aux_layer_ids=(1, 4, 6))
+    with pytest.raises(ConfigError, match=r"SGLang cannot capture the inputs of layers \[1, 4, 6\]"):
+        export(first1, tmp_path / "f1s", target=ds)
+    assert not (tmp_path / "f1s").exists()

@@ -143,7 +143,8 @@ def test_vllm_layout_drafter_gives_the_same_figures(tmp_path):
     a = verify_torch(tp, dp, prompts=str(pf), num_prompts=2, max_new_tokens=24)
     b = verify_torch(tp, vp, prompts=str(pf), num_prompts=2, max_new_tokens=24)
     assert a.accept_length == b.accept_length == 2.0  # aux ids read in each layout's convention
-    assert a.server["aux_layer_ids"] == b.server["aux_layer_ids"] == [1, 3, 5]
+    assert a.server["aux_layer_ids"] == [1, 3, 5] and b.server["aux_layer_ids"] == [2, 4, 6]
+    assert a.server["aux_boundaries"] == b.server["aux_boundaries"] == [2, 4, 6]  # the same target layers
 
 
 def test_text_prompts_need_a_tokenizer(tmp_path):

@@ -227,7 +227,7 @@ def test_target_checks(tmp_path):
     t8 = build_target(tmp_path / "t8", num_layers=8)
     r = validate(d, t8)
     aux = next(f for f in r.errors if f.id == "target.aux_layer_ids")
-    assert "[7]" in aux.message and "< 7" in aux.message
+    assert "[7]" in aux.message and "boundaries 0..7" in aux.message and "llama.py:885" in aux.hint
     ok = build_drafter(tmp_path / "ok", aux_layer_ids=(1, 3, 5))
     assert validate(ok, t8).ok
     assert _ids(validate(ok, build_target(tmp_path / "h", hidden_size=32)), "error") >= {"target.hidden_size"}
@@ -321,3 +321,49 @@ def test_cli_human_output_groups_by_severity(tmp_path):
     ok = build_drafter(tmp_path / "ok")
     r = CliRunner().invoke(cli, ["validate", str(ok), "--target", str(build_target(tmp_path / "t2"))])
     assert r.exit_code == 0 and "OK: no errors" in r.stdout
+
+
+def _target_of(tmp_path: Path, arch: str, num_layers: int = 8) -> Path:
+    """A target config of another class (validate reads only its config)."""
+    t = build_target(tmp_path / f"t-{arch}", num_layers=num_layers)
+    cfg = json.loads((t / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    p = tmp_path / f"{arch}.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_aux_ids_are_read_per_target_class(tmp_path):
+    """SGLang 0.5.17 reads ids per target class (formats/aux_rules.py, with source lines); vLLM 0.32 as is."""
+    from ckpttools.formats.aux_rules import capture_rule
+
+    ds = _target_of(tmp_path, "DeepseekV3ForCausalLM")
+    gpt = _target_of(tmp_path, "GptOssForCausalLM")
+    llama = _target_of(tmp_path, "LlamaForCausalLM")
+    # DeepSeek: a first id of 1 is shifted like Llama's; any other first id is used as it is
+    d1 = build_drafter(tmp_path / "d1", aux_layer_ids=(1, 3, 5))
+    assert validate(d1, ds).ok and "target.aux_rule" not in _ids(validate(d1, ds), "warning")
+    d2 = build_drafter(tmp_path / "d2", aux_layer_ids=(2, 4, 7))
+    r = validate(d2, ds)
+    assert r.ok  # boundary 7 is the input of the last layer: reachable as is
+    w = next(f for f in r.findings if f.id == "target.aux_rule")
+    assert w.severity == "warning" and "inputs of layers [2, 4, 7]" in w.message and "deepseek_v2.py:3134" in w.hint
+    assert "target.aux_layer_ids" in _ids(validate(d2, llama), "error")  # 7 + 1 = 8: past a Llama's last layer
+    # gpt-oss: ids whose largest equals the layer count are boundaries, the last one included
+    g = build_drafter(tmp_path / "g", aux_layer_ids=(2, 4, 8))
+    assert validate(g, gpt).ok
+    assert "target.aux_layer_ids" in _ids(validate(g, llama), "error")
+    g7 = build_drafter(tmp_path / "g7", aux_layer_ids=(1, 3, 7))  # not ending at L: +1, so 7 -> 8, reachable
+    assert validate(g7, gpt).ok and not validate(g7, llama).ok
+    # vLLM: the ids are the boundaries, 0..L
+    gv = build_drafter(tmp_path / "gv", "vllm", aux_layer_ids=(0, 4, 8))
+    assert validate(gv, llama, engine="vllm").ok
+    v9 = build_drafter(tmp_path / "v9", "vllm", aux_layer_ids=(2, 4, 9))
+    assert "target.aux_layer_ids" in _ids(validate(v9, llama, engine="vllm"), "error")
+    # the conversions the table allows, and the one it cannot make
+    rule = capture_rule("sglang", "DeepseekV3ForCausalLM")[0]
+    assert rule.ids_for([2, 4, 6], 8) == [2, 4, 6] and rule.boundaries([1, 3, 5], 8) == [2, 4, 6]
+    assert rule.ids_for([1, 4, 6], 8) is None  # a first boundary of 1 cannot be asked of SGLang on DeepSeek
+    assert capture_rule("sglang", "GptOssForCausalLM")[0].ids_for([2, 4, 8], 8) == [2, 4, 8]
+    unknown = _target_of(tmp_path, "SomeNewForCausalLM")
+    assert "target.aux_rule" in _ids(validate(d1, unknown), "info")

@@ -1,5 +1,5 @@
-"""Engine conventions, each written once: config dtype names, aux-layer-id conventions,
-SGLang's default captures, and where a target's config is read from."""
+"""Engine conventions, each written once: config dtype names, the ids of SGLang's default
+captures, and where a target's config is read from (aux-id rules: formats/aux_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,39 +8,25 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError
+from ckpttools.formats.aux_rules import capture_rule, default_boundaries
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 from ckpttools.io.refs import REPO_REF, split_ref
 
-__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "AUX_ID_CONVENTION", "sglang_default_aux_ids", "load_target_config"]
+__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "sglang_default_aux_ids", "load_target_config"]
 
 #: safetensors dtype -> the name config.json's torch_dtype uses for it
 CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 #: config.json torch_dtype -> safetensors dtype, for the dtypes a drafter is served in
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16"}
 
-#: how each drafter layout states aux layer ids. "output" = the output of layer id (SGLang
-#: adds 1 to make it a capture point); "input" = the input of layer id (vLLM uses the id
-#: as the capture point as is). Read off SGLang 0.5.17 llama.py set_eagle3_layers_to_capture
-#: and vLLM's llama forward (aux_hidden_state_layers).
-AUX_ID_CONVENTION = {
-    "sglang": "output",
-    "eagle": "output",
-    "modelopt": "output",
-    "mla": "output",
-    "eagle3-unknown": "output",
-    "vllm": "input",
-}
 
-
-def sglang_default_aux_ids(num_target_layers: int) -> list[int]:
-    """SGLang's default captures, as eagle_aux_hidden_state_layer_ids.
-
-    SGLang captures the input of layers [2, L//2, L-3] by default and, for ids given in
-    the config, the input of layer id+1 (the output of layer id). The same captures
-    written as ids are therefore [1, L//2 - 1, L - 4].
-    """
+def sglang_default_aux_ids(num_target_layers: int, target_arch: str | None = "LlamaForCausalLM") -> list[int]:
+    """The ids that make SGLang capture its own default boundaries [2, L//2, L-3] for a target
+    of this class (for Llama: [1, L//2 - 1, L - 4]); see formats/aux_rules.py."""
     L = num_target_layers
-    return [1, L // 2 - 1, L - 4]
+    ids = capture_rule("sglang", target_arch)[0].ids_for(default_boundaries(L), L)
+    assert ids is not None  # every rule in the table can express the default
+    return ids
 
 
 def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any], str]:

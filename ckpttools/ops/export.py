@@ -19,13 +19,8 @@ import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
-from ckpttools.formats.conventions import (
-    AUX_ID_CONVENTION,
-    CONFIG_DTYPE,
-    ST_DTYPE,
-    load_target_config,
-    sglang_default_aux_ids,
-)
+from ckpttools.formats.aux_rules import capture_rule, default_boundaries
+from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
@@ -34,7 +29,7 @@ from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, p
 from ckpttools.ops.validate import validate
 from ckpttools.vocab.mapping import VocabMapping
 
-__all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES", "AUX_ID_CONVENTION"]
+__all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES"]
 
 FORMATS = ("sglang", "vllm")
 DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
@@ -149,31 +144,41 @@ def _plan_config(
 _LLAMA_ARCH = {"sglang": "LlamaForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
 
 
-def _output_aux_ids(
+def _source_boundaries(
     source_cfg: Any, flavor: str, target_cfg: dict[str, Any] | None, notes: list[str]
 ) -> tuple[list[int] | None, list[int] | None]:
-    """The source's aux layer ids and the output's, in SGLang's convention (output of layer id)."""
+    """The source's aux ids, and the boundaries they mean (the inputs of which target layers).
+
+    A vLLM-layout drafter's ids are the boundaries (vLLM reads them as they are); any other
+    layout's ids are read as SGLang reads them for the target's class (formats/aux_rules.py).
+    With no ids, the engines' default boundaries for the target.
+    """
     ids, _ = aux_layer_ids(source_cfg)
+    L = essentials(target_cfg).num_hidden_layers if target_cfg is not None else None
+    if target_cfg is not None and not isinstance(L, int):
+        raise ConfigError(f"the target's num_hidden_layers is {L!r}: the aux layer ids need it")
     if ids is not None:
-        if AUX_ID_CONVENTION.get(flavor, "output") != "input":
-            return ids, list(ids)
-        out_ids = [i - 1 for i in ids]
-        notes.append(
-            f"aux layer ids {ids} were in vLLM's convention (input of layer id); "
-            f"as SGLang counts them (output of layer id) they are {out_ids}"
-        )
-        return ids, out_ids
-    if target_cfg is None:
+        if flavor == "vllm":
+            return ids, sorted(set(ids))
+        rule, exact = capture_rule("sglang", _arch(target_cfg))
+        if not exact:
+            notes.append(
+                "aux layer ids read with SGLang's Llama rule (output of layer id): "
+                + ("give --target for its class's own rule" if target_cfg is None else "no rule read for its class")
+            )
+        return ids, rule.boundaries(ids, L if isinstance(L, int) else max(ids) + 2)
+    if target_cfg is None or not isinstance(L, int):
         return None, None
-    L = essentials(target_cfg).num_hidden_layers
-    if not isinstance(L, int):
-        raise ConfigError(f"the target's num_hidden_layers is {L!r}: the default aux layer ids need it")
-    out_ids = sglang_default_aux_ids(L)
+    b = default_boundaries(L)
     notes.append(
-        f"no aux layer ids in the source: wrote SGLang's default for a {L}-layer target, {out_ids} "
-        "(the captures both engines make by default)"
+        f"no aux layer ids in the source: wrote the engines' default for a {L}-layer target, the inputs of layers {b}"
     )
-    return None, out_ids
+    return None, b
+
+
+def _arch(cfg: dict[str, Any] | None) -> str | None:
+    archs = essentials(cfg).architectures if cfg is not None else None
+    return archs[0] if archs else None
 
 
 def _write_aux_ids(
@@ -185,22 +190,35 @@ def _write_aux_ids(
     notes: list[str],
     changes: list[str],
 ) -> None:
-    """Aux layer ids where the output engine reads them, in its convention."""
-    ids, out_ids = _output_aux_ids(source_cfg, flavor, target_cfg, notes)
+    """Aux layer ids where the output engine reads them, written so it captures the same boundaries."""
+    ids, bounds = _source_boundaries(source_cfg, flavor, target_cfg, notes)
     eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
-    if out_ids is not None and fmt == "sglang":
+    out_ids = None
+    if bounds is not None and fmt == "sglang":
+        L = essentials(target_cfg).num_hidden_layers if target_cfg is not None else max(bounds) + 1
+        rule, _ = capture_rule("sglang", _arch(target_cfg))
+        out_ids = rule.ids_for(bounds, L)  # type: ignore[arg-type]
+        if out_ids is None and max(bounds) > rule.top(L):  # type: ignore[arg-type]
+            out_ids = ids if ids is not None else [b - 1 for b in bounds]  # unreachable: validate says so below
+        if out_ids is None:
+            raise ConfigError(
+                f"SGLang cannot capture the inputs of layers {bounds} of a {_arch(target_cfg)} target: it "
+                f"{rule.describe()} (read from {rule.source})",
+                hint="serve this drafter with vLLM, which reads the ids as they are",
+            )
         eagle_cfg["eagle_aux_hidden_state_layer_ids"] = out_ids
-    elif out_ids is not None:
+    elif bounds is not None:
+        out_ids = bounds
         eagle_cfg.pop("eagle_aux_hidden_state_layer_ids", None)
-        cfg["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in out_ids]
-        notes.append(
-            f"vLLM config: eagle_aux_hidden_state_layer_ids {[i + 1 for i in out_ids]} "
-            f"(vLLM captures the input of layer id; SGLang's ids for the same layers are {out_ids})"
-        )
+        cfg["eagle_aux_hidden_state_layer_ids"] = out_ids
+        notes.append(f"vLLM config: eagle_aux_hidden_state_layer_ids {out_ids} (vLLM captures the input of layer id)")
     if eagle_cfg:
         cfg["eagle_config"] = eagle_cfg
     if out_ids is not None and out_ids != ids:
-        changes.append(f"config: aux layer ids {ids} -> {out_ids} (SGLang's convention)")
+        engine = "SGLang" if fmt == "sglang" else "vLLM"
+        changes.append(
+            f"config: aux layer ids {ids} -> {out_ids} ({engine} reads them so for this target; same layers)"
+        )
 
 
 def export(

@@ -27,7 +27,7 @@ from typing import Any
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
-from ckpttools.formats.conventions import sglang_default_aux_ids
+from ckpttools.formats.aux_rules import VLLM, capture_rule, default_boundaries
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
@@ -57,7 +57,13 @@ class Eagle3Drafter:
     """An EAGLE-3 drafter (SGLang 0.5.17 semantics) with its own KV cache, batch size 1."""
 
     def __init__(
-        self, path: str | Path, target_embed: Any, num_target_layers: int, device: str = "cpu", dtype: Any = None
+        self,
+        path: str | Path,
+        target_embed: Any,
+        num_target_layers: int,
+        device: str = "cpu",
+        dtype: Any = None,
+        target_arch: str | None = None,
     ) -> None:
         torch = _torch()
         with open_checkpoint(path, download=True) as ck:
@@ -99,11 +105,13 @@ class Eagle3Drafter:
         d2t = w.get("d2t")
         self.hot = (d2t + torch.arange(len(d2t))) if d2t is not None else torch.arange(vd)
         ids, _ = aux_layer_ids(cfg)
+        self.aux_ids = list(ids) if ids is not None else None
+        #: the target boundaries captured (inputs of these layers), read as the engine reads the ids
+        self.rule = VLLM if flavor == "vllm" else capture_rule("sglang", target_arch)[0]
         if ids is None:
-            ids = sglang_default_aux_ids(num_target_layers)
-        elif flavor == "vllm":  # vLLM's ids name the layer whose input is captured
-            ids = [i - 1 for i in ids]
-        self.aux_ids = list(ids)
+            self.boundaries = default_boundaries(num_target_layers)
+        else:
+            self.boundaries = self.rule.boundaries(ids, num_target_layers)
         self.cache: list[tuple[Any, Any]] = [(None, None)] * self.L
         inv = 1.0 / (self.theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
         self.inv_freq = inv.to(device)
@@ -163,7 +171,7 @@ class Eagle3Drafter:
             if "input_norm.weight" in w:
                 hidden = _rms(hidden, w["input_norm.weight"], self.eps)
             if "fc_norm.0.weight" in w:
-                chunks = hidden.chunk(len(self.aux_ids), dim=-1)
+                chunks = hidden.chunk(len(self.boundaries), dim=-1)
                 hidden = torch.cat([_rms(c, w[f"fc_norm.{j}.weight"], self.eps) for j, c in enumerate(chunks)], -1)
             hidden = hidden @ w["fc.weight"].T + (w["fc.bias"] if "fc.bias" in w else 0)
         residual = None
@@ -210,11 +218,20 @@ class TorchSpeculator:
         self.device = device
         self.L = self.model.config.num_hidden_layers
         emb = self.model.get_input_embeddings().weight.detach()
-        self.drafter = Eagle3Drafter(drafter, emb, self.L, device, self.dtype)
+        arch = (getattr(self.model.config, "architectures", None) or [None])[0]
+        self.drafter = Eagle3Drafter(drafter, emb, self.L, device, self.dtype, arch)
         self.steps = steps
-        bad = [i for i in self.drafter.aux_ids if not 0 <= i < self.L - 1]
+        d = self.drafter
+        bad = d.rule.uncaptured(d.aux_ids, self.L) if d.aux_ids is not None else []
         if bad:
-            raise CkptError(f"aux layer ids {bad} are out of range for a {self.L}-layer target")
+            raise CkptError(
+                f"aux layer ids {bad} are out of reach for a {self.L}-layer {arch}: the engine {d.rule.describe()} "
+                f"and captures boundaries 0..{d.rule.top(self.L)} (read from {d.rule.source})"
+            )
+        self._last: list[Any] = []  # the last layer's output before the final norm (boundary L)
+        if self.L in d.boundaries:
+            norm = self.model.get_decoder().norm
+            norm.register_forward_pre_hook(lambda mod, args: self._last.append(args[0]))
 
     def _target(self, ids: list[int], cache: Any) -> tuple[Any, Any]:
         torch = _torch()
@@ -224,7 +241,9 @@ class TorchSpeculator:
         with warnings.catch_warnings():  # transformers 5.2x renames past_key_values; older 5.x lack the new name
             warnings.simplefilter("ignore", FutureWarning)
             out = self.model(input_ids=x, past_key_values=cache, use_cache=True, output_hidden_states=True)
-        aux = torch.cat([out.hidden_states[i + 1][0] for i in self.drafter.aux_ids], dim=-1)
+        states = [self._last.pop()[0] if b == self.L else out.hidden_states[b][0] for b in self.drafter.boundaries]
+        self._last.clear()
+        aux = torch.cat(states, dim=-1)
         return out.logits[0].argmax(-1).tolist(), aux
 
     def generate(self, prompt: list[int], max_new_tokens: int) -> dict[str, Any]:
@@ -323,6 +342,8 @@ def verify_torch(
         "device": device,
         "dtype": str(spec.dtype).removeprefix("torch."),
         "aux_layer_ids": spec.drafter.aux_ids,
+        "aux_boundaries": spec.drafter.boundaries,
+        "aux_rule": spec.drafter.rule.source,
     }
     t0 = time.perf_counter()
     results = [_one(spec, i, p, max_new_tokens, steps) for i, p in enumerate(plist)]

@@ -20,6 +20,7 @@ from ckpttools.formats.config import (
     essentials,
     lookup,
 )
+from ckpttools.formats.aux_rules import capture_rule, default_boundaries
 from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
@@ -507,59 +508,77 @@ def _target_hidden_findings(d: Any, t: Any) -> list[Finding]:
 
 
 def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
-    """Aux layer ids in range for the target, in the engine's convention."""
-    out: list[Finding] = []
+    """Aux layer ids against the target, read the way the engine reads them for the target's class
+    (formats/aux_rules.py holds each rule with the source lines it was read from)."""
     L = t.num_hidden_layers
     if not isinstance(L, int):  # the target schema requires it; a bad value was reported before
-        return out
+        return []
+    arch = (t.architectures or [None])[0]
+    rule, exact = capture_rule(engine, arch)
+    out: list[Finding] = []
+    if not exact:
+        out.append(
+            Finding(
+                "target.aux_rule",
+                "info",
+                "$.architectures[0]",
+                f"{arch}: ckpttools has no capture rule read for this class; {engine}'s Llama rule is assumed "
+                f"({rule.describe()})",
+            )
+        )
     ids, where = aux_layer_ids(cfg)
     if ids is None:
-        out.append(
+        default = default_boundaries(L)
+        sg = capture_rule("sglang", arch)[0].ids_for(default, L)
+        return out + [
             Finding(
                 "target.aux_layer_ids",
                 "info",
                 "$.eagle_config.eagle_aux_hidden_state_layer_ids",
-                f"no aux layer ids: SGLang captures its default for a {L}-layer target, the outputs of "
-                f"layers {sglang_default_aux_ids(L)}; vLLM's default may differ",
+                f"no aux layer ids: both engines capture their default for a {L}-layer target, the inputs of "
+                f"layers {default} (SGLang would read them as ids {sg}, vLLM as ids {default})",
                 "write them explicitly (ckpt export --target does) so every engine agrees",
             )
+        ]
+    bad = rule.uncaptured(ids, L)
+    if bad:
+        out.append(
+            Finding(
+                "target.aux_layer_ids",
+                "error",
+                where or "$",
+                f"aux layer id(s) {bad} are out of reach for a {L}-layer {arch or 'target'}: {engine} "
+                f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, so the drafter's fc gets "
+                "fewer states than it was trained on",
+                f"use the ids the drafter was trained with, in {engine}'s reading for this target "
+                f"(read from {rule.source})",
+            )
         )
-    elif engine == "vllm":
-        bad = [i for i in ids if not isinstance(i, int) or i < 1 or i >= L]
-        if bad:
+    elif rule.kind in ("first_id_one", "boundary"):
+        llama = capture_rule(engine, "LlamaForCausalLM")[0].boundaries(ids, L)
+        got = rule.boundaries(ids, L)
+        if got != llama:
             out.append(
                 Finding(
-                    "target.aux_layer_ids",
-                    "error",
-                    where or "$",
-                    f"aux layer id(s) {bad} out of range for a {L}-layer target: vLLM captures the input "
-                    f"of layer id, so each must be between 1 and {L - 1}",
-                    "use the ids the drafter was trained with, in vLLM's convention",
-                )
-            )
-    else:
-        bad = [i for i in ids if not isinstance(i, int) or i < 0 or i >= L - 1]
-        if bad:
-            out.append(
-                Finding(
-                    "target.aux_layer_ids",
-                    "error",
-                    where or "$",
-                    f"aux layer id(s) {bad} out of range for a {L}-layer target: each must be < {L - 1} "
-                    "(SGLang captures the output of layer id, i.e. the input of layer id+1)",
-                    "use the ids the drafter was trained with, each below num_hidden_layers - 1",
-                )
-            )
-        if len(set(ids)) != len(ids):
-            out.append(
-                Finding(
-                    "target.aux_layer_ids",
+                    "target.aux_rule",
                     "warning",
                     where or "$",
-                    f"aux layer ids {ids} repeat a layer",
-                    "check the training config",
+                    f"for {arch} targets SGLang {rule.describe()}: ids {ids} capture the inputs of layers {got}, "
+                    f"not {llama} as for a Llama target; right only if the drafter was trained on those",
+                    f"ids written for a Llama-rule engine become {rule.ids_for(llama, L)} here "
+                    f"(read from {rule.source})",
                 )
             )
+    if len(set(ids)) != len(ids):
+        out.append(
+            Finding(
+                "target.aux_layer_ids",
+                "warning",
+                where or "$",
+                f"aux layer ids {ids} repeat a layer",
+                "check the training config",
+            )
+        )
     return out
 
 
