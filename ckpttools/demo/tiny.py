@@ -182,6 +182,9 @@ def build_drafter(
     max_shard_size: int | None = None,
     seed: int = 0,
     force: bool = False,
+    fc_norm: bool = False,
+    norm_before_fc: bool = False,
+    norm_output: bool = False,
 ) -> Path:
     """Write a tiny EAGLE-3 drafter in one of :data:`DRAFTER_FLAVORS`.
 
@@ -194,6 +197,9 @@ def build_drafter(
         mapping: absolute target ids of the draft slots (default: a random ascending set).
         draft_vocab_size: Vd; None writes a full-vocab head with no mapping tensors.
         weight_fn: makes each float tensor (name, shape) -> float32 array; default random.
+        fc_norm, norm_before_fc, norm_output: EAGLE-3.1 options, with their weights
+            (``fc_norm.N``, ``input_norm``) and config flags; ``num_aux`` other than 3
+            writes ``num_aux_hidden_states``.
 
     Returns:
         the output path.
@@ -208,6 +214,10 @@ def build_drafter(
     rng = np.random.default_rng(seed)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
     shapes = _drafter_shapes(flavor, dims, vocab_size, Vd, num_aux, num_layers, embed_tokens)
+    if norm_before_fc:
+        shapes["input_norm.weight"] = (num_aux * dims.target_hidden,)
+    if fc_norm:
+        shapes |= {f"fc_norm.{j}.weight": (dims.target_hidden,) for j in range(num_aux)}
     tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.01)
     if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
         ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
@@ -223,6 +233,10 @@ def build_drafter(
         cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
     elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
+    options = {"fc_norm": fc_norm, "norm_before_fc": norm_before_fc, "norm_output": norm_output}
+    cfg |= {k: True for k, on in options.items() if on}
+    if num_aux != 3:
+        cfg["num_aux_hidden_states"] = num_aux
     if flavor == "speculators":
         cfg = _speculators_config(cfg, draft_vocab_size, target_hidden_size, aux_layer_ids)
     cfg = {**cfg, **(config_overrides or {})}
@@ -499,6 +513,7 @@ def build_known_pair(
     num_layers: int = 8,
     aux_layer_ids: Sequence[int] = (1, 3, 5),
     force: bool = False,
+    **options: bool,
 ) -> tuple[Path, Path]:
     """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
 
@@ -521,15 +536,21 @@ def build_known_pair(
     repeat   swap    1.0 (no draft accepted)
     ======== ======= ========================================
 
+    ``options`` are EAGLE-3.1 drafter options (``fc_norm``, ``norm_before_fc``,
+    ``norm_output``, each True/False); the number of aux states follows ``aux_layer_ids``.
+    None changes the figures: the norms keep each state's direction, which is all the
+    construction reads.
+
     Returns:
         (target path, drafter path) under ``root``.
     """
     root = Path(root)
     e = _known_embedding()
     tpath = _known_target(root / f"target-{target}", target, e, num_layers, force)
-    dpath = _known_drafter(
-        root / f"drafter-{drafter}-{drafter_flavor}", drafter, drafter_flavor, e, aux_layer_ids, force
-    )
+    tag = "".join(f"-{k.replace('_', '')}" for k, on in sorted(options.items()) if on)
+    tag += f"-aux{len(aux_layer_ids)}" if len(aux_layer_ids) != 3 else ""
+    name = f"drafter-{drafter}-{drafter_flavor}{tag}"
+    dpath = _known_drafter(root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options)
     return tpath, dpath
 
 
@@ -570,7 +591,13 @@ def _known_target(out: Path, target: str, e: np.ndarray, num_layers: int, force:
 
 
 def _known_drafter(
-    out: Path, drafter: str, flavor: str, e: np.ndarray, aux_layer_ids: Sequence[int], force: bool
+    out: Path,
+    drafter: str,
+    flavor: str,
+    e: np.ndarray,
+    aux_layer_ids: Sequence[int],
+    force: bool,
+    options: dict[str, bool] | None = None,
 ) -> Path:
     draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
     pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
@@ -598,6 +625,10 @@ def _known_drafter(
         weight_fn=dw,
         config_overrides={"bos_token_id": 0, "eos_token_id": 1},
         force=force,
+        num_aux=len(aux_layer_ids),
+        fc_norm=(options or {}).get("fc_norm", False),
+        norm_before_fc=(options or {}).get("norm_before_fc", False),
+        norm_output=(options or {}).get("norm_output", False),
     )
 
 

@@ -21,7 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CaptureRule", "capture_rule", "default_boundaries", "RULES", "VLLM", "DEFAULT_SOURCES"]
+__all__ = [
+    "CaptureRule",
+    "capture_rule",
+    "default_boundaries",
+    "RULES",
+    "VLLM",
+    "DEFAULT_SOURCES",
+    "FcOptions",
+    "fc_options",
+    "FC_OPTION_SOURCES",
+]
 
 _SG = "sglang 0.5.17: sglang/srt/models/"
 _VL = "vllm 0.32.0: vllm/"
@@ -143,3 +153,48 @@ def capture_rule(engine: str, target_arch: str | None) -> tuple[CaptureRule, boo
     if target_arch in RULES:
         return RULES[target_arch], True
     return SGLANG_FALLBACK, False
+
+
+@dataclass(frozen=True)
+class FcOptions:
+    """The EAGLE-3.1 options around the drafter's fc, as an engine reads them from config.json.
+
+    Read off SGLang 0.5.17 sglang/srt/models/llama_eagle3.py:148-198 (and its forward,
+    229-260) and vLLM 0.32 vllm/model_executor/models/llama_eagle3.py:184-252 (forward
+    405-416, load 464-465): ``num_aux_hidden_states`` sizes fc (else the number of
+    ``eagle_config`` ids, else 3: ids at the top level do not count); ``norm_before_fc``
+    (in eagle_config or at the top) is one RMSNorm over the concatenated aux states,
+    ``input_norm``; ``fc_norm`` (SGLang also the legacy ``use_aux_norm``) is one RMSNorm
+    per aux state, ``fc_norm.N``; ``norm_output`` feeds the next draft step the normed
+    output instead of the pre-norm one.
+    """
+
+    num_aux: int
+    num_aux_from: str
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool
+
+
+FC_OPTION_SOURCES = {
+    "sglang": _SG + "llama_eagle3.py:148-198 (forward 229-260)",
+    "vllm": _VL + "model_executor/models/llama_eagle3.py:184-252 (forward 405-416, loading 464-465)",
+}
+
+
+def fc_options(cfg: dict | None, engine: str = "sglang") -> FcOptions:
+    """How ``engine`` sizes and normalises the drafter's fc for this config."""
+    cfg = cfg or {}
+    got = cfg.get("eagle_config")
+    eagle: dict = got if isinstance(got, dict) else {}
+    n = cfg.get("num_aux_hidden_states")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    if type(n) is int and n > 0:
+        num, source = n, "num_aux_hidden_states"
+    elif isinstance(ids, list) and ids:
+        num, source = len(ids), "eagle_config.eagle_aux_hidden_state_layer_ids"
+    else:
+        num, source = 3, "the default (3)"
+    fc_norm = bool(cfg.get("fc_norm")) or (engine == "sglang" and bool(cfg.get("use_aux_norm")))
+    before = bool(eagle.get("norm_before_fc", cfg.get("norm_before_fc", False)))
+    return FcOptions(num, source, before, fc_norm, bool(cfg.get("norm_output", False)))

@@ -27,7 +27,7 @@ from typing import Any
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
-from ckpttools.formats.aux_rules import VLLM, capture_rule, default_boundaries
+from ckpttools.formats.aux_rules import VLLM, capture_rule, default_boundaries, fc_options
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
@@ -106,6 +106,7 @@ class Eagle3Drafter:
         self.hot = (d2t + torch.arange(len(d2t))) if d2t is not None else torch.arange(vd)
         ids, _ = aux_layer_ids(cfg)
         self.aux_ids = list(ids) if ids is not None else None
+        self.opts = fc_options(cfg, "vllm" if flavor == "vllm" else "sglang")
         #: the target boundaries captured (inputs of these layers), read as the engine reads the ids
         self.rule = VLLM if flavor == "vllm" else capture_rule("sglang", target_arch)[0]
         if ids is None:
@@ -168,11 +169,15 @@ class Eagle3Drafter:
         token_ids, pos = token_ids.to(self.device), pos.to(self.device)
         embeds = self.embed[token_ids]
         if hidden.shape[-1] != self.H:
-            if "input_norm.weight" in w:
-                hidden = _rms(hidden, w["input_norm.weight"], self.eps)
-            if "fc_norm.0.weight" in w:
-                chunks = hidden.chunk(len(self.boundaries), dim=-1)
-                hidden = torch.cat([_rms(c, w[f"fc_norm.{j}.weight"], self.eps) for j, c in enumerate(chunks)], -1)
+            ones = torch.ones(hidden.shape[-1], dtype=hidden.dtype, device=hidden.device)
+            if self.opts.norm_before_fc:  # as the engine: the flag decides; a missing weight stays at 1
+                hidden = _rms(hidden, w.get("input_norm.weight", ones), self.eps)
+            if self.opts.fc_norm:
+                chunks = hidden.chunk(self.opts.num_aux, dim=-1)
+                one = ones[: chunks[0].shape[-1]]
+                hidden = torch.cat(
+                    [_rms(c, w.get(f"fc_norm.{j}.weight", one), self.eps) for j, c in enumerate(chunks)], -1
+                )
             hidden = hidden @ w["fc.weight"].T + (w["fc.bias"] if "fc.bias" in w else 0)
         residual = None
         for i in range(self.L):
@@ -193,8 +198,9 @@ class Eagle3Drafter:
             residual = a + residual
             hidden = self._mlp(i, _rms(residual, w[p + "post_attention_layernorm.weight"], self.eps))
         pre = hidden + residual
-        logits = _rms(pre, w["norm.weight"], self.eps).float() @ w["lm_head.weight"].float().T
-        return self.hot[logits.argmax(-1).cpu()], pre
+        normed = _rms(pre, w["norm.weight"], self.eps)
+        logits = normed.float() @ w["lm_head.weight"].float().T
+        return self.hot[logits.argmax(-1).cpu()], normed if self.opts.norm_output else pre
 
 
 class TorchSpeculator:

@@ -20,7 +20,7 @@ from ckpttools.formats.config import (
     essentials,
     lookup,
 )
-from ckpttools.formats.aux_rules import capture_rule, default_boundaries
+from ckpttools.formats.aux_rules import FC_OPTION_SOURCES, capture_rule, default_boundaries, fc_options
 from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
@@ -271,18 +271,22 @@ def _dtype_findings(ess: Any) -> list[Finding]:
 
 
 # ------------------------------------------------------------------------ tensor checks
-def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
     ess = essentials(cfg)
     H, V = ess.hidden_size, ess.vocab_size
     if not isinstance(H, int):
         return {}
     Ht = ess.target_hidden_size or H
-    ids, _ = aux_layer_ids(cfg)
-    n = len(ids) if isinstance(ids, list) and ids else 3
+    opts = fc_options(cfg, engine)
+    n = opts.num_aux
     heads, kv = ess.num_attention_heads, ess.num_key_value_heads or ess.num_attention_heads
     hd = ess.head_dim or (H // heads if isinstance(heads, int) and heads else None)
     inter = ess.intermediate_size
     exp: dict[str, tuple[int, ...]] = {"fc.weight": (H, n * Ht), "norm.weight": (H,)}
+    if opts.norm_before_fc:
+        exp["input_norm.weight"] = (n * Ht,)
+    if opts.fc_norm:
+        exp |= {f"fc_norm.{j}.weight": (Ht,) for j in range(n)}
     vd = ess.draft_vocab_size if ess.draft_vocab_size_present else None
     rows = vd if vd is not None else V
     if isinstance(rows, int) and (vd is not None or "lm_head.weight" in canon):
@@ -311,12 +315,13 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any]) -> dict[str, tu
     return exp
 
 
-def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint) -> list[Finding]:
+def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
     """Names SGLang loads, shapes the config implies, and the vocabulary mapping."""
     out, canon = _name_findings(ck)
     if cfg is None:
         return out
-    return out + _shape_findings(cfg, canon) + _mapping_findings(cfg, canon, ck)
+    shapes = _shape_findings(cfg, canon, engine)
+    return out + shapes + _option_findings(cfg, canon, engine) + _mapping_findings(cfg, canon, ck)
 
 
 def _name_findings(ck: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
@@ -353,11 +358,13 @@ def _name_findings(ck: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
     return out, canon
 
 
-def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any]) -> list[Finding]:
+def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
     out: list[Finding] = []
     ess = essentials(cfg)
-    for name, shape in _expected_shapes(cfg, canon).items():
+    for name, shape in _expected_shapes(cfg, canon, engine).items():
         got = canon.get(name)
+        if got is None and name.startswith(("input_norm.", "fc_norm.")):
+            continue  # _option_findings says what a missing option weight means
         if got is None:
             if name == "lm_head.weight":
                 out.append(
@@ -390,6 +397,70 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any]) -> list[Finding]
                     "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size",
                 )
             )
+    return out
+
+
+def _option_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
+    """EAGLE-3.1 options against the weights, both ways, and the aux count against the captures."""
+    o = fc_options(cfg, engine)
+    src = f"read from {FC_OPTION_SOURCES[engine]}"
+    out: list[Finding] = []
+    ids, where = aux_layer_ids(cfg)
+    if ids and len(set(ids)) != o.num_aux:
+        out.append(
+            Finding(
+                "config.num_aux_hidden_states",
+                "error",
+                where or "$",
+                f"{engine} captures {len(set(ids))} aux states (ids {ids}) but sizes fc for {o.num_aux} (from "
+                f"{o.num_aux_from}): the drafter cannot load, or reads its input wrongly",
+                f"set num_aux_hidden_states to {len(set(ids))} ({src})",
+            )
+        )
+    norms = sorted(n for n in canon if n.startswith("fc_norm."))
+    for flag, on, names, what in (
+        (
+            "norm_before_fc",
+            o.norm_before_fc,
+            ["input_norm.weight"] if "input_norm.weight" in canon else [],
+            "input_norm",
+        ),
+        ("fc_norm", o.fc_norm, norms, "fc_norm.N"),
+    ):
+        if on and not names:
+            out.append(
+                Finding(
+                    f"config.{flag}",
+                    "error",
+                    f"$.{flag}",
+                    f"{flag} is set but the weights have no {what}: {engine} keeps that norm at its initial "
+                    "weights of 1, not the trained ones",
+                    f"add the trained {what} weights, or unset {flag} if the drafter was trained without it ({src})",
+                )
+            )
+        elif names and not on:
+            hint = f"set {flag}: true in config.json" + (
+                " (vLLM 0.32 reads fc_norm, not use_aux_norm)" if flag == "fc_norm" and cfg.get("use_aux_norm") else ""
+            )
+            out.append(
+                Finding(
+                    f"config.{flag}",
+                    "error",
+                    names[0],
+                    f"the weights have {what} but {flag} is not set: {engine} ignores them and feeds fc "
+                    "un-normalised states the drafter was not trained on",
+                    f"{hint} ({src})",
+                )
+            )
+    if o.norm_output:
+        out.append(
+            Finding(
+                "config.norm_output",
+                "info",
+                "$.norm_output",
+                "norm_output: each draft step after the first gets the previous step's normed output (EAGLE-3.1)",
+            )
+        )
     return out
 
 
@@ -750,7 +821,7 @@ def validate(
         findings += check_config(cfg, engine)
     if ck is not None:
         checked.append("tensors")
-        findings += check_tensors(cfg, ck)
+        findings += check_tensors(cfg, ck, engine)
     else:
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None
