@@ -111,6 +111,19 @@ def _make_weights(
     return out
 
 
+def mla_dims(hidden: int, head_dim: int) -> dict[str, int]:
+    """MLA projection sizes for a tiny drafter. kv_lora_rank 256 with a rope part of 32 is one
+    of the two latent widths SGLang 0.5.17's triton MLA decode kernel has blocks for (288 and
+    576: kernels/ops/attention/decode_attention.py:638-646); others fail to compile."""
+    return {
+        "q_lora_rank": hidden // 2,
+        "kv_lora_rank": 256,
+        "qk_rope_head_dim": 32,
+        "qk_nope_head_dim": head_dim // 2,
+        "v_head_dim": head_dim,
+    }
+
+
 def _layer_tensors(
     prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool, mla: bool = False, drafter: bool = True
 ) -> dict[str, tuple[int, ...]]:
@@ -120,13 +133,20 @@ def _layer_tensors(
     qin = 2 * H if first else H
     t: dict[str, tuple[int, ...]] = {}
     if mla:
+        m = mla_dims(H, hd)
         t |= {
-            f"{prefix}self_attn.q_a_proj.weight": (H // 2, qin),
-            f"{prefix}self_attn.q_a_layernorm.weight": (H // 2,),
-            f"{prefix}self_attn.q_b_proj.weight": (heads * hd, H // 2),
-            f"{prefix}self_attn.kv_a_proj_with_mqa.weight": (H // 4 + hd // 2, qin),
-            f"{prefix}self_attn.kv_a_layernorm.weight": (H // 4,),
-            f"{prefix}self_attn.kv_b_proj.weight": (heads * 2 * hd, H // 4),
+            f"{prefix}self_attn.q_a_proj.weight": (m["q_lora_rank"], qin),
+            f"{prefix}self_attn.q_a_layernorm.weight": (m["q_lora_rank"],),
+            f"{prefix}self_attn.q_b_proj.weight": (
+                heads * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"]),
+                m["q_lora_rank"],
+            ),
+            f"{prefix}self_attn.kv_a_proj_with_mqa.weight": (m["kv_lora_rank"] + m["qk_rope_head_dim"], qin),
+            f"{prefix}self_attn.kv_a_layernorm.weight": (m["kv_lora_rank"],),
+            f"{prefix}self_attn.kv_b_proj.weight": (
+                heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
+                m["kv_lora_rank"],
+            ),
         }
     else:
         t |= {
@@ -324,14 +344,7 @@ def _drafter_config(
         "torch_dtype": CONFIG_DTYPE[st],
     }
     if flavor == "mla":
-        H, hd = d.hidden, d.head_dim
-        cfg |= {
-            "q_lora_rank": H // 2,
-            "kv_lora_rank": H // 4,
-            "qk_rope_head_dim": hd // 2,
-            "qk_nope_head_dim": hd // 2,
-            "v_head_dim": hd,
-        }
+        cfg |= mla_dims(d.hidden, d.head_dim)
     if flavor == "vllm":
         cfg["norm_before_residual"] = False
     return cfg

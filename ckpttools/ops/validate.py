@@ -294,7 +294,7 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
     if "embed_tokens.weight" in canon and isinstance(V, int):
         exp["embed_tokens.weight"] = (V, H)
     if (ess.architectures or [""])[0] == "Eagle3DeepseekV2ForCausalLM":
-        return exp  # MLA projections have their own shapes; the rest still applies
+        return exp | _mla_shapes(cfg, H, heads, inter)
     # SGLang 0.5.17: layer 0 attends over [norm(embedding); norm(hidden)] (2H) and uses
     # input_layernorm; later layers take H and fuse the residual into hidden_norm
     L = ess.num_hidden_layers if isinstance(ess.num_hidden_layers, int) else 1
@@ -312,6 +312,33 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
             exp[p + "mlp.down_proj.weight"] = (H, inter)
         for norm in (("input_layernorm",) if i == 0 else ()) + ("hidden_norm", "post_attention_layernorm"):
             exp[p + norm + ".weight"] = (H,)
+    return exp
+
+
+def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str, tuple[int, ...]]:
+    """An MLA drafter layer's tensors as SGLang 0.5.17 builds them (models/kimi_k25_eagle3.py:88-141:
+    DeepseekV2AttentionMLA with its fused q/kv down-projection widened to take [embed; hidden], 2H)."""
+    keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    dims = [cfg.get(k) for k in keys]
+    if not all(type(x) is int and x > 0 for x in dims) or not isinstance(heads, int):
+        return {}
+    q, kv, rope, nope, v = (int(x) for x in dims)  # type: ignore[arg-type]
+    p = "layers.0."
+    exp = {
+        p + "self_attn.q_a_proj.weight": (q, 2 * H),
+        p + "self_attn.q_a_layernorm.weight": (q,),
+        p + "self_attn.q_b_proj.weight": (heads * (nope + rope), q),
+        p + "self_attn.kv_a_proj_with_mqa.weight": (kv + rope, 2 * H),
+        p + "self_attn.kv_a_layernorm.weight": (kv,),
+        p + "self_attn.kv_b_proj.weight": (heads * (nope + v), kv),
+        p + "self_attn.o_proj.weight": (H, heads * v),
+        p + "input_layernorm.weight": (H,),
+        p + "hidden_norm.weight": (H,),
+        p + "post_attention_layernorm.weight": (H,),
+    }
+    if isinstance(inter, int):
+        exp |= {p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H)}
+        exp[p + "mlp.down_proj.weight"] = (H, inter)
     return exp
 
 
