@@ -189,6 +189,15 @@ def fc_options(cfg: dict | None, engine: str = "sglang") -> FcOptions:
     eagle: dict = got if isinstance(got, dict) else {}
     n = cfg.get("num_aux_hidden_states")
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    archs = cfg.get("architectures")
+    if engine == "sglang" and isinstance(archs, list) and archs[:1] == ["Eagle3DeepseekV2ForCausalLM"]:
+        # the MLA drafter counts eagle_config's ids, else top-level ones, else 3, and has no
+        # norm_before_fc (sglang/srt/models/kimi_k25_eagle3.py:47-58 and 207-254)
+        top = cfg.get("eagle_aux_hidden_state_layer_ids")
+        got = ids if isinstance(ids, list) and ids else top if isinstance(top, list) and top else None
+        num, source = (len(got), "the aux layer ids") if got else (3, "the default (3)")
+        fc_norm = bool(cfg.get("fc_norm")) or bool(cfg.get("use_aux_norm"))
+        return FcOptions(num, source, False, fc_norm, bool(cfg.get("norm_output", False)))
     if type(n) is int and n > 0:
         num, source = n, "num_aux_hidden_states"
     elif isinstance(ids, list) and ids:
