@@ -234,10 +234,8 @@ def build_drafter(
     rng = np.random.default_rng(seed)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
     shapes = _drafter_shapes(flavor, dims, vocab_size, Vd, num_aux, num_layers, embed_tokens)
-    if norm_before_fc:
-        shapes["input_norm.weight"] = (num_aux * dims.target_hidden,)
-    if fc_norm:
-        shapes |= {f"fc_norm.{j}.weight": (dims.target_hidden,) for j in range(num_aux)}
+    shapes |= {"input_norm.weight": (num_aux * dims.target_hidden,)} if norm_before_fc else {}
+    shapes |= {f"fc_norm.{j}.weight": (dims.target_hidden,) for j in range(num_aux) if fc_norm}
     tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.01)
     if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
         ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
@@ -253,10 +251,7 @@ def build_drafter(
         cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)  # where vLLM reads them
     elif aux_layer_ids is not None and flavor not in ("eagle", "speculators"):
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
-    options = {"fc_norm": fc_norm, "norm_before_fc": norm_before_fc, "norm_output": norm_output}
-    cfg |= {k: True for k, on in options.items() if on}
-    if num_aux != 3:
-        cfg["num_aux_hidden_states"] = num_aux
+    cfg |= _option_flags(num_aux, fc_norm=fc_norm, norm_before_fc=norm_before_fc, norm_output=norm_output)
     if flavor == "speculators":
         cfg = _speculators_config(cfg, draft_vocab_size, target_hidden_size, aux_layer_ids)
     cfg = {**cfg, **(config_overrides or {})}
@@ -274,6 +269,12 @@ class _Dims:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+
+def _option_flags(num_aux: int, **options: bool) -> dict[str, Any]:
+    """EAGLE-3.1 flags as config.json states them; ``num_aux_hidden_states`` when it is not 3."""
+    flags: dict[str, Any] = {k: True for k, on in options.items() if on}
+    return flags | ({"num_aux_hidden_states": num_aux} if num_aux != 3 else {})
 
 
 def _drafter_shapes(

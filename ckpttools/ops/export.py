@@ -164,7 +164,7 @@ def _source_boundaries(
         if not exact:
             notes.append(
                 "aux layer ids read with SGLang's Llama rule (output of layer id): "
-                + ("give --target for its class's own rule" if target_cfg is None else "no rule read for its class")
+                + ("give the target for its class's own rule" if target_cfg is None else "no rule read for its class")
             )
         return ids, rule.boundaries(ids, L if isinstance(L, int) else max(ids) + 2)
     if target_cfg is None or not isinstance(L, int):

@@ -444,6 +444,22 @@ def _option_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
                 f"set num_aux_hidden_states to {len(set(ids))} ({src})",
             )
         )
+    out += _norm_flag_findings(cfg, canon, o, engine, src)
+    if o.norm_output:
+        out.append(
+            Finding(
+                "config.norm_output",
+                "info",
+                "$.norm_output",
+                "norm_output: each draft step after the first gets the previous step's normed output (EAGLE-3.1)",
+            )
+        )
+    return out
+
+
+def _norm_flag_findings(cfg: dict[str, Any], canon: dict[str, Any], o: Any, engine: str, src: str) -> list[Finding]:
+    """norm_before_fc and fc_norm against their weights, both ways."""
+    out: list[Finding] = []
     norms = sorted(n for n in canon if n.startswith("fc_norm."))
     for flag, on, names, what in (
         (
@@ -479,15 +495,6 @@ def _option_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
                     f"{hint} ({src})",
                 )
             )
-    if o.norm_output:
-        out.append(
-            Finding(
-                "config.norm_output",
-                "info",
-                "$.norm_output",
-                "norm_output: each draft step after the first gets the previous step's normed output (EAGLE-3.1)",
-            )
-        )
     return out
 
 
@@ -653,20 +660,7 @@ def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
             )
         )
     elif rule.kind in ("first_id_one", "boundary"):
-        llama = capture_rule(engine, "LlamaForCausalLM")[0].boundaries(ids, L)
-        got = rule.boundaries(ids, L)
-        if got != llama:
-            out.append(
-                Finding(
-                    "target.aux_rule",
-                    "warning",
-                    where or "$",
-                    f"for {arch} targets SGLang {rule.describe()}: ids {ids} capture the inputs of layers {got}, "
-                    f"not {llama} as for a Llama target; right only if the drafter was trained on those",
-                    f"ids written for a Llama-rule engine become {rule.ids_for(llama, L)} here "
-                    f"(read from {rule.source})",
-                )
-            )
+        out += _rule_differs(ids, where, arch, rule, engine, L)
     if len(set(ids)) != len(ids):
         out.append(
             Finding(
@@ -675,6 +669,25 @@ def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
                 where or "$",
                 f"aux layer ids {ids} repeat a layer",
                 "check the training config",
+            )
+        )
+    return out
+
+
+def _rule_differs(ids: list[int], where: str | None, arch: Any, rule: Any, engine: str, L: int) -> list[Finding]:
+    """A class whose rule reads these ids otherwise than Llama's: say which layers are captured."""
+    out: list[Finding] = []
+    llama = capture_rule(engine, "LlamaForCausalLM")[0].boundaries(ids, L)
+    got = rule.boundaries(ids, L)
+    if got != llama:
+        out.append(
+            Finding(
+                "target.aux_rule",
+                "warning",
+                where or "$",
+                f"for {arch} targets SGLang {rule.describe()}: ids {ids} capture the inputs of layers {got}, "
+                f"not {llama} as for a Llama target; right only if the drafter was trained on those",
+                f"ids written for a Llama-rule engine become {rule.ids_for(llama, L)} here (read from {rule.source})",
             )
         )
     return out
