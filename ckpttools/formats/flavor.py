@@ -18,10 +18,95 @@ FLAVORS: dict[str, str] = {
     "mla": "MLA EAGLE-3 drafter (DeepSeek-V2 style)",
     "modelopt": "NVIDIA ModelOpt EAGLE-3 export",
     "eagle3-unknown": "EAGLE-3 drafter of unrecognised layout",
+    "mtp": "MTP/NextN head (a model's own next-token layers), not an EAGLE-3 drafter",
+    "dflash": "DFlash block-diffusion drafter, not an EAGLE-3 drafter",
+    "dspark": "DSpark drafter, not an EAGLE-3 drafter",
+    "p-eagle": "P-EAGLE drafter (parallel-drafting EAGLE-3)",
+    "eagle1": "EAGLE-1/2 drafter (no aux hidden states), not an EAGLE-3 drafter",
+    "medusa": "Medusa heads, not an EAGLE-3 drafter",
+    "mlp-speculator": "MLP speculator, not an EAGLE-3 drafter",
     "target": "plain (target) model",
     "mapping": "vocabulary mapping only (d2t/t2d)",
     "unknown": "unrecognised",
 }
+
+
+#: drafter kinds that are not EAGLE-3 (or not plain EAGLE-3): what marks them, and which engine
+#: flag serves them. SGLang 0.5.17: speculative/spec_info.py:37-43 lists EAGLE, EAGLE3, DFLASH,
+#: DSPARK, FROZEN_KV_MTP, STANDALONE, NGRAM; NextN/MTP heads run under EAGLE with their own
+#: classes (models/deepseek_nextn.py:434, qwen3_next_mtp.py:152, ...). vLLM 0.32:
+#: config/speculative.py:38-81 (methods mtp, dflash, dspark, eagle, eagle3, medusa,
+#: mlp_speculator) and 1898 (P-EAGLE is eagle3 with parallel drafting; its drafts carry
+#: ptd_token_id and a mask_hidden tensor, v1/spec_decode/llm_base_proposer.py:372 and 1406).
+OTHER_KINDS: list[tuple[str, str, list[str], dict[str, str]]] = [
+    (
+        "mtp",
+        r"(NextN|MTP)$",
+        [r"(^|\.)eh_proj\.weight$", r"(^|\.)enorm\.weight$", r"(^|\.)hnorm\.weight$"],
+        {
+            "sglang": "--speculative-algorithm EAGLE (the head's own class serves it)",
+            "vllm": '--speculative-config \'{"method": "mtp"}\'',
+        },
+    ),
+    (
+        "dflash",
+        r"^DFlash",
+        [],
+        {"sglang": "--speculative-algorithm DFLASH", "vllm": '--speculative-config \'{"method": "dflash"}\''},
+    ),
+    (
+        "dspark",
+        r"DSpark",
+        [],
+        {"sglang": "--speculative-algorithm DSPARK", "vllm": '--speculative-config \'{"method": "dspark"}\''},
+    ),
+    (
+        "p-eagle",
+        r"^$",
+        [r"(^|\.)mask_hidden$"],
+        {"vllm": '--speculative-config \'{"method": "eagle3", "parallel_drafting": true}\'', "sglang": "none"},
+    ),
+    (
+        "eagle1",
+        r"^(LlamaForCausalLMEagle|Qwen2ForCausalLMEagle|MistralForCausalLMEagle|Ernie4_5_ForCausalLMEagle)$",
+        [],
+        {"sglang": "--speculative-algorithm EAGLE", "vllm": '--speculative-config \'{"method": "eagle"}\''},
+    ),
+    (
+        "medusa",
+        r"Medusa",
+        [r"(^|\.)medusa_heads?\."],
+        {"vllm": '--speculative-config \'{"method": "medusa"}\'', "sglang": "none"},
+    ),
+    (
+        "mlp-speculator",
+        r"^MLPSpeculator",
+        [],
+        {"vllm": '--speculative-config \'{"method": "mlp_speculator"}\'', "sglang": "none"},
+    ),
+]
+_OTHER_CONFIG_KEYS = {"dflash_config": "dflash", "ptd_token_id": "p-eagle", "medusa_num_heads": "medusa"}
+
+
+def _few_layers(names: list[str]) -> bool:
+    return len(set(_LAYER_ID.findall("\n".join(names)))) <= 4
+
+
+def other_kind(config: dict[str, Any] | None, names: list[str]) -> tuple[str, list[str], dict[str, str]] | None:
+    """A drafter kind that is not plain EAGLE-3, with the evidence and the engines' flags; None otherwise."""
+    cfg = config or {}
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    for kind, arch_re, name_res, flags in OTHER_KINDS:
+        ev = [f"architectures[0] = {arch}"] if arch and re.search(arch_re, arch) else []
+        ev += [f"config has {k}" for k, v in _OTHER_CONFIG_KEYS.items() if v == kind and k in cfg]
+        for pat in name_res if kind != "mtp" or _few_layers(names) else ():  # a full model may carry its MTP layers
+            hit = next((n for n in names if re.search(pat, n)), None)
+            if hit is not None:
+                ev.append(f"tensor {hit}")
+        if ev:
+            return kind, ev, flags
+    return None
 
 
 @dataclass
@@ -32,6 +117,8 @@ class Flavor:
     evidence: list[str] = field(default_factory=list)
     has_d2t: bool = False
     has_t2d: bool = False
+    #: for a kind that is not plain EAGLE-3: the flag each engine serves it with
+    flags: dict[str, str] = field(default_factory=dict)
 
     @property
     def description(self) -> str:
@@ -41,6 +128,24 @@ class Flavor:
     def is_drafter(self) -> bool:
         return self.kind not in ("target", "mapping", "unknown")
 
+    @property
+    def is_plain_eagle3(self) -> bool:
+        """An EAGLE-3 drafter export, remap and the EAGLE-3 checks apply to."""
+        return self.kind in ("sglang", "eagle", "vllm", "mla", "modelopt", "eagle3-unknown")
+
+    def refuse(self, source: str, what: str) -> None:
+        """Raise, for a kind ``what`` (an operation) does not apply to."""
+        if self.is_plain_eagle3 or not self.is_drafter:
+            return
+        from ckpttools.errors import CkptError
+
+        served = "; ".join(f"{e}: {f}" for e, f in self.flags.items())
+        raise CkptError(
+            f"{source}: a {self.description}; {what} handles EAGLE-3 drafters only",
+            path=source,
+            hint=f"serve it as it is ({served})" if served else "serve it as it is",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "description": self.description, "evidence": self.evidence}
 
@@ -49,7 +154,14 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
     """See :func:`_detect`; records whether d2t/t2d were present."""
     names = list(tensor_names)
     canon = _canonical_subset(names)
-    f = _detect(config, names, canon)
+    other = other_kind(config, names)
+    if other is not None:
+        kind, ev, flags = other
+        served = "; ".join(f"{e}: {f}" for e, f in flags.items())
+        f = Flavor(kind, [*ev, f"served by {served}"])
+        f.flags = flags
+    else:
+        f = _detect(config, names, canon)
     f.has_d2t, f.has_t2d = "d2t" in canon, "t2d" in canon
     return f
 

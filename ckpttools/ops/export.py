@@ -270,7 +270,7 @@ def export(
     hashes: BackgroundDigests | None = None
     try:
         require_valid_config(ck.config, str(src))
-        flavor = detect_flavor(ck.config, ck.tensors.keys()).kind
+        flavor = _eagle3_flavor(ck, str(src))
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
         names = _plan_names(ck, report)
@@ -303,6 +303,12 @@ def export(
         if hashes is not None:
             hashes.close()
         ck.close()
+
+
+def _eagle3_flavor(ck: Checkpoint, src: str) -> str:
+    detected = detect_flavor(ck.config, ck.tensors.keys())
+    detected.refuse(src, "export")
+    return detected.kind
 
 
 def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:

@@ -447,6 +447,9 @@ class _Plan:
 
 
 def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand) -> _Plan:
+    from ckpttools.formats.flavor import detect_flavor
+
+    detect_flavor(ck.config, ck.tensors.keys()).refuse(str(ck.source), "remap")
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size

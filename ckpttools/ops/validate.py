@@ -844,6 +844,9 @@ def validate(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     cfg, ck, name = _open_drafter(drafter)
+    other = _other_kind_report(cfg, ck, name, target)
+    if other is not None:
+        return other
     checked = []
     findings: list[Finding] = []
     if cfg is None:
@@ -875,6 +878,31 @@ def validate(
         findings += check_deep(ck)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: order[f.severity])
+    rep = ValidationReport(name, tname, checked, findings)
+    rep.hub = _hub_of(ck)
+    return rep
+
+
+def _other_kind_report(
+    cfg: dict[str, Any] | None, ck: Checkpoint | None, name: str, target: Any
+) -> ValidationReport | None:
+    """A drafter kind that is not EAGLE-3 (MTP, DFlash, ...): the EAGLE-3 checks do not apply;
+    what does is that it fits the target (vocabulary and hidden size)."""
+    from ckpttools.formats.flavor import detect_flavor
+
+    f = detect_flavor(cfg, list(ck.tensors) if ck is not None else [])
+    if f.is_plain_eagle3 or not f.is_drafter:
+        return None
+    served = "; ".join(f"{e}: {flag}" for e, flag in f.flags.items())
+    findings = [
+        Finding("input.kind", "info", name, f"a {f.description} ({', '.join(f.evidence[:-1])}); served by {served}")
+    ]
+    checked, tname = ["kind"], None
+    if target is not None and cfg is not None:
+        tcfg, tname = load_target_config(target)
+        checked.append("target")
+        findings += _target_vocab_findings(essentials(cfg), essentials(tcfg), None)
+        findings += _target_hidden_findings(essentials(cfg), essentials(tcfg))
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
     return rep
