@@ -59,8 +59,17 @@ def token_strings(tokenizer: str | Path | None):
     """A function id -> token string from an HF tokenizer.json (or a directory holding one)."""
     if tokenizer is None:
         return None
-    from ckpttools.vocab.tokens import load_hf_tokenizer
+    from ckpttools.vocab.tokens import load_hf_tokenizer, load_tiktoken, tiktoken_file
 
+    tk = tiktoken_file(tokenizer)
+    if tk is not None:  # a tiktoken rank file: the token's bytes, shown as text where they decode
+        vocab = load_tiktoken(tk).token_bytes
+
+        def name(i: int) -> str | None:
+            b = vocab[i] if 0 <= i < len(vocab) else None
+            return None if b is None else b.decode("utf-8", "backslashreplace")
+
+        return name
     return load_hf_tokenizer(tokenizer).id_to_token
 
 

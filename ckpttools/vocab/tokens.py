@@ -10,6 +10,7 @@ tokens with the same content.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -50,7 +51,7 @@ class TokenizerVocab:
     """Token id -> the bytes it stands for (special tokens as ``b"\\xffSPECIAL:" + content``)."""
 
     path: str
-    style: str  # "byte-level" | "sentencepiece" | "plain"
+    style: str  # "byte-level" | "sentencepiece" | "plain" | "tiktoken"
     token_bytes: list[bytes | None]
     byte_fallback: set[int] | None = None  # ids of <0xNN> tokens (used only when no piece exists)
 
@@ -77,6 +78,61 @@ def _styles(tok: dict[str, Any]) -> str:
     if "ByteFallback" in kinds or "Metaspace" in kinds or any(p.startswith("▁") for p in list(pieces)[:5000]):
         return "sentencepiece"
     return "plain"
+
+
+#: names a tiktoken rank file goes by (Kimi-K2 ships tiktoken.model; Llama-3's original release
+#: tokenizer.model in the same format)
+TIKTOKEN_NAMES = ("tiktoken.model", "tokenizer.model")
+_RANK_LINE = re.compile(rb"^[A-Za-z0-9+/]+=*\s+\d+$")
+
+
+def tiktoken_file(path: str | Path) -> Path | None:
+    """The tiktoken rank file a path names (the file, or one in a directory without a
+    tokenizer.json), recognised by its content: lines of ``base64(token bytes) rank``."""
+    from ckpttools.io.fsutil import ensure_regular
+
+    p = Path(path)
+    if p.is_dir():
+        if (p / "tokenizer.json").exists():
+            return None
+        p = next((p / n for n in TIKTOKEN_NAMES if (p / n).is_file()), p / TIKTOKEN_NAMES[0])
+    if not p.is_file() or p.name == "tokenizer.json":
+        return None
+    ensure_regular(p)
+    with open(p, "rb") as f:
+        first = f.readline(4096).strip()
+    return p if _RANK_LINE.match(first) else None
+
+
+def load_tiktoken(p: Path) -> TokenizerVocab:
+    """A tiktoken rank file read as the plain format it is: one ``base64 rank`` per line.
+
+    The ranks are the token ids; special tokens a model adds after them (defined in its
+    Python tokenizer code, not in this file) are unknown here and stay None.
+    """
+    import base64
+    import binascii
+
+    from ckpttools.io.fsutil import read_regular_bytes
+
+    ranks: dict[int, bytes] = {}
+    for n, line in enumerate(read_regular_bytes(p, limit=1 << 30).splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError("needs two fields")
+            tok, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
+        except (ValueError, binascii.Error) as e:
+            raise TokenizerError(f"{p}:{n}: not a tiktoken rank line ({e})", path=p) from None
+        if not 0 <= rank < MAX_VOCAB_SIZE or rank in ranks:
+            raise TokenizerError(f"{p}:{n}: rank {rank} is out of range or repeated", path=p)
+        ranks[rank] = tok
+    out: list[bytes | None] = [None] * (max(ranks, default=-1) + 1)
+    for rank, tok in ranks.items():
+        out[rank] = tok
+    return TokenizerVocab(str(p), "tiktoken", out, None)
 
 
 def tokenizer_json(path: str | Path) -> Path:
@@ -148,9 +204,15 @@ def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dic
 def load_vocab(path: str | Path) -> TokenizerVocab:
     """Read an HF tokenizer.json (or a directory holding one) into token bytes.
 
+    A tiktoken rank file (Kimi's ``tiktoken.model``, Llama-3's original ``tokenizer.model``),
+    or a directory holding one and no tokenizer.json, is read too (:func:`load_tiktoken`).
+
     Raises:
         TokenizerError
     """
+    tk = tiktoken_file(path)
+    if tk is not None:
+        return load_tiktoken(tk)
     p = tokenizer_json(path)
     tok, items, added = _read_tokenizer(p)
     size = max([i for _, i in items] + list(added) + [-1]) + 1
