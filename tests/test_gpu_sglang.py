@@ -162,6 +162,10 @@ def test_torch_probe_matches_sglang(pair, tmp_path, prompts):
 FAMILIES = {
     "eagle31": {"aux_layer_ids": (1, 3), "fc_norm": True, "norm_output": True},
     "mla": {"drafter_flavor": "mla"},
+    # a tiny DeepSeek-V3 target (MLA attention): an MLA drafter, and a Llama-layer drafter whose
+    # first aux id is not 1, which SGLang's DeepSeek rule reads as it is (boundaries [2, 4, 6])
+    "deepseek-mla": {"target_arch": "deepseek", "drafter_flavor": "mla"},
+    "deepseek-ids246": {"target_arch": "deepseek", "aux_layer_ids": (2, 4, 6)},
 }
 
 

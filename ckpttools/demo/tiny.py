@@ -444,6 +444,89 @@ def build_target(
     return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
 
 
+def build_deepseek_target(
+    out: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 8,
+    num_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 1024,
+    weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
+    seed: int = 1,
+    force: bool = False,
+) -> Path:
+    """Write a tiny DeepSeek-V3 target (MLA attention, every layer a dense MLP:
+    ``first_k_dense_replace`` = the layer count), HF names as DeepseekV3ForCausalLM has them."""
+    H = hidden_size
+    m = mla_dims(H, 64)  # qk_nope 32 + rope 32: a 64-wide q/k head; latent 256 + 32 for the MLA kernels
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
+    for i in range(num_layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "self_attn.q_a_proj.weight": (m["q_lora_rank"], H),
+            p + "self_attn.q_a_layernorm.weight": (m["q_lora_rank"],),
+            p + "self_attn.q_b_proj.weight": (
+                num_heads * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"]),
+                m["q_lora_rank"],
+            ),
+            p + "self_attn.kv_a_proj_with_mqa.weight": (m["kv_lora_rank"] + m["qk_rope_head_dim"], H),
+            p + "self_attn.kv_a_layernorm.weight": (m["kv_lora_rank"],),
+            p + "self_attn.kv_b_proj.weight": (
+                num_heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
+                m["kv_lora_rank"],
+            ),
+            p + "self_attn.o_proj.weight": (H, num_heads * m["v_head_dim"]),
+            p + "mlp.gate_proj.weight": (intermediate_size, H),
+            p + "mlp.up_proj.weight": (intermediate_size, H),
+            p + "mlp.down_proj.weight": (H, intermediate_size),
+            p + "input_layernorm.weight": (H,),
+            p + "post_attention_layernorm.weight": (H,),
+        }
+    shapes |= {"model.norm.weight": (H,), "lm_head.weight": (vocab_size, H)}
+    tensors = _make_weights(shapes, _np_dtype("BF16"), np.random.default_rng(seed), weight_fn, norm_jitter=0.0)
+    cfg = _deepseek_config(H, num_layers, num_heads, intermediate_size, vocab_size, m)
+    return write_tensors(out, tensors, cfg, force=force)
+
+
+def _deepseek_config(
+    H: int, num_layers: int, num_heads: int, inter: int, vocab_size: int, m: dict[str, int]
+) -> dict[str, Any]:
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": H,
+        "intermediate_size": inter,
+        "moe_intermediate_size": inter // 2,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_heads,
+        "n_shared_experts": 1,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": num_layers,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "routed_scaling_factor": 1.0,
+        "norm_topk_prob": True,
+        **m,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "vocab_size": vocab_size,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+
+
 def build_huge_sparse(
     out: str | Path,
     *,
@@ -527,6 +610,7 @@ def build_known_pair(
     num_layers: int = 8,
     aux_layer_ids: Sequence[int] = (1, 3, 5),
     force: bool = False,
+    target_arch: str = "llama",
     **options: bool,
 ) -> tuple[Path, Path]:
     """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
@@ -560,7 +644,8 @@ def build_known_pair(
     """
     root = Path(root)
     e = _known_embedding()
-    tpath = _known_target(root / f"target-{target}", target, e, num_layers, force)
+    tname = f"target-{target}" + ("" if target_arch == "llama" else f"-{target_arch}")
+    tpath = _known_target(root / tname, target, e, num_layers, force, target_arch)
     tag = "".join(f"-{k.replace('_', '')}" for k, on in sorted(options.items()) if on)
     tag += f"-aux{len(aux_layer_ids)}" if len(aux_layer_ids) != 3 else ""
     name = f"drafter-{drafter}-{drafter_flavor}{tag}"
@@ -577,7 +662,9 @@ def _passthrough_weight(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
 
 
-def _known_target(out: Path, target: str, e: np.ndarray, num_layers: int, force: bool) -> Path:
+def _known_target(
+    out: Path, target: str, e: np.ndarray, num_layers: int, force: bool, target_arch: str = "llama"
+) -> Path:
     head = e if target == "repeat" else e[swap_pairs(np.arange(KNOWN_V))]
 
     def tw(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -587,17 +674,22 @@ def _known_target(out: Path, target: str, e: np.ndarray, num_layers: int, force:
             return head
         return _passthrough_weight(name, shape)
 
-    tpath = build_target(
-        out,
-        hidden_size=KNOWN_H,
-        num_layers=num_layers,
-        num_heads=2,
-        num_kv_heads=2,
-        intermediate_size=128,
-        vocab_size=KNOWN_V,
-        weight_fn=tw,
-        force=force,
-    )
+    if target_arch == "deepseek":
+        tpath = build_deepseek_target(
+            out, hidden_size=KNOWN_H, num_layers=num_layers, vocab_size=KNOWN_V, weight_fn=tw, force=force
+        )
+    else:
+        tpath = build_target(
+            out,
+            hidden_size=KNOWN_H,
+            num_layers=num_layers,
+            num_heads=2,
+            num_kv_heads=2,
+            intermediate_size=128,
+            vocab_size=KNOWN_V,
+            weight_fn=tw,
+            force=force,
+        )
     cfg = json.loads((tpath / "config.json").read_text())
     cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
     write_text_atomic(tpath / "config.json", json.dumps(cfg, indent=2) + "\n")
