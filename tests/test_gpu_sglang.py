@@ -174,16 +174,17 @@ FAMILIES = {
 def test_drafter_families_give_the_known_acceptance(family, pair, tmp_path, prompts):
     opts = dict(FAMILIES[family])
     flavor = str(opts.pop("drafter_flavor", "sglang"))
+    arch = str(opts.pop("target_arch", "llama"))
     aux = tuple(opts.pop("aux_layer_ids", (1, 3, 5)))  # type: ignore[arg-type]
     tp, dp = build_known_pair(
-        tmp_path, target=pair[0], drafter=pair[1], drafter_flavor=flavor, aux_layer_ids=aux, **opts
+        tmp_path, target=pair[0], drafter=pair[1], drafter_flavor=flavor, aux_layer_ids=aux, target_arch=arch, **opts
     )
     assert validate(dp, tp).ok, [f.message for f in validate(dp, tp).errors]
     code, rep, _ = launch_verify(tp, dp, prompts, f"{family}-{pair[0]}-{pair[1]}.log")
     assert code == 0 and rep is not None
     print(f"{family} {pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}")
     assert rep["accept_length"] == EXPECTED[pair]
-    if family != "mla":  # the torch probe's MLA attention is not written yet
+    if flavor != "mla":  # the torch probe's MLA drafter attention is not written yet
         from ckpttools.ops.probe import verify_torch
 
         t = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
