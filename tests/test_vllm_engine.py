@@ -285,3 +285,35 @@ def test_demo_story_holds_in_real_vllm(tmp_path):
     matched, naive, remapped, b = map(float, m.groups())
     print(r.stdout.splitlines()[-1])
     assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1
+
+
+@pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
+def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path):
+    """EAGLE-3.1 options (fc_norm, norm_output, two aux states), exported for vLLM: the figures the
+    torch probe and SGLang give (tests/test_gpu_sglang.py, family eagle31)."""
+    from ckpttools.ops.probe import verify_torch
+
+    tp, dp = build_known_pair(
+        tmp_path, target=pair[0], drafter=pair[1], aux_layer_ids=(1, 3), fc_norm=True, norm_output=True
+    )
+    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    cfg = json.loads((vp / "config.json").read_text())
+    assert cfg["fc_norm"] and cfg["norm_output"] and cfg["num_aux_hidden_states"] == 2
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4]  # the same captured layers, in vLLM's reading
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(4)))
+    spec = LaunchSpec(
+        "vllm",
+        str(tp),
+        str(vp),
+        port=free_port(),
+        steps=STEPS,
+        engine_args=ARGS,
+        python=VLLM_PY,
+        log_path=str(tmp_path / "vllm.log"),
+        ready_timeout=600,
+    )
+    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=4, max_new_tokens=32, ignore_eos=True)
+    torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=4, max_new_tokens=32)
+    assert rep.accept_length == torch_rep.accept_length == EXPECTED[pair]
+    assert rep.per_position_acceptance == PER_POSITION[pair]

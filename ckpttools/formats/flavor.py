@@ -62,7 +62,7 @@ OTHER_KINDS: list[tuple[str, str, list[str], dict[str, str]]] = [
     ),
     (
         "p-eagle",
-        r"^$",
+        r"^(PEagle|Peagle)",
         [r"(^|\.)mask_hidden$"],
         {"vllm": '--speculative-config \'{"method": "eagle3", "parallel_drafting": true}\'', "sglang": "none"},
     ),
@@ -218,7 +218,7 @@ def _detect(config: dict[str, Any] | None, names: list[str], canon: set[str]) ->
         ev.append("has d2t" + ("" if has_t2d else " but no t2d"))
     drafter_like = has_fc or has_mid or has_d2t or "draft_vocab_size" in cfg
 
-    if arch == "Eagle3DeepseekV2ForCausalLM":
+    if arch in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"):  # V3: vLLM's alias (registry.py:673)
         return Flavor("mla", ev)
     if drafter_like and has_d2t and not has_t2d and names:
         return Flavor("modelopt", ev + ["ModelOpt ships d2t without t2d"])

@@ -19,7 +19,7 @@ import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
-from ckpttools.formats.aux_rules import capture_rule, default_boundaries
+from ckpttools.formats.aux_rules import capture_rule, default_boundaries, fc_options
 from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
@@ -126,6 +126,7 @@ def _plan_config(
         _set(cfg, "torch_dtype", CONFIG_DTYPE.get(dt, "bfloat16"), changes)
         cfg.pop("dtype", None)
     _write_aux_ids(cfg, ck.config, flavor, fmt, target_cfg, notes, changes)
+    _carry_fc_options(cfg, fmt, changes)
     if fmt == "vllm":
         for k in ("norm_before_residual", "norm_before_fc"):
             if k not in cfg:
@@ -142,6 +143,17 @@ def _plan_config(
 
 
 _LLAMA_ARCH = {"sglang": "LlamaForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
+
+
+def _carry_fc_options(cfg: dict[str, Any], fmt: str, changes: list[str]) -> None:
+    """EAGLE-3.1 options in the form the output engine reads (formats/aux_rules.fc_options):
+    vLLM reads fc_norm, not the legacy use_aux_norm; fc's width follows num_aux_hidden_states
+    or eagle_config's ids, never top-level ids, so it is written when the ids say otherwise."""
+    if fmt == "vllm" and cfg.get("use_aux_norm") and not cfg.get("fc_norm"):
+        _set(cfg, "fc_norm", True, changes)
+    ids, _ = aux_layer_ids(cfg)
+    if ids and fc_options(cfg, fmt).num_aux != len(set(ids)):
+        _set(cfg, "num_aux_hidden_states", len(set(ids)), changes)
 
 
 def _source_boundaries(
