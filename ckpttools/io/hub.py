@@ -129,17 +129,10 @@ class HubRepo:
     def _from_hf_cache(cls, repo_id: str, revision: str | None) -> HubRepo | None:
         """huggingface_hub's own cache of the revision: the commit from its refs, the files
         from its snapshot folder (what was downloaded, with sizes; no sha256)."""
-        from huggingface_hub import constants
-
-        repo_dir = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
-        commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
-        try:
-            commit = commit or (repo_dir / "refs" / (revision or "main")).read_text().strip()
-        except OSError:
+        snap = _hf_snapshot_dir(repo_id, revision)
+        if snap is None:
             return None
-        snap = repo_dir / "snapshots" / commit
-        if not re.fullmatch(r"[0-9a-f]{40}", commit) or not snap.is_dir():
-            return None
+        commit = snap.name
         files = {
             str(p.relative_to(snap)): HubFile(str(p.relative_to(snap)), p.stat().st_size, None, None)
             for p in snap.rglob("*")
@@ -320,9 +313,8 @@ class HubRepo:
         return out
 
 
-def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
-    """huggingface_hub's own cached snapshot of the revision, when it holds the weights
-    (every shard its index names, or a top-level .safetensors file); read from disk only."""
+def _hf_snapshot_dir(repo_id: str, revision: str | None) -> Path | None:
+    """The snapshot folder huggingface_hub's cache holds for the revision (its refs name the commit)."""
     from huggingface_hub import constants
 
     repo_dir = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
@@ -332,7 +324,14 @@ def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     except OSError:
         return None
     snap = repo_dir / "snapshots" / commit
-    if not re.fullmatch(r"[0-9a-f]{40}", commit) or not snap.is_dir():
+    return snap if re.fullmatch(r"[0-9a-f]{40}", commit) and snap.is_dir() else None
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """huggingface_hub's own cached snapshot of the revision, when it holds the weights
+    (every shard its index names, or a top-level .safetensors file); read from disk only."""
+    snap = _hf_snapshot_dir(repo_id, revision)
+    if snap is None:
         return None
     index = snap / "model.safetensors.index.json"
     if index.is_file():
