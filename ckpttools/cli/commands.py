@@ -219,6 +219,13 @@ def vocab_build_cmd(
     show_default=True,
     help="With --deep on a Hub repo: the most to download; a larger repo is refused before any transfer.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["sglang", "vllm"]),
+    default="sglang",
+    show_default=True,
+    help="Whose class names and aux-id reading to check against.",
+)
 @click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
 @click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
@@ -229,6 +236,7 @@ def validate_cmd(
     target: str | None,
     deep: bool,
     max_download: str,
+    engine: str,
     do_fix: bool,
     out: str | None,
     in_place: bool,
@@ -260,7 +268,7 @@ def validate_cmd(
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
 
-    r = validate(drafter, target, deep=deep, max_download=max_download)
+    r = validate(drafter, target, deep=deep, max_download=max_download, engine=engine)
     _show(r, as_json, render_validation)
     sys.exit(0 if r.ok else 1)
 
