@@ -367,3 +367,12 @@ def test_aux_ids_are_read_per_target_class(tmp_path):
     assert capture_rule("sglang", "GptOssForCausalLM")[0].ids_for([2, 4, 8], 8) == [2, 4, 8]
     unknown = _target_of(tmp_path, "SomeNewForCausalLM")
     assert "target.aux_rule" in _ids(validate(d1, unknown), "info")
+
+
+def test_vllm_serves_the_classes_its_registry_lists(tmp_path):
+    """vLLM 0.32 registers LlamaForCausalLMEagle3 and the other EAGLE-3 names as its own
+    classes (model_executor/models/registry.py:658-673): validate --engine vllm accepts them."""
+    d = build_drafter(tmp_path / "d", "sglang")
+    assert "config.architectures" not in _ids(validate(d, engine="vllm"), "error")
+    odd = rewrite(d, tmp_path / "odd", config={"architectures": ["SomethingEagle3"]})
+    assert "config.architectures" in _ids(validate(odd, engine="vllm"), "error")

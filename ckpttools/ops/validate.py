@@ -30,7 +30,19 @@ __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sgl
 
 SEVERITIES = ("error", "warning", "info")
 SGLANG_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
-VLLM_ARCHS = ("Eagle3LlamaForCausalLM", "Eagle3DeepseekV2ForCausalLM")
+#: the EAGLE-3 drafter classes vLLM 0.32 registers (vllm/model_executor/models/registry.py:658-673),
+#: and the speculators format it converts (transformers_utils/configs/speculators/base.py)
+VLLM_ARCHS = (
+    "Eagle3LlamaForCausalLM",
+    "LlamaForCausalLMEagle3",
+    "Eagle3MiniMaxM2ForCausalLM",
+    "Eagle3Qwen2_5vlForCausalLM",
+    "Eagle3Qwen3vlForCausalLM",
+    "Eagle3Qwen3ForCausalLM",
+    "Eagle3DeepseekV2ForCausalLM",
+    "Eagle3DeepseekV3ForCausalLM",
+    "Eagle3Speculator",
+)
 ENGINES = ("sglang", "vllm")
 ARCH_MESSAGES = {
     "LlamaForCausalLM": (
