@@ -98,6 +98,14 @@ def repos(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+def _damaged(src: Path) -> Repo:
+    """The drafter with its header length pointing past the end of the file (a cut upload)."""
+    r = Repo.from_dir(src)
+    data = bytearray(r.files["model.safetensors"])  # type: ignore[arg-type]
+    data[:8] = struct.pack("<Q", len(data) * 2)
+    return Repo({**r.files, "model.safetensors": bytes(data)})
+
+
 @pytest.fixture()
 def hub(repos):
     r = {
@@ -112,6 +120,7 @@ def hub(repos):
         "org/private": Repo.from_dir(repos["drafter"], token="hf_sekrit"),
         "org/deleted": Repo.from_dir(repos["target"], missing=frozenset({"config.json"})),
         "org/two": [Repo.from_dir(repos["drafter"]), Repo.from_dir(repos["v1"], refs=("v1",))],
+        "org/damaged": _damaged(repos["drafter"]),
     }
     with LocalHub(r) as h:
         yield h
@@ -390,3 +399,14 @@ def test_export_of_a_hub_drafter_downloads_it_once_and_records_the_commit(hub, e
     r = ckpt(env, "export", "org/drafter", "-o", str(tmp_path / "exp2"), "--target", "org/target")
     assert r.returncode == 0, r.stderr
     assert hub.read_bytes("org/drafter") == 0
+
+
+def test_a_damaged_file_on_the_hub_is_one_line_and_is_not_cached(hub, env):
+    r = ckpt(env, "inspect", "org/damaged")
+    assert r.returncode == 2
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("ckpt: error: org/damaged@") and "model.safetensors: header length" in first
+    assert "runs past the end of the file" in first and "Traceback" not in r.stderr
+    hub.reset_counts()
+    assert ckpt(env, "inspect", "org/damaged").returncode == 2  # read again: a bad header is never cached
+    assert any("/cdn/org/damaged/" in q for q in hub.requests)
