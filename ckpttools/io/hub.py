@@ -30,6 +30,7 @@ __all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
 
 _FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
 _WORKERS = 8  # range requests in flight at once
+_WHOLE_READ_LIMIT = 64 << 20  # a server that ignores Range is read this far at most
 
 
 def cache_dir() -> Path:
@@ -186,6 +187,13 @@ class HubRepo:
 
                     hf_raise_for_status(r)
                 skip = start if r.status_code == 200 else 0  # the whole file came: read up to what is needed
+                if skip + (end - start) > _WHOLE_READ_LIMIT:
+                    raise HubError(
+                        f"{self.repo_id}: the server answered a range request for {path} with the whole file; "
+                        f"reading {size_text(skip + end - start)} of it to reach the bytes asked for was refused",
+                        url=self.repo_id,
+                        hint="check HF_ENDPOINT: a proxy or mirror in between may drop Range headers",
+                    )
                 buf = bytearray()
                 for chunk in r.iter_bytes():
                     buf += chunk
