@@ -104,3 +104,29 @@ def test_a_full_model_that_carries_its_mtp_layers_is_a_target(tmp_path: Path) ->
     cfg = json.loads((t / "config.json").read_text())
     p = write_tensors(tmp_path / "with-mtp", tensors, cfg)
     assert inspect(p).kind == "target"
+
+
+def test_a_qwen3_architecture_drafter_goes_to_vllm_only(tmp_path: Path) -> None:
+    """q_norm/k_norm per head: vLLM 0.32's Eagle3Qwen3ForCausalLM serves it; SGLang 0.5.17 would drop them."""
+    from ckpttools.demo.tiny import build_drafter
+    from ckpttools.io.checkpoint import open_checkpoint
+    from ckpttools.ops.export import export
+
+    d = build_drafter(tmp_path / "d", "sglang")
+    with open_checkpoint(d) as ck:
+        tensors = {n: np.asarray(ck.read(n)) for n in ck.tensors}
+    hd = 16
+    tensors |= {"layers.0.self_attn.q_norm.weight": np.ones(hd, np.float32).astype(tensors["fc.weight"].dtype)}
+    tensors |= {"layers.0.self_attn.k_norm.weight": np.ones(hd, np.float32).astype(tensors["fc.weight"].dtype)}
+    q = write_tensors(tmp_path / "q3", tensors, json.loads((d / "config.json").read_text()))
+    sg = next(f for f in validate(q).findings if f.id == "tensors.qk_norm")
+    assert sg.severity == "error" and "SGLang 0.5.17 has no EAGLE-3 class with these norms" in sg.message
+    assert "tensors.dropped" not in {f.id for f in validate(q).findings}
+    r = CliRunner().invoke(cli, ["export", str(q), "-o", str(tmp_path / "sg")])
+    assert r.exit_code == 2 and "a Qwen3-architecture drafter" in r.stderr and "--format vllm" in r.stderr
+    out = Path(export(q, tmp_path / "v", format="vllm").output)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    with open_checkpoint(out) as ck:
+        assert {"layers.0.self_attn.q_norm.weight", "layers.0.self_attn.k_norm.weight"} <= set(ck.tensors)
+    assert "tensors.qk_norm" not in {f.id for f in validate(out, engine="vllm").findings}

@@ -21,6 +21,8 @@ __all__ = [
     "layer_index",
     "FOREIGN_PREFIXES",
     "suggest_rename",
+    "QK_NORM",
+    "QWEN3_DRAFTER_ARCH",
 ]
 
 #: ordered (old prefix, new prefix); the first that matches wins, then matching restarts
@@ -62,6 +64,12 @@ SGLANG_NAME_PATTERNS: list[re.Pattern[str]] = [
         r"t2d",
     )
 ]
+
+#: a Qwen3-architecture drafter's per-head q/k norms. vLLM 0.32 serves such a drafter as
+#: Eagle3Qwen3ForCausalLM (model_executor/models/registry.py:665, qwen3_eagle3.py); SGLang
+#: 0.5.17 has no EAGLE-3 class with them (models/ has no qwen3 eagle3 drafter) and drops them
+QK_NORM = re.compile(r"^(model\.)?(layers\.\d+|midlayer)\.self_attn\.(q_norm|k_norm)\.weight$")
+QWEN3_DRAFTER_ARCH = "Eagle3Qwen3ForCausalLM"
 
 #: names that training frameworks leave in checkpoints and no engine reads
 TRAINING_ONLY_PATTERNS: list[re.Pattern[str]] = [

@@ -22,7 +22,14 @@ from ckpttools.formats.config import aux_layer_ids, context_length, essentials, 
 from ckpttools.formats.aux_rules import capture_rule, default_boundaries, fc_options
 from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
 from ckpttools.formats.flavor import detect_flavor
-from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ckpttools.formats.names import (
+    QK_NORM,
+    QWEN3_DRAFTER_ARCH,
+    canonical_name,
+    is_training_only,
+    sglang_loads,
+    suggest_rename,
+)
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
 from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
@@ -112,6 +119,8 @@ def _plan_config(
         src, changes = _flatten_speculators(src)
     cfg = {k: v for k, v in src.items() if k not in _DROPPED_KEYS}
     arch = "Eagle3DeepseekV2ForCausalLM" if flavor == "mla" else _LLAMA_ARCH[fmt]
+    if any(QK_NORM.match(n) for n in names.values()):
+        arch = QWEN3_DRAFTER_ARCH  # vLLM's class for drafters with q/k norms (registry.py:665)
     _set(cfg, "architectures", [arch], changes)
     layers = {canonical_name(n)[0].split(".")[1] for n in names.values() if n.startswith("layers.")}
     _set(cfg, "num_hidden_layers", max(1, len(layers)), changes)
@@ -282,7 +291,7 @@ def export(
     hashes: BackgroundDigests | None = None
     try:
         require_valid_config(ck.config, str(src))
-        flavor = _eagle3_flavor(ck, str(src))
+        flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
         names = _plan_names(ck, report)
@@ -317,9 +326,17 @@ def export(
         ck.close()
 
 
-def _eagle3_flavor(ck: Checkpoint, src: str) -> str:
+def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:
     detected = detect_flavor(ck.config, ck.tensors.keys())
     detected.refuse(src, "export")
+    qk = next((n for n in ck.tensors if QK_NORM.match(n)), None)
+    if qk is not None and fmt == "sglang":
+        raise CkptError(
+            f"{src}: a Qwen3-architecture drafter ({qk}): SGLang 0.5.17 has no EAGLE-3 class with q_norm/k_norm "
+            "and would drop them",
+            path=src,
+            hint=f"export it for vLLM, which serves it as {QWEN3_DRAFTER_ARCH} ({opt('format')} vllm)",
+        )
     return detected.kind
 
 
@@ -330,7 +347,7 @@ def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:
         canon, _ = canonical_name(n)
         if is_training_only(n):
             report.dropped.append([n, "training-only"])
-        elif sglang_loads(n):
+        elif sglang_loads(n) or QK_NORM.match(n):  # q/k norms: kept for vLLM (SGLang output is refused before)
             names[n] = canon
         elif (new := suggest_rename(n)) is not None:
             names[n] = new

@@ -22,7 +22,14 @@ from ckpttools.formats.config import (
 )
 from ckpttools.formats.aux_rules import FC_OPTION_SOURCES, capture_rule, default_boundaries, fc_options
 from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
-from ckpttools.formats.names import canonical_name, is_training_only, sglang_loads, suggest_rename
+from ckpttools.formats.names import (
+    QK_NORM,
+    QWEN3_DRAFTER_ARCH,
+    canonical_name,
+    is_training_only,
+    sglang_loads,
+    suggest_rename,
+)
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 from ckpttools.schemas import load_schema
 
@@ -356,21 +363,25 @@ def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str
 
 def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
     """Names SGLang loads, shapes the config implies, and the vocabulary mapping."""
-    out, canon = _name_findings(ck)
+    out, canon = _name_findings(ck, engine, cfg)
     if cfg is None:
         return out
     shapes = _shape_findings(cfg, canon, engine)
     return out + shapes + _option_findings(cfg, canon, engine) + _mapping_findings(cfg, canon, ck)
 
 
-def _name_findings(ck: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+def _name_findings(
+    ck: Checkpoint, engine: str = "sglang", cfg: dict[str, Any] | None = None
+) -> tuple[list[Finding], dict[str, Any]]:
     """Tensors an engine would drop; and the tensors by canonical name."""
     out: list[Finding] = []
     canon: dict[str, Any] = {}
+    qk = [n for n in ck.tensors if QK_NORM.match(n)]
+    out += _qk_norm_findings(qk, engine, cfg)
     for name, t in ck.tensors.items():
         c, rules = canonical_name(name)
         canon[c] = t
-        if not sglang_loads(name):
+        if not sglang_loads(name) and name not in qk:
             if is_training_only(name):
                 out.append(
                     Finding(
@@ -395,6 +406,26 @@ def _name_findings(ck: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
                 )
             )
     return out, canon
+
+
+def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) -> list[Finding]:
+    """A Qwen3-architecture drafter (per-head q_norm/k_norm): served by vLLM's Eagle3Qwen3ForCausalLM only."""
+    if not qk:
+        return []
+    archs = (cfg or {}).get("architectures") or []
+    if engine == "vllm" and archs[:1] == [QWEN3_DRAFTER_ARCH]:
+        return []
+    msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + (
+        "SGLang 0.5.17 has no EAGLE-3 class with these norms: it drops them and computes attention without them"
+        if engine == "sglang"
+        else f"vLLM 0.32 serves it only as {QWEN3_DRAFTER_ARCH} (registry.py:665, qwen3_eagle3.py)"
+    )
+    fix = (
+        f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
+        if engine == "sglang"
+        else f"set architectures to [{QWEN3_DRAFTER_ARCH!r}] (ckpt export --format vllm does)"
+    )
+    return [Finding("tensors.qk_norm", "error", qk[0], msg, fix)]
 
 
 def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
