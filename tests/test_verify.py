@@ -7,6 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from ckpttools.demo.tiny import build_drafter, build_known_pair
 from ckpttools.cli.commands import cli
 from ckpttools.engines.http import parse_vllm_metrics
 from ckpttools.engines.launch import LaunchSpec, build_command, parse_sglang_accept_lens
@@ -242,25 +243,37 @@ def test_launch_commands_and_log_parsing(tmp_path):
         assert lens and all(x == 4.0 for x in lens)
 
 
+def _launch(tmp_path, target, drafter, *extra: str):
+    args = ["verify", "--launch", "--engine", "sglang", "--target", str(target), "--drafter", str(drafter)]
+    args += ["--engine-python", "/bin/false", "--log", str(tmp_path / "s.log"), "--ready-timeout", "30", *extra]
+    return CliRunner().invoke(cli, args)
+
+
 def test_launch_failure_shows_the_log(tmp_path):
-    r = CliRunner().invoke(
-        cli,
-        [
-            "verify",
-            "--launch",
-            "--engine",
-            "sglang",
-            "--target",
-            "/nonexistent",
-            "--drafter",
-            "/nonexistent",
-            "--engine-python",
-            "/bin/false",
-            "--log",
-            str(tmp_path / "s.log"),
-            "--ready-timeout",
-            "30",
-        ],
-    )
+    tp, dp = build_known_pair(tmp_path / "pair")
+    r = _launch(tmp_path, tp, dp)
     assert r.exit_code == 2 and "exited with code 1 before it was ready" in r.stderr
+    assert "ckpt: note: starting sglang on http://127.0.0.1:" in r.stderr  # said once one starts
     assert (tmp_path / "s.log").read_text().startswith("$ /bin/false -m sglang.launch_server")
+
+
+def test_launch_refuses_what_is_knowable_before_any_server_starts(tmp_path):
+    """A missing prompts file, a drafter with validate errors against the target, a port in use:
+    each refused before the (minutes-long) server load, with no server started and no log."""
+    import socket
+
+    tp, dp = build_known_pair(tmp_path / "pair")
+    r = _launch(tmp_path, tp, dp, "--prompts", str(tmp_path / "missing.jsonl"))
+    assert r.exit_code == 2 and "no such prompts file" in r.stderr and "starting" not in r.stderr
+    bad = build_drafter(tmp_path / "bad", vocab_size=256, draft_vocab_size=128, aux_layer_ids=(1, 3, 20))
+    r = _launch(tmp_path, tp, bad)  # aux id 20 is past the 8-layer target
+    assert r.exit_code == 1 and "validate found 1 error(s) (target.aux_layer_ids)" in r.stderr
+    assert "starting" not in r.stderr
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = _launch(tmp_path, tp, dp, "--port", str(port))
+    assert r.exit_code == 2 and f"127.0.0.1:{port} is in use" in r.stderr and "--port" in r.stderr
+    assert "starting" not in r.stderr
+    assert not (tmp_path / "s.log").exists()

@@ -558,7 +558,6 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
         log_path=o["log_path"] or f"ckpt-verify-{engine}-{p}.log",
         ready_timeout=o["ready_timeout"],
     )
-    click.echo(f"starting {engine} on {spec.url}, log: {spec.log_path}", err=True)
     return spec
 
 

@@ -105,6 +105,23 @@ def parse_sglang_accept_lens(log_text: str) -> list[float]:
     return [float(x) for x in _ACCEPT_LEN.findall(log_text)]
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse, before anything starts, a port another process holds."""
+    import errno
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+            raise ServerError(
+                f"{host}:{port} {why}: the server could not listen there",
+                hint=f"choose another port ({opt('port')}), or stop what holds it",
+            ) from None
+
+
 def free_port() -> int:
     import socket
 

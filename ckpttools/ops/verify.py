@@ -400,6 +400,7 @@ def verify(
         if launch is not None:
             from ckpttools.engines.launch import RunningServer
 
+            _check_before_launch(launch)
             server = RunningServer(launch).start()
             server.wait_ready(client)
             host, engine = launch.url, launch.engine
@@ -445,6 +446,31 @@ def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -
     if before is not None:
         _run_delta(rep, before, eng.metrics())
     return results
+
+
+def _check_before_launch(spec: Any) -> None:
+    """What a long server load would otherwise end with, refused before it starts: a port in
+    use, and validate's errors on the drafter against the target, in the engine's reading.
+    (The prompts, and the tokenizer they need, were loaded before this.)"""
+    from ckpttools.engines.launch import check_port
+    from ckpttools.errors import CkptError
+    from ckpttools.ops.validate import validate
+
+    check_port(spec.host, spec.port)
+    rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None else None
+    if rep is not None and not rep.ok:
+        first = rep.errors[0]
+        err = CkptError(
+            f"{spec.drafter} against {spec.target}: validate found {len(rep.errors)} error(s) "
+            f"({', '.join(f.id for f in rep.errors)}), e.g. {first.location}: {first.message}",
+            path=str(spec.drafter),
+            hint=first.hint or "run ckpt validate DRAFTER --target TARGET and fix what it lists",
+        )
+        err.exit_code = EXIT_FINDINGS
+        raise err
+    from ckpttools.io.fsutil import note
+
+    note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
 
 
 def _conclude(rep: VerifyReport, server: Any) -> None:
