@@ -99,7 +99,9 @@ def _few_layers(joined: str) -> bool:
     return len(set(_LAYER_ID.findall(joined))) <= 4
 
 
-def other_kind(config: dict[str, Any] | None, names: list[str]) -> tuple[str, list[str], dict[str, str]] | None:
+def other_kind(
+    config: dict[str, Any] | None, names: list[str], joined: str | None = None
+) -> tuple[str, list[str], dict[str, str]] | None:
     """A drafter kind that is not plain EAGLE-3, with the evidence and the engines' flags; None otherwise.
 
     Tensor names are searched as one text, a line per name (one regex pass in C per
@@ -107,7 +109,7 @@ def other_kind(config: dict[str, Any] | None, names: list[str]) -> tuple[str, li
     cfg = config or {}
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
-    joined = "\n".join(names)
+    joined = "\n".join(names) if joined is None else joined
     for kind, arch_re, name_res, flags in OTHER_KINDS:
         ev = [f"architectures[0] = {arch}"] if arch and re.search(arch_re, arch) else []
         ev += [f"config has {k}" for k, v in _OTHER_CONFIG_KEYS.items() if v == kind and k in cfg]
@@ -168,8 +170,9 @@ class Flavor:
 def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) -> Flavor:
     """See :func:`_detect`; records whether d2t/t2d were present."""
     names = list(tensor_names)
-    canon = _canonical_subset(names)
-    other = other_kind(config, names)
+    joined = "\n".join(names)  # one text for the C-level scans of both
+    canon = _canonical_subset(names, joined)
+    other = other_kind(config, names, joined)
     if other is not None:
         kind, ev, flags = other
         served = "; ".join(f"{e}: {f}" for e, f in flags.items())
@@ -184,7 +187,7 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
 _KEY_NAMES = ("fc.weight", "d2t", "t2d", "embed_tokens.weight", "lm_head.weight")
 
 
-def _canonical_subset(names: list[str]) -> set[str]:
+def _canonical_subset(names: list[str], joined: str) -> set[str]:
     """The canonical forms of the few names detection needs, plus one name per layer.
 
     Canonicalising every name of a 35,000-tensor target costs more than reading its
@@ -197,7 +200,7 @@ def _canonical_subset(names: list[str]) -> set[str]:
             out.add(key)
     if any(alias in raw for alias in D2T_ALIASES):
         out.add("d2t")
-    joined = "\n".join(names)  # one regex pass in C instead of a Python loop over every name
+    # one regex pass in C over the joined names instead of a Python loop over every name
     out.update("layers." + i for i in set(_LAYER_ID.findall(joined)))
     if _MIDLAYER.search(joined):
         out.add("layers.0")
