@@ -191,3 +191,46 @@ def test_drafter_families_give_the_known_acceptance(family, pair, tmp_path, prom
         print(f"{family} {pair}: torch {t.accept_length} per position {t.per_position_acceptance}")
         assert t.accept_length == rep["accept_length"]
         assert t.per_position_acceptance == rep["per_position_acceptance"]
+
+
+#: pairs where a capture one layer off is visible (build_known_pair's flip_boundary): target
+#: layers 2 and 3 negate the residual stream, so only boundary 3 carries what the drafter reads.
+#: Each drafter is built in vLLM's layout (ids = boundaries, as it was "trained"), exported by
+#: ckpt export for SGLang with the target, and set against a mis-converted copy.
+ALIGNMENT = {
+    # DeepSeek rule: first id not 1, so ids as they are; a Llama-rule conversion writes ids - 1
+    "deepseek-first-id-not-1": ("deepseek", (3, 5, 7), (2, 4, 6)),
+    # gpt-oss rule: the largest id equals L = 8, so ids as they are; a tool that clamps to
+    # L - 1 under the Llama rule writes [3, 5, 7], which SGLang then reads as [4, 6, 8]
+    "gpt-oss-last-boundary": ("gpt_oss", (3, 5, 8), (3, 5, 7)),
+    # gpt-oss rule without the last boundary: id + 1, so export writes [2, 4, 6]
+    "gpt-oss-plus1": ("gpt_oss", (3, 5, 7), None),
+}
+
+
+@pytest.mark.parametrize("case", list(ALIGNMENT))
+def test_exported_aux_ids_get_the_acceptance_and_misconverted_ones_do_not(case, tmp_path, prompts):
+    from ckpttools.ops.probe import verify_torch
+
+    arch, trained, wrong = ALIGNMENT[case]
+    tp, src = build_known_pair(
+        tmp_path, target_arch=arch, flip_boundary=3, aux_layer_ids=trained, drafter_flavor="vllm"
+    )
+    out = tmp_path / "exported"
+    export(src, out, format="sglang", target=tp)
+    ids = json.loads((out / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    runs = [("exported", out, STEPS + 1.0)]
+    if wrong is not None:
+        _, bad = build_known_pair(
+            tmp_path, target_arch=arch, flip_boundary=3, aux_layer_ids=wrong, drafter_flavor="sglang", force=True
+        )
+        runs.append(("mis-converted", bad, 1.0))
+    for label, d, want in runs:
+        code, rep, _ = launch_verify(tp, d, prompts, f"align-{case}-{label}.log")
+        assert code in (0, 1) and rep is not None
+        t = verify_torch(tp, d, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
+        print(
+            f"{case} trained on boundaries {list(trained)}, {label} (export wrote ids {ids}): "
+            f"SGLang {rep['accept_length']}, torch {t.accept_length}, want {want}"
+        )
+        assert rep["accept_length"] == want == t.accept_length

@@ -153,3 +153,38 @@ def test_text_prompts_need_a_tokenizer(tmp_path):
     tp, dp = build_known_pair(tmp_path)
     with pytest.raises(CkptError, match="text prompts need a tokenizer"):
         verify_torch(tp, dp, prompts="builtin", num_prompts=1, max_new_tokens=4)
+
+
+@pytest.mark.parametrize(
+    "arch, trained, exported_ids, wrong",
+    [
+        ("llama", (3, 5, 7), [2, 4, 6], (3, 4, 6)),  # Llama rule: id + 1; a copied first vLLM id is one off
+        ("deepseek", (3, 5, 7), [3, 5, 7], (2, 4, 6)),  # first id not 1: as they are; Llama-rule ids one off
+        ("gpt_oss", (3, 5, 8), [3, 5, 8], (3, 5, 7)),  # largest id = L: as they are; clamped ids one off
+    ],
+)
+def test_a_capture_one_layer_off_is_visible(tmp_path, arch, trained, exported_ids, wrong):
+    """flip_boundary=3: only boundary 3 carries what the drafter reads, so export's ids for the
+    target's class give every draft and a mis-converted copy none (the same pairs run on SGLang
+    in tests/test_gpu_sglang.py)."""
+    from ckpttools.ops.export import export
+
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(2)))
+    tp, src = build_known_pair(
+        tmp_path, target_arch=arch, flip_boundary=3, aux_layer_ids=trained, drafter_flavor="vllm"
+    )
+    out = tmp_path / "sglang"
+    export(src, out, format="sglang", target=tp)
+    assert (
+        json.loads((out / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        == exported_ids
+    )
+    _, bad = build_known_pair(tmp_path, target_arch=arch, flip_boundary=3, aux_layer_ids=wrong, force=True)
+    got = {
+        name: verify_torch(tp, d, steps=STEPS, prompts=str(pf), num_prompts=2, max_new_tokens=16)
+        for name, d in [("source", src), ("exported", out), ("wrong", bad)]
+    }
+    assert {k: r.accept_length for k, r in got.items()} == {"source": 4.0, "exported": 4.0, "wrong": 1.0}
+    assert got["exported"].server["aux_boundaries"] == list(trained)
+    assert got["wrong"].server["aux_boundaries"] != list(trained)

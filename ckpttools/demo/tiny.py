@@ -25,6 +25,8 @@ __all__ = [
     "random_mapping",
     "build_drafter",
     "build_target",
+    "build_deepseek_target",
+    "build_gpt_oss_target",
     "build_huge_sparse",
     "write_tensors",
     "build_known_pair",
@@ -527,6 +529,94 @@ def _deepseek_config(
     }
 
 
+def build_gpt_oss_target(
+    out: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 8,
+    num_heads: int = 2,
+    num_kv_heads: int = 2,
+    num_experts: int = 4,
+    intermediate_size: int = 128,
+    vocab_size: int = 1024,
+    weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
+    seed: int = 1,
+    force: bool = False,
+) -> Path:
+    """Write a tiny gpt-oss target in bf16 (attention sinks, biases, a MoE of ``num_experts``
+    experts with every one routed, sliding and full layers alternating), HF names as
+    GptOssForCausalLM has them: ``mlp.experts.gate_up_proj`` is (E, H, 2I) with gate and up
+    interleaved (gate in the even columns), ``down_proj`` (E, I, H)."""
+    H, hd, E, inter = hidden_size, 64, num_experts, intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
+    for i in range(num_layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (H,),
+            p + "post_attention_layernorm.weight": (H,),
+            p + "self_attn.q_proj.weight": (num_heads * hd, H),
+            p + "self_attn.q_proj.bias": (num_heads * hd,),
+            p + "self_attn.k_proj.weight": (num_kv_heads * hd, H),
+            p + "self_attn.k_proj.bias": (num_kv_heads * hd,),
+            p + "self_attn.v_proj.weight": (num_kv_heads * hd, H),
+            p + "self_attn.v_proj.bias": (num_kv_heads * hd,),
+            p + "self_attn.o_proj.weight": (H, num_heads * hd),
+            p + "self_attn.o_proj.bias": (H,),
+            p + "self_attn.sinks": (num_heads,),
+            p + "mlp.router.weight": (E, H),
+            p + "mlp.router.bias": (E,),
+            p + "mlp.experts.gate_up_proj": (E, H, 2 * inter),
+            p + "mlp.experts.gate_up_proj_bias": (E, 2 * inter),
+            p + "mlp.experts.down_proj": (E, inter, H),
+            p + "mlp.experts.down_proj_bias": (E, H),
+        }
+    shapes |= {"model.norm.weight": (H,), "lm_head.weight": (vocab_size, H)}
+    tensors = _make_weights(shapes, _np_dtype("BF16"), np.random.default_rng(seed), weight_fn, norm_jitter=0.0)
+    return write_tensors(
+        out, tensors, _gpt_oss_config(H, hd, num_layers, num_heads, num_kv_heads, E, inter, vocab_size), force=force
+    )
+
+
+def _gpt_oss_config(
+    H: int, hd: int, num_layers: int, num_heads: int, num_kv_heads: int, E: int, inter: int, vocab_size: int
+) -> dict[str, Any]:
+    return {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": H,
+        "intermediate_size": inter,
+        "head_dim": hd,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "num_local_experts": E,
+        "num_experts_per_tok": E,
+        "experts_per_token": E,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
+        "sliding_window": 128,
+        "swiglu_limit": 7.0,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 4096,
+        "initial_context_length": 4096,
+        "rope_theta": 150000,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 1.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+        "tie_word_embeddings": False,
+        "vocab_size": vocab_size,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+
+
 def build_huge_sparse(
     out: str | Path,
     *,
@@ -611,6 +701,7 @@ def build_known_pair(
     aux_layer_ids: Sequence[int] = (1, 3, 5),
     force: bool = False,
     target_arch: str = "llama",
+    flip_boundary: int | None = None,
     **options: bool,
 ) -> tuple[Path, Path]:
     """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
@@ -634,6 +725,16 @@ def build_known_pair(
     repeat   swap    1.0 (no draft accepted)
     ======== ======= ========================================
 
+    ``flip_boundary`` b makes the pair sensitive to which layers the engine captures:
+    target layers b-1 and b each negate the residual stream (their MLP computes -2x of
+    its ±1 input), so boundary b (the input of layer b) carries minus the embedding and
+    boundaries b-1 and b+1 carry it as it is; the drafter's fc negates its first aux state
+    back. The figures above then hold only when the first captured boundary is b; a
+    capture one layer off gives 1.0 with the ``id`` drafter.
+
+    ``target_arch`` is ``llama``, ``deepseek`` (DeepseekV3ForCausalLM, MLA) or ``gpt_oss``
+    (GptOssForCausalLM: its experts carry the flips).
+
     ``options`` are EAGLE-3.1 drafter options (``fc_norm``, ``norm_before_fc``,
     ``norm_output``, each True/False); the number of aux states follows ``aux_layer_ids``.
     None changes the figures: the norms keep each state's direction, which is all the
@@ -644,40 +745,91 @@ def build_known_pair(
     """
     root = Path(root)
     e = _known_embedding()
+    if flip_boundary is not None and not 1 <= flip_boundary <= num_layers - 1:
+        raise ConfigError(f"flip_boundary must be from 1 to {num_layers - 1}, not {flip_boundary}")
+    flips = () if flip_boundary is None else (flip_boundary - 1, flip_boundary)
     tname = f"target-{target}" + ("" if target_arch == "llama" else f"-{target_arch}")
-    tpath = _known_target(root / tname, target, e, num_layers, force, target_arch)
+    tname += f"-flip{flip_boundary}" if flips else ""
+    tpath = _known_target(root / tname, target, e, num_layers, force, target_arch, flips)
     tag = "".join(f"-{k.replace('_', '')}" for k, on in sorted(options.items()) if on)
     tag += f"-aux{len(aux_layer_ids)}" if len(aux_layer_ids) != 3 else ""
+    tag += "-ids" + "_".join(map(str, aux_layer_ids)) if flips else ""
     name = f"drafter-{drafter}-{drafter_flavor}{tag}"
-    dpath = _known_drafter(root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options)
+    dpath = _known_drafter(
+        root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options, -1.0 if flips else 1.0
+    )
     return tpath, dpath
 
 
 def _passthrough_weight(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Layers that add nothing (zero output projections, unit norms); the rest small and seeded by name."""
-    if name.endswith(("o_proj.weight", "down_proj.weight")):
+    """Layers that add nothing (zero output projections, biases and experts, unit norms);
+    the rest small and seeded by name."""
+    if name.endswith(("o_proj.weight", "down_proj.weight", ".bias", "_bias")) or ".mlp." in name and "experts" in name:
         return np.zeros(shape, np.float32)
     if "norm" in name:
         return np.ones(shape, np.float32)
     return np.random.default_rng(zlib.crc32(name.encode())).normal(0, 0.02, shape).astype(np.float32)
 
 
+#: SiLU(x)·x + SiLU(-x)·x = x²·tanh(x/2): tanh(1/2) for x = ±1 (the normed ±1 embedding)
+_SILU_PAIR = float(np.tanh(0.5))
+
+
+def _flip_weight(name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The MLP of a layer that adds -2x to the residual x (±1 entries): the stream's sign flips.
+
+    Llama/DeepSeek MLP (I = 2H): gate = [x; -x], up = [x; x], down sums both halves, scaled.
+    gpt-oss experts (interleaved gate/up, gate in the even columns, up 0 so ``up + 1`` is 1):
+    glu(x) - glu(-x) = x exactly, and every expert is the same, so routing does not matter.
+    """
+    H = KNOWN_H
+    eye = np.eye(H, dtype=np.float32)
+    if name.endswith("mlp.gate_proj.weight"):
+        return np.concatenate([eye, -eye])
+    if name.endswith("mlp.up_proj.weight"):
+        return np.concatenate([eye, eye])
+    if name.endswith("mlp.down_proj.weight"):
+        return np.concatenate([eye, eye], axis=1) * (-2.0 / _SILU_PAIR)
+    if name.endswith("mlp.experts.gate_up_proj"):
+        w = np.zeros(shape, np.float32)
+        w[:, np.arange(H), 2 * np.arange(H)] = 1.0
+        w[:, np.arange(H), 2 * (np.arange(H) + H)] = -1.0
+        return w
+    if name.endswith("mlp.experts.down_proj"):
+        w = np.zeros(shape, np.float32)
+        w[:, np.arange(H), np.arange(H)] = -2.0
+        w[:, np.arange(H) + H, np.arange(H)] = 2.0
+        return w
+    return None
+
+
 def _known_target(
-    out: Path, target: str, e: np.ndarray, num_layers: int, force: bool, target_arch: str = "llama"
+    out: Path,
+    target: str,
+    e: np.ndarray,
+    num_layers: int,
+    force: bool,
+    target_arch: str = "llama",
+    flips: Sequence[int] = (),
 ) -> Path:
     head = e if target == "repeat" else e[swap_pairs(np.arange(KNOWN_V))]
+    flip_prefixes = tuple(f"model.layers.{i}.mlp." for i in flips)
 
     def tw(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name == "model.embed_tokens.weight":
             return e
         if name == "lm_head.weight":
             return head
-        return _passthrough_weight(name, shape)
+        flip = _flip_weight(name, shape) if name.startswith(flip_prefixes) else None
+        return flip if flip is not None else _passthrough_weight(name, shape)
 
+    common: dict[str, Any] = {"hidden_size": KNOWN_H, "num_layers": num_layers, "vocab_size": KNOWN_V}
     if target_arch == "deepseek":
-        tpath = build_deepseek_target(
-            out, hidden_size=KNOWN_H, num_layers=num_layers, vocab_size=KNOWN_V, weight_fn=tw, force=force
-        )
+        tpath = build_deepseek_target(out, **common, weight_fn=tw, force=force)
+    elif target_arch == "gpt_oss":
+        tpath = build_gpt_oss_target(out, **common, weight_fn=tw, force=force)
+    elif target_arch != "llama":
+        raise ConfigError(f"unknown target_arch {target_arch!r}; choose llama, deepseek or gpt_oss")
     else:
         tpath = build_target(
             out,
@@ -704,6 +856,7 @@ def _known_drafter(
     aux_layer_ids: Sequence[int],
     force: bool,
     options: dict[str, bool] | None = None,
+    fc_sign: float = 1.0,
 ) -> Path:
     draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
     pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
@@ -711,7 +864,7 @@ def _known_drafter(
     def dw(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name == "fc.weight":
             w = np.zeros(shape, np.float32)
-            w[:, :KNOWN_H] = np.eye(KNOWN_H, dtype=np.float32)
+            w[:, :KNOWN_H] = fc_sign * np.eye(KNOWN_H, dtype=np.float32)
             return w
         if name == "lm_head.weight":
             return e[pred]
