@@ -229,8 +229,9 @@ def test_exported_aux_ids_get_the_acceptance_and_misconverted_ones_do_not(case, 
         code, rep, _ = launch_verify(tp, d, prompts, f"align-{case}-{label}.log")
         assert code in (0, 1) and rep is not None
         t = verify_torch(tp, d, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
+        mine = json.loads((d / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         print(
-            f"{case} trained on boundaries {list(trained)}, {label} (export wrote ids {ids}): "
+            f"{case} trained on boundaries {list(trained)}, {label} (ids {mine}; export wrote {ids}): "
             f"SGLang {rep['accept_length']}, torch {t.accept_length}, want {want}"
         )
         assert rep["accept_length"] == want == t.accept_length
