@@ -207,14 +207,41 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="t",pos
 
 
 def test_prompts_builtin_and_files(tmp_path):
-    b = load_prompts("builtin")
-    cats = {p.category for p in b}
-    assert {"chat", "code", "math", "long-form", "multilingual"} <= cats and len(b) >= 20
-    assert len(load_prompts("builtin", 50)) == 50
+    b = load_prompts("builtin", None)
+    cats = {c: sum(p.category == c for p in b) for c in {p.category for p in b}}
+    want = {"chat", "code", "math", "summarization", "qa", "translation", "long-context"}
+    assert set(cats) == want and min(cats.values()) >= 20  # issue 15: seven categories, 20+ each
+    assert len(load_prompts("builtin", 500)) == 500
+    first = load_prompts("builtin", 14)  # a cut takes the categories in turn
+    assert [p.category for p in first[:7]] == [p.category for p in first[7:]] and {p.category for p in first} == want
+    longest = max(b, key=lambda p: len(p.text or ""))
+    assert longest.category == "long-context" and len(longest.text or "") > 6000
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"nope": 1}\n')
     r = CliRunner().invoke(cli, ["verify", "--host", "http://127.0.0.1:9", "--prompts", str(bad)])
     assert r.exit_code == 2 and 'needs a "prompt" string' in r.stderr
+
+
+def test_chat_prompts_render_with_the_tokenizers_own_template(tmp_path):
+    """{"messages": [...]} lines render with the real TinyLlama template and tokenize as
+    transformers' apply_chat_template does; without a tokenizer they are refused clearly."""
+    from tests.conftest import REAL_CONFIGS
+
+    tok_dir = REAL_CONFIGS / "tokenizers" / "tinyllama-1.1b-chat"
+    if not tok_dir.is_dir():
+        pytest.skip(f"no real tokenizer at {tok_dir} (shared/ is laid beside the checkout in CI)")
+    transformers = pytest.importorskip("transformers")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why is the sky blue?"}]
+    f = tmp_path / "chats.jsonl"
+    f.write_text(json.dumps({"category": "chat", "messages": msgs}) + "\n" + json.dumps({"prompt": "hi"}) + "\n")
+    got = load_prompts(str(f), None, str(tok_dir))
+    ref = transformers.AutoTokenizer.from_pretrained(str(tok_dir)).apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True
+    )
+    ref = ref["input_ids"] if hasattr(ref, "keys") else ref
+    assert got[0].input_ids == list(ref) and got[0].category == "chat"
+    r = CliRunner().invoke(cli, ["verify", "--host", "http://127.0.0.1:9", "--prompts", str(f)])
+    assert r.exit_code == 2 and "chat template" in r.stderr and "--tokenizer" in r.stderr
 
 
 def test_launch_commands_and_log_parsing(tmp_path):

@@ -439,7 +439,24 @@ def export_cmd(
 )
 @click.option("--num-prompts", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--concurrency",
+    default="1",
+    show_default=True,
+    help="Requests in flight; a list (1,8) measures each level on the same server.",
+)
+@click.option(
+    "--context-lengths",
+    help="Also measure at these lengths (prompt plus generation), e.g. 1k,8k,32k; needs token ids.",
+)
+@click.option(
+    "--sweep",
+    "sweep_spec",
+    help="With --launch: one server per setting, e.g. 'steps=1,3;topk=1,4;draft_tokens=4,8', plus a baseline.",
+)
+@click.option(
+    "--plot", "plot_file", type=click.Path(), help="Draw the report's figures to this PNG (needs matplotlib)."
+)
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--ignore-eos", is_flag=True, help="Generate max-new-tokens every time.")
 @click.option("--baseline-host", help="The same target without speculation, for the speedup.")
@@ -493,13 +510,24 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
     from ckpttools.cli.render import render_verify
 
     drafter = o["drafter"] or drafter_arg
+    o["concurrency"] = _levels(o["concurrency"])
+    if o["context_lengths"]:
+        from ckpttools.ops.traffic import parse_lengths
+
+        o["context_lengths"] = parse_lengths(o["context_lengths"])
     if o["engine"] == "torch":
         rep = _verify_offline(drafter, o)
     else:
         spec = _launch_spec(drafter, o) if o["launch"] else None
         if spec is None and not o["host"]:
             raise click.UsageError("give --host URL, or --launch, or --engine torch")
-        rep = _verify_server(spec, o)
+        if o["sweep_spec"] and spec is None:
+            raise click.UsageError("--sweep needs --launch: it starts one server per setting")
+        rep = _verify_server(spec, o, drafter)
+    if o["plot_file"]:
+        from ckpttools.ops.plot import plot_report
+
+        plot_report(rep, o["plot_file"])
     if o["output_file"]:
         import json as _json
 
@@ -511,6 +539,18 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)
     sys.exit(rep.exit_code)
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise click.BadParameter(
+            f"{text!r}: give whole numbers of 1 or more, e.g. 1 or 1,8", param_hint="--concurrency"
+        )
+    return out
 
 
 _OFFLINE_OPTS = ("steps", "prompts", "num_prompts", "max_new_tokens", "min_accept_len", "tokenizer", "device")
@@ -527,6 +567,7 @@ _SERVER_OPTS = (
     "flush_cache",
     "tokenizer",
     "timeout",
+    "context_lengths",
 )
 
 
@@ -561,8 +602,14 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
     return spec
 
 
-def _verify_server(spec: Any, o: dict[str, Any]) -> Any:
+def _verify_server(spec: Any, o: dict[str, Any], drafter: str | None) -> Any:
     from ckpttools.ops.verify import verify
+
+    if o["sweep_spec"]:
+        from ckpttools.ops.sweep import parse_sweep, sweep
+
+        settings = parse_sweep(o["sweep_spec"])
+        return sweep(spec, settings, **{k: o[k] for k in _SERVER_OPTS if k not in ("engine", "baseline_host")})
 
     bar = None
     if not o["quiet"] and sys.stderr.isatty():
@@ -571,7 +618,7 @@ def _verify_server(spec: Any, o: dict[str, Any]) -> Any:
         bar = tqdm(total=o["num_prompts"], desc="verify", unit="req", file=sys.stderr, leave=False)
     try:
         progress = (lambda d, t: bar.update(d - bar.n)) if bar else None
-        return verify(o["host"], launch=spec, progress=progress, **{k: o[k] for k in _SERVER_OPTS})
+        return verify(o["host"], launch=spec, progress=progress, drafter=drafter, **{k: o[k] for k in _SERVER_OPTS})
     finally:
         if bar is not None:
             bar.close()

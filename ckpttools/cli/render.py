@@ -329,11 +329,107 @@ def render_verify(r: Any) -> str:
         )
     if r.baseline:
         b = r.baseline
-        out.append(f"  baseline {b['url']}: {b['output_tokens_per_s'] or 0:.1f} tokens/s")
+        where = b.get("url") or "launched"
+        out.append(
+            f"  baseline {where}: {b.get('output_tokens_per_s') or 0:.1f} tokens/s"
+            + (f" ({b['error']})" if b.get("error") else "")
+        )
+    out += _categories(r) + _levels(r) + _context(r) + _sweep(r) + _bars(r)
     for e in r.errors[:5]:
         out.append(f"  error: {e}")
     out.append(f"verdict: {r.verdict}")
     return "\n".join(out)
+
+
+def _f(v: Any, fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _ci(ci: Any) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-"
+
+
+def _categories(r: Any) -> list[str]:
+    cats = r.categories or {}
+    if len(cats) < 2:
+        return []
+    out = ["  by category (accept length, 95% interval, tokens/s per request):"]
+    for k, v in cats.items():
+        flag = "  BELOW the overall interval" if v.get("below_overall") else ""
+        out.append(
+            f"    {k:<14} {_f(v['accept_length'])}  {_ci(v['accept_length_ci95']):<16} "
+            f"{_f(v['tokens_per_s'], '.1f'):>8} tok/s  n={v['n']}{flag}"
+        )
+    return out
+
+
+def _levels(r: Any) -> list[str]:
+    if not r.concurrency_levels:
+        return []
+    out = ["  by concurrency (accept length, figures, tokens/s, latency p50/p90/p99 s):"]
+    for v in r.concurrency_levels:
+        lat = v.get("latency_s") or {}
+        out.append(
+            f"    c={v['concurrency']:<4} {_f(v['accept_length'])}  {v['figures']:<11} "
+            f"{_f(v['output_tokens_per_s'], '.1f'):>8} tok/s  "
+            f"{_f(lat.get('p50'), '.3f')}/{_f(lat.get('p90'), '.3f')}/{_f(lat.get('p99'), '.3f')}"
+        )
+    return out
+
+
+def _context(r: Any) -> list[str]:
+    if not r.context:
+        return []
+    c = r.context
+    out = [
+        f"  by context length (target context {c.get('target_context')}, drafter max_position_embeddings "
+        f"{c.get('drafter_max_position_embeddings')}"
+        + (f", rope {c['drafter_rope']}" if c.get("drafter_rope") else "")
+        + "):"
+    ]
+    for b in c["bins"]:
+        past = "  past the drafter's context" if b.get("past_drafter_context") else ""
+        if b.get("skipped"):
+            out.append(f"    {b['tokens']:>7} tokens: skipped ({b['skipped']})")
+        else:
+            out.append(f"    {b['tokens']:>7} tokens: {_f(b['accept_length'])}  {_ci(b['accept_length_ci95'])}{past}")
+    return out
+
+
+def _sweep(r: Any) -> list[str]:
+    if not r.sweep:
+        return []
+    sw = r.sweep
+    out = [f"  sweep, ranked by {sw['ranked_by']}:"]
+    order = sw["ranking"] + [i for i in range(len(sw["settings"])) if i not in sw["ranking"]]
+    for rank, i in enumerate(order, 1):
+        e = sw["settings"][i]
+        s = ",".join(f"{k}={v}" for k, v in e["setting"].items())
+        if e.get("output_tokens_per_s"):
+            tail = f"  ({e['status']}: {e['stopped_early']})" if e.get("stopped_early") else ""
+            out.append(
+                f"    {rank}. {s:<32} accept {_f(e['accept_length'])}  {_f(e['output_tokens_per_s'], '.1f')} tok/s"
+                f"  speed-up {_f(e.get('speedup'))}x{tail}"
+            )
+        else:
+            out.append(f"    -  {s:<32} {e['status']}: {e.get('error')}")
+    if sw.get("launch_commands"):
+        out.append(f"  best setting {sw['best']}; launch it with:")
+        out += [f"    {k}: {v}" for k, v in sw["launch_commands"].items()]
+    return out
+
+
+def _bars(r: Any) -> list[str]:
+    """Compact bars for the figures --plot draws."""
+    from ckpttools.ops.plot import panels
+
+    out = []
+    for title, labels, values, _ in panels(r):
+        top = max(values) or 1.0
+        out.append(f"  {title}:")
+        w = max(len(x) for x in labels)
+        out += [f"    {lab:>{w}} {'█' * max(1, round(20 * v / top))} {v:.2f}" for lab, v in zip(labels, values)]
+    return out
 
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")

@@ -33,6 +33,7 @@ class Prompt:
     text: str | None = None
     input_ids: list[int] | None = None
     category: str = "custom"
+    messages: list[dict[str, str]] | None = None  # chat format, rendered with the target's template
 
 
 @dataclass
@@ -340,7 +341,30 @@ class VLLMClient:
             raise ServerError(f"{self.url}/v1/completions: no usage.completion_tokens", url=self.url)
         r.completion_tokens = n
         r.source = "vLLM /metrics counters"
+        metrics = out.get("metrics") if isinstance(out, dict) else None
+        spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+        if isinstance(spec, dict):
+            parse_vllm_request_metrics(spec, r)
         return r
+
+
+def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> RequestResult:
+    """vLLM's per-request figures (``metrics.speculative_decoding`` of a completion, given
+    when the server runs with ``--per-request-spec-decode-metrics summary``; vllm 0.32.0:
+    vllm/entrypoints/generate/base/protocol.py:100-129, vllm/v1/metrics/stats.py:350-420).
+    Its histogram counts verify steps by accepted drafts, bonus token excluded."""
+    steps, acc = _count(spec, "num_spec_steps"), _count(spec, "num_accepted_draft_tokens")
+    hist = spec.get("acceptance_histogram")
+    if steps is None or acc is None or acc > (_count(spec, "num_draft_tokens") or 0):
+        raise ServerError("vLLM's metrics.speculative_decoding is incomplete or impossible")
+    r.proposed_drafts = _count(spec, "num_draft_tokens")
+    if steps > 0:
+        r.verify_steps, r.accepted_drafts = steps, acc
+        r.accept_length = 1 + acc / steps
+        if isinstance(hist, list) and all(type(x) is int and x >= 0 for x in hist):
+            r.histogram = hist
+    r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
+    return r
 
 
 def check_url(url: str) -> str:

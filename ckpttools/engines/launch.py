@@ -82,6 +82,9 @@ def build_command(s: LaunchSpec) -> list[str]:
     if s.engine == "vllm":
         spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
         spec_flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
+        if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
+            # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
+            spec_flags.append("--per-request-spec-decode-metrics=summary")
         return [
             s.python,
             "-m",

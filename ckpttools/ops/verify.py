@@ -12,7 +12,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -30,6 +30,7 @@ from ckpttools.engines.http import (
 )
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
+from ckpttools.ops.traffic import context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -74,6 +75,11 @@ class SpecOffError(ServerError):
     default_hint = "start the server with --speculative-algorithm EAGLE3 (SGLang) or --speculative-config (vLLM)"
 
 
+#: the version of the report's JSON (schemas/verify-report.schema.json); raised on any change
+#: that removes or retypes a field
+REPORT_VERSION = 2
+
+
 @dataclass
 class VerifyReport:
     """Everything ``ckpt verify`` measured; ``to_dict`` is the JSON output."""
@@ -102,7 +108,16 @@ class VerifyReport:
     stopped_early: str | None = None
     verdict: str = ""
     errors: list[str] = field(default_factory=list)
+    #: "per-request": figures from each request's own counts; "aggregate": only the server's
+    #: totals over the run (vLLM without per-request metrics at concurrency > 1)
+    figures: str = ""
+    concurrency: int = 1
+    categories: dict[str, dict[str, Any]] | None = None
+    concurrency_levels: list[dict[str, Any]] | None = None
+    context: dict[str, Any] | None = None
+    sweep: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    report_version: int = REPORT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,18 +152,53 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
     out = [_prompt(where, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not out:
         raise ConfigError(f"{where}: no prompts", hint=_PROMPTS_HINT)
-    if tokenizer is not None:
+    if any(p.messages is not None for p in out):
+        out = _render_chats(out, tokenizer)
+    elif tokenizer is not None:
         from ckpttools.vocab.tokens import load_hf_tokenizer
 
         tok = load_hf_tokenizer(tokenizer)
         out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
     if num is not None:
+        out = _round_robin(out) if num < len(out) else out
         out = (out * (num // len(out) + 1))[:num]
     return out
 
 
+def _round_robin(prompts: list[Prompt]) -> list[Prompt]:
+    """The categories in turn (each in file order), so that a cut keeps every category."""
+    by: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by.setdefault(p.category, []).append(p)
+    queues = list(by.values())
+    return [q[i] for i in range(max(len(q) for q in queues)) for q in queues if i < len(q)]
+
+
+def _render_chats(prompts: list[Prompt], tokenizer: str | None) -> list[Prompt]:
+    """Chat-format prompts rendered with the target's chat template, then tokenized."""
+    if tokenizer is None:
+        raise ConfigError(
+            "the prompts hold chat messages, which need the target's chat template",
+            hint=f"give {opt('tokenizer')} DIR (a tokenizer.json with its tokenizer_config.json)",
+        )
+    from ckpttools.vocab.chat import chat_encoder, load_chat_template
+    from ckpttools.vocab.tokens import load_hf_tokenizer
+
+    render = load_chat_template(tokenizer)
+    encode = chat_encoder(tokenizer)
+    tok = load_hf_tokenizer(tokenizer)
+    out = []
+    for p in prompts:
+        if p.messages is not None:
+            out.append(Prompt(input_ids=encode(render(p.messages)), category=p.category))
+        else:
+            out.append(Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category))
+    return out
+
+
 _PROMPTS_HINT = (
-    'give a UTF-8 JSONL file, one {"prompt": "..."} or {"input_ids": [...]} per line, '
+    'give a UTF-8 JSONL file, one {"prompt": "..."}, {"input_ids": [...]} or '
+    '{"messages": [{"role": "user", "content": "..."}]} per line (optionally with "category"), '
     f"or the built-in prompts ({opt('prompts')} builtin)"
 )
 
@@ -173,7 +223,16 @@ def _prompt(where: str, n: int, line: str) -> Prompt:
         return Prompt(input_ids=ids, category=cat)
     if isinstance(row.get("prompt"), str):
         return Prompt(text=row["prompt"], category=cat)
-    raise ConfigError(f'{where}:{n}: needs a "prompt" string or an "input_ids" list', hint=_PROMPTS_HINT)
+    msgs = row.get("messages")
+    if isinstance(msgs, list) and msgs:
+        if not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs
+        ):
+            raise ConfigError(f'{where}:{n}: each message needs a "role" and a "content" string', hint=_PROMPTS_HINT)
+        return Prompt(messages=[{"role": m["role"], "content": m["content"]} for m in msgs], category=cat)
+    raise ConfigError(
+        f'{where}:{n}: needs a "prompt" string, an "input_ids" list or a "messages" list', hint=_PROMPTS_HINT
+    )
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -207,7 +266,13 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
     rep.output_tokens = sum(r.completion_tokens for r in ok)
     lat = [r.latency_s for r in ok]
     if lat:
-        rep.latency_s = {"mean": statistics.fmean(lat), "p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95)}
+        rep.latency_s = {
+            "mean": statistics.fmean(lat),
+            "p50": _pct(lat, 0.5),
+            "p90": _pct(lat, 0.9),
+            "p95": _pct(lat, 0.95),
+            "p99": _pct(lat, 0.99),
+        }
     measured = [r for r in ok if r.accept_length is not None and r.verify_steps]
     if measured:
         verify_total = sum(r.verify_steps or 0 for r in measured)
@@ -232,7 +297,31 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
             tot = [sum(h[i] if i < len(h) else 0 for h in hists) for i in range(k)]
             n = sum(tot)
             rep.per_position_acceptance = [sum(tot[j] for j in range(i, k)) / n for i in range(1, k)] if n else None
+    rep.categories = by_category(ok, rep.accept_length_ci95)
     return rep
+
+
+def by_category(ok: list[RequestResult], overall_ci: list[float] | None) -> dict[str, dict[str, Any]] | None:
+    """Per category: pooled accept length, its 95% interval, and tokens/s per request (tokens
+    over request latency); ``below_overall`` when the category's interval lies wholly below
+    the overall one."""
+    cats: dict[str, list[RequestResult]] = {}
+    for r in ok:
+        cats.setdefault(r.category, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for cat, rs in cats.items():
+        m = [r for r in rs if r.accept_length is not None and r.verify_steps]
+        steps = sum(r.verify_steps or 0 for r in m)
+        ci = _ci95([r.accept_length for r in m if r.accept_length is not None])
+        lat = sum(r.latency_s for r in rs)
+        out[cat] = {
+            "n": len(rs),
+            "accept_length": 1 + sum(r.accepted_drafts or 0 for r in m) / steps if steps else None,
+            "accept_length_ci95": ci,
+            "tokens_per_s": sum(r.completion_tokens for r in rs) / lat if lat > 0 else None,
+            "below_overall": bool(ci and overall_ci and ci[1] < overall_ci[0]),
+        }
+    return out or None
 
 
 def verdict_line(rep: VerifyReport) -> str:
@@ -271,6 +360,7 @@ def _measure(
     progress: Callable[[int, int], None] | None,
     per_request_metrics: bool,
     steps: int | None = None,
+    stop_if: Callable[[list[RequestResult]], str | None] | None = None,
 ) -> tuple[list[RequestResult], float, str | None]:
     """Send the prompts (one at a time, or ``concurrency`` at once); the results, the wall time, and why
     the run stopped early (None: it did not)."""
@@ -281,7 +371,7 @@ def _measure(
         try:
             before = engine.metrics() if per_request_metrics else None
             r = engine.run(i, p, max_new_tokens, temperature, ignore_eos)
-            if before is not None:
+            if before is not None and r.verify_steps is None:  # no per-request figures in the response
                 _vllm_delta(r, before, engine.metrics())
             check_figures(r, steps)
             return r
@@ -294,7 +384,7 @@ def _measure(
         results.append(r)
         if progress:
             progress(len(results), len(prompts))
-        stop_reason = _below_bar(results, min_accept_len)
+        stop_reason = _below_bar(results, min_accept_len) or (stop_if(results) if stop_if else None)
         return stop_reason is not None
 
     t0 = time.perf_counter()
@@ -362,7 +452,7 @@ def verify(
     prompts: str = "builtin",
     num_prompts: int | None = 16,
     max_new_tokens: int = 256,
-    concurrency: int = 1,
+    concurrency: int | Sequence[int] = 1,
     temperature: float = 0.0,
     ignore_eos: bool = False,
     baseline_host: str | None = None,
@@ -372,17 +462,29 @@ def verify(
     timeout: float = 600.0,
     launch: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    context_lengths: Sequence[int] | None = None,
+    drafter: str | None = None,
+    stop_if: Callable[[list[RequestResult]], str | None] | None = None,
+    prechecked: bool = False,
 ) -> VerifyReport:
     """Measure acceptance through a running server (``host``) or one to start (``launch``).
 
     Args:
         host: the server's base URL, e.g. ``http://127.0.0.1:30000``.
         engine: ``auto`` (tell SGLang and vLLM apart by what they answer), ``sglang``, ``vllm``.
-        prompts: ``builtin`` or a JSONL file; ``num_prompts`` repeats or cuts the set.
+        prompts: ``builtin`` (seven categories) or a JSONL file; ``num_prompts`` takes the
+            categories in turn, or repeats the set.
+        concurrency: requests in flight; a list measures each level in turn on the same
+            server (the first gives the main figures; ``concurrency_levels`` has them all).
         baseline_host: the same target without speculation, for the speedup.
         min_accept_len: the bar (tokens per verify step); below it the report fails
             (exit code 1), and the run stops early once the 95% interval is below it.
         launch: a :class:`ckpttools.engines.launch.LaunchSpec` to start, measure, and stop.
+        context_lengths: also measure with prompts built to each length (prompt plus
+            generation), reported in ``context`` with the target's and drafter's limits.
+        drafter: the drafter's folder, for its limits on the context axis (``launch`` gives it too).
+        stop_if: a further early stop: given the results so far, why to stop (None: go on).
+        prechecked: the launch checks were done by the caller (a sweep).
 
     Returns:
         a :class:`VerifyReport` (partial results are kept when requests fail).
@@ -393,37 +495,40 @@ def verify(
     """
     import httpx
 
+    levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
+    if tokenizer is None and launch is not None and (Path(launch.target) / "tokenizer.json").is_file():
+        tokenizer = launch.target if context_lengths or _has_chats(prompts) else None
     plist = load_prompts(prompts, num_prompts, tokenizer)
+    bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
     client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
     server = None
     try:
         if launch is not None:
             from ckpttools.engines.launch import RunningServer
 
-            _check_before_launch(launch)
+            _check_before_launch(launch, quiet=prechecked)
             server = RunningServer(launch).start()
             server.wait_ready(client)
             host, engine = launch.url, launch.engine
         eng, rep = _connect(host, engine, client, len(plist), min_accept_len)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
-        results = _measure_into(
-            rep,
-            eng,
-            plist,
+        kw: dict[str, Any] = dict(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             ignore_eos=ignore_eos,
-            concurrency=concurrency,
             min_accept_len=min_accept_len,
-            progress=progress,
+            stop_if=stop_if,
         )
+        results = _measure_into(rep, eng, plist, concurrency=levels[0], progress=progress, **kw)
         if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
+        _more_levels(rep, eng, plist, levels, kw)
+        if context_lengths:
+            _context_bins(rep, eng, bins, list(context_lengths), launch, drafter, levels[0], kw)
         if baseline_host is not None:
-            base_prompts = plist[: len(results)]
             rep.baseline = _baseline(
-                baseline_host, client, base_prompts, max_new_tokens, temperature, ignore_eos, concurrency
+                baseline_host, client, plist[: len(results)], max_new_tokens, temperature, ignore_eos, levels[0]
             )
         _conclude(rep, server)
         return rep
@@ -433,6 +538,57 @@ def verify(
         client.close()
 
 
+def _has_chats(prompts: str) -> bool:
+    try:
+        return prompts != "builtin" and '"messages"' in Path(prompts).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _more_levels(rep: VerifyReport, eng: Any, plist: list[Prompt], levels: list[int], kw: dict[str, Any]) -> None:
+    """The further concurrency levels, each a run of the same prompts on the same server."""
+    if len(levels) < 2:
+        return
+    rep.concurrency_levels = [level_summary(rep)]
+    for c in levels[1:]:
+        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server)
+        _measure_into(sub, eng, plist, concurrency=c, progress=None, **kw)
+        rep.concurrency_levels.append(level_summary(sub))
+
+
+def _context_bins(
+    rep: VerifyReport,
+    eng: Any,
+    bins: list[tuple[int, list[Prompt]]],
+    asked: list[int],
+    launch: Any,
+    drafter: str | None,
+    concurrency: int,
+    kw: dict[str, Any],
+) -> None:
+    """Acceptance with prompts built to each length, and the limits the axis marks."""
+    limits = context_limits(
+        launch.target if launch is not None else None,
+        launch.drafter if launch is not None else drafter,
+        list(launch.engine_args) if launch is not None else [],
+    )
+    tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
+    out: list[dict[str, Any]] = []
+    built = dict(bins)
+    for n in asked:
+        entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
+        if n not in built:
+            entry["skipped"] = f"{n} tokens leave no room for the prompt before {kw['max_new_tokens']} new tokens"
+        elif tctx and n > tctx:
+            entry["skipped"] = f"past the target's context of {tctx} tokens"
+        else:
+            sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(built[n]), server=rep.server)
+            _measure_into(sub, eng, built[n], concurrency=concurrency, progress=None, **kw)
+            entry |= level_summary(sub)
+        out.append(entry)
+    rep.context = {**limits, "bins": out}
+
+
 def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -> list[RequestResult]:
     """Run the prompts and put the figures into ``rep``: per request, and for vLLM from its counters."""
     before = eng.metrics() if rep.engine == "vllm" else None
@@ -440,15 +596,20 @@ def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -
     steps = steps if type(steps) is int and steps > 0 else None
     per_request = rep.engine == "vllm" and kw["concurrency"] <= 1
     results, wall, stop = _measure(eng, plist, per_request_metrics=per_request, steps=steps, **kw)
+    rep.concurrency = kw["concurrency"]
     summarize(results, rep, steps)
     rep.stopped_early = stop
     rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
-    if before is not None:
+    per_req = [r for r in results if r.error is None]
+    if before is not None and not (per_req and all(r.verify_steps is not None for r in per_req)):
         _run_delta(rep, before, eng.metrics())
+        rep.figures = "aggregate" if kw["concurrency"] > 1 else "per-request"
+    else:
+        rep.figures = "per-request"
     return results
 
 
-def _check_before_launch(spec: Any) -> None:
+def _check_before_launch(spec: Any, quiet: bool = False) -> None:
     """What a long server load would otherwise end with, refused before it starts: a port in
     use, and validate's errors on the drafter against the target, in the engine's reading.
     (The prompts, and the tokenizer they need, were loaded before this.)"""
@@ -457,7 +618,7 @@ def _check_before_launch(spec: Any) -> None:
     from ckpttools.ops.validate import validate
 
     check_port(spec.host, spec.port)
-    rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None else None
+    rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None and not quiet else None
     if rep is not None and not rep.ok:
         first = rep.errors[0]
         err = CkptError(

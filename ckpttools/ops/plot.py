@@ -1,0 +1,103 @@
+"""``ckpt verify --plot FILE.png``: the report's figures as one picture (matplotlib, an
+optional extra: ``pip install 'ckpttools[plot]'``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ckpttools.errors import CkptError
+
+__all__ = ["plot_report", "panels"]
+
+
+def panels(rep: Any) -> list[tuple[str, list[str], list[float], dict[str, Any]]]:
+    """(title, labels, values, marks) for each figure the report holds, in the order drawn;
+    the terminal bars and the PNG both draw these."""
+    out: list[tuple[str, list[str], list[float], dict[str, Any]]] = []
+    if rep.per_position_acceptance:
+        pos = rep.per_position_acceptance
+        out.append(("acceptance by draft position", [str(i + 1) for i in range(len(pos))], list(pos), {"max": 1.0}))
+    cats = {k: v for k, v in (rep.categories or {}).items() if v.get("accept_length") is not None}
+    if len(cats) > 1:
+        out.append(
+            (
+                "accept length by category",
+                list(cats),
+                [v["accept_length"] for v in cats.values()],
+                {"overall": rep.accept_length, "flagged": [k for k, v in cats.items() if v.get("below_overall")]},
+            )
+        )
+    bins = [b for b in (rep.context or {}).get("bins", []) if b.get("accept_length") is not None]
+    if bins:
+        out.append(
+            (
+                "accept length against context length (tokens)",
+                [str(b["tokens"]) for b in bins],
+                [b["accept_length"] for b in bins],
+                {
+                    "drafter_max_position_embeddings": rep.context.get("drafter_max_position_embeddings"),
+                    "target_context": rep.context.get("target_context"),
+                    "tokens": [b["tokens"] for b in bins],
+                },
+            )
+        )
+    done = [e for e in (rep.sweep or {}).get("settings", []) if e.get("speedup") or e.get("output_tokens_per_s")]
+    if done:
+        key = "speedup" if all(e.get("speedup") for e in done) else "output_tokens_per_s"
+        out.append(
+            (
+                "speed-up over the baseline by setting" if key == "speedup" else "tokens/s by setting",
+                [",".join(f"{k}={v}" for k, v in e["setting"].items()) for e in done],
+                [e[key] for e in done],
+                {"baseline": 1.0 if key == "speedup" else None},
+            )
+        )
+    return out
+
+
+def plot_report(rep: Any, path: str | Path) -> Path:
+    """Write the report's panels to a PNG; refuses clearly without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CkptError("drawing the report needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)") from None
+    ps = panels(rep)
+    if not ps:
+        raise CkptError("the report has no figures to plot (no accept length was measured)")
+    fig, axes = plt.subplots(len(ps), 1, figsize=(8, 2.8 * len(ps)), squeeze=False)
+    for ax, (title, labels, values, marks) in zip(axes[:, 0], ps):
+        _draw(ax, title, labels, values, marks)
+    fig.suptitle(f"ckpt verify: {rep.engine}, accept length {rep.accept_length or 0:.2f}", fontsize=11)
+    fig.tight_layout()
+    import io
+
+    from ckpttools.io.fsutil import write_bytes_atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())
+    return Path(path)
+
+
+def _draw(ax: Any, title: str, labels: list[str], values: list[float], marks: dict[str, Any]) -> None:
+    flagged = set(marks.get("flagged") or [])
+    if "tokens" in marks:  # context: a line on a log axis, limits marked
+        ax.plot(marks["tokens"], values, marker="o")
+        ax.set_xscale("log", base=2)
+        for key, style in (("drafter_max_position_embeddings", "--"), ("target_context", ":")):
+            if marks.get(key):
+                ax.axvline(marks[key], linestyle=style, color="gray")
+                ax.text(marks[key], max(values), key.replace("_", " "), rotation=90, va="top", fontsize=7)
+    else:
+        ax.bar(labels, values, color=["tab:red" if lab in flagged else "tab:blue" for lab in labels])
+        ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+        if marks.get("overall"):
+            ax.axhline(marks["overall"], linestyle="--", color="gray")
+        if marks.get("baseline"):
+            ax.axhline(marks["baseline"], linestyle=":", color="gray")
+    ax.set_title(title, fontsize=9)

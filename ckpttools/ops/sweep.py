@@ -1,0 +1,238 @@
+"""``ckpt verify --launch --sweep``: one server per speculative setting, each against a
+baseline without speculation; ranked by speed-up, with the launch commands of the best.
+
+Sweep syntax: ``steps=1,3,5;topk=1,4;draft_tokens=4,8,16``, axes separated by ``;``,
+values by ``,``; every combination is a setting. Axes left out keep the launch's own value.
+SGLang takes all three; with topk 1 it sets draft tokens to steps + 1 itself, so such
+settings differ only in steps. vLLM's EAGLE-3 is a chain: only ``steps``
+(num_speculative_tokens) applies, and settings with topk > 1 or draft tokens are reported
+as not applicable rather than launched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shlex
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from ckpttools.engines.http import RequestResult
+from ckpttools.errors import CkptError, ConfigError, opt
+
+__all__ = ["parse_sweep", "sweep", "launch_commands"]
+
+_AXES = ("steps", "topk", "draft_tokens")
+
+
+def parse_sweep(text: str) -> list[dict[str, int]]:
+    """The settings a sweep string names, in order, duplicates (as the engine reads them) dropped."""
+    axes: dict[str, list[int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        key, eq, vals = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or key not in _AXES:
+            raise ConfigError(
+                f"sweep axis {part!r} is not one of {', '.join(a + '=...' for a in _AXES)}",
+                hint=f"give {opt('sweep')} as e.g. 'steps=1,3,5;topk=1,4;draft_tokens=4,8,16'",
+            )
+        try:
+            nums = [int(v) for v in vals.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"sweep axis {key}: {vals!r} are not whole numbers") from None
+        if not nums or min(nums) < 1:
+            raise ConfigError(f"sweep axis {key}: give values of 1 or more")
+        axes[key] = list(dict.fromkeys(nums))
+    if not axes:
+        raise ConfigError("the sweep names no axis", hint="e.g. 'steps=1,3;topk=1,4'")
+    out: list[dict[str, int]] = []
+    for combo in itertools.product(*axes.values()):
+        s = dict(zip(axes, combo))
+        if s.get("topk", 1) == 1 and "draft_tokens" in s:
+            s["draft_tokens"] = s.get("steps", 0) + 1 if "steps" in s else s["draft_tokens"]
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _applies(engine: str, s: dict[str, int]) -> str | None:
+    """Why a setting cannot be launched on the engine (None: it can)."""
+    if engine == "vllm" and (
+        s.get("topk", 1) > 1 or "draft_tokens" in s and s["draft_tokens"] != s.get("steps", 0) + 1
+    ):
+        return "vLLM's EAGLE-3 drafts a chain: only steps (num_speculative_tokens) applies"
+    if s.get("topk", 1) > 1 and "draft_tokens" in s and s["draft_tokens"] > s.get("steps", 1) * s["topk"] + 1:
+        return "draft_tokens is more than steps x topk + 1, the tree's size"
+    return None
+
+
+def _tps(r: RequestResult) -> float | None:
+    return r.completion_tokens / r.latency_s if r.error is None and r.latency_s > 0 else None
+
+
+def _ci(values: list[float]) -> tuple[float, float] | None:
+    if len(values) < 5:
+        return None
+    m, sd = statistics.fmean(values), statistics.stdev(values)
+    h = 2.776 * sd / math.sqrt(len(values)) if len(values) == 5 else 2.0 * sd / math.sqrt(len(values))
+    return m - h, m + h
+
+
+def _worse_than(best: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    """An early stop: this setting's per-request tokens/s interval lies wholly below the best's."""
+
+    def stop(results: list[RequestResult]) -> str | None:
+        if not best or not best.get("tps_ci95"):
+            return None
+        ci = _ci([t for t in map(_tps, results) if t is not None])
+        if ci is not None and ci[1] < best["tps_ci95"][0]:
+            return (
+                f"clearly worse after {len(results)} requests: per-request tokens/s [{ci[0]:.1f}, {ci[1]:.1f}] "
+                f"is below the best setting's [{best['tps_ci95'][0]:.1f}, {best['tps_ci95'][1]:.1f}]"
+            )
+        return None
+
+    return stop
+
+
+def launch_commands(spec: Any, setting: dict[str, int]) -> dict[str, str]:
+    """The SGLang and vLLM commands that serve the target with the drafter at this setting."""
+    from ckpttools.engines.launch import LaunchSpec, build_command
+
+    out = {}
+    for engine in ("sglang", "vllm"):
+        s = LaunchSpec(
+            engine,
+            spec.target,
+            spec.drafter,
+            port=30000 if engine == "sglang" else 8000,
+            tp=spec.tp,
+            steps=setting.get("steps", spec.steps),
+            topk=setting.get("topk", spec.topk) if engine == "sglang" else 1,
+            draft_tokens=setting.get("draft_tokens") if engine == "sglang" else None,
+            engine_args=list(spec.engine_args) if engine == spec.engine else [],
+            python="python3",
+        )
+        out[engine] = shlex.join(build_command(s))
+    if setting.get("topk", 1) > 1:
+        out["vllm_note"] = (
+            f"vLLM drafts a chain: this command keeps steps={setting.get('steps', spec.steps)}, not the topk"
+        )
+    return out
+
+
+def _run_setting(spec: Any, s: dict[str, int], i: int, best: dict[str, Any] | None, kw: dict[str, Any]) -> Any:
+    from ckpttools.engines.launch import free_port
+    from ckpttools.ops.verify import verify
+
+    log = f"{spec.log_path or 'ckpt-sweep'}.setting{i}"
+    one = replace(
+        spec,
+        steps=s.get("steps", spec.steps),
+        topk=s.get("topk", spec.topk),
+        draft_tokens=s.get("draft_tokens", spec.draft_tokens),
+        port=free_port(),
+        log_path=log,
+    )
+    return verify(launch=one, stop_if=_worse_than(best), prechecked=True, **kw)
+
+
+def _baseline_run(spec: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    from ckpttools.engines.launch import RunningServer, free_port
+    from ckpttools.ops.verify import _baseline, load_prompts
+
+    base = replace(spec, drafter=None, port=free_port(), log_path=f"{spec.log_path or 'ckpt-sweep'}.baseline")
+    plist_n = kw["num_prompts"]
+    c = kw["concurrency"] if isinstance(kw["concurrency"], int) else list(kw["concurrency"])[0]
+    load_prompts(kw["prompts"], plist_n, kw.get("tokenizer"))  # refused here, before any server, if bad
+    try:
+        with RunningServer(base) as srv, httpx.Client(timeout=httpx.Timeout(kw["timeout"], connect=10.0)) as client:
+            srv.wait_ready(client)
+            return _baseline(
+                base.url,
+                client,
+                load_prompts(kw["prompts"], plist_n, kw.get("tokenizer")),
+                kw["max_new_tokens"],
+                kw["temperature"],
+                kw["ignore_eos"],
+                c,
+            )
+    except CkptError as e:
+        return {"error": str(e).splitlines()[0], "output_tokens_per_s": None}
+
+
+def _entry(s: dict[str, int], rep: Any, base_tps: float | None) -> dict[str, Any]:
+    tps = rep.output_tokens_per_s
+    vals = [r["completion_tokens"] / r["latency_s"] for r in rep.requests if r["error"] is None and r["latency_s"] > 0]
+    ci = _ci(vals)
+    return {
+        "setting": s,
+        "status": "stopped early" if rep.stopped_early else "ok" if rep.accept_length is not None else "failed",
+        "accept_length": rep.accept_length,
+        "accept_length_ci95": rep.accept_length_ci95,
+        "per_position_acceptance": rep.per_position_acceptance,
+        "output_tokens_per_s": tps,
+        "tps_ci95": list(ci) if ci else None,
+        "speedup": tps / base_tps if tps and base_tps else None,
+        "completed": rep.completed,
+        "stopped_early": rep.stopped_early,
+        "error": rep.errors[0] if rep.accept_length is None and rep.errors else None,
+    }
+
+
+def sweep(launch: Any, settings: list[dict[str, int]], **kw: Any) -> Any:
+    """Launch once per setting and once without speculation; return the best setting's report
+    with ``sweep`` holding every setting, the ranking and the launch commands.
+
+    ``kw`` are :func:`ckpttools.ops.verify.verify`'s measuring arguments (prompts,
+    num_prompts, max_new_tokens, concurrency, temperature, ignore_eos, min_accept_len,
+    tokenizer, timeout, context_lengths). A setting whose server fails to start or crashes
+    is reported as failed and the sweep goes on.
+    """
+    from ckpttools.io.fsutil import note
+    from ckpttools.ops.verify import VerifyReport, _check_before_launch, load_prompts, verdict_line
+
+    load_prompts(kw["prompts"], kw["num_prompts"], kw.get("tokenizer"))
+    _check_before_launch(launch)  # once: the port, and validate's errors on the drafter
+    base = _baseline_run(launch, kw)
+    entries: list[dict[str, Any]] = []
+    reports: list[Any] = []
+    best: dict[str, Any] | None = None
+    for i, s in enumerate(settings):
+        why = _applies(launch.engine, s)
+        if why:
+            entries.append({"setting": s, "status": "not applicable", "error": why})
+            reports.append(None)
+            continue
+        note(f"sweep setting {i + 1}/{len(settings)}: {s}")
+        try:
+            rep = _run_setting(launch, s, i, best, kw)
+            e = _entry(s, rep, base.get("output_tokens_per_s"))
+        except CkptError as err:
+            rep, e = None, {"setting": s, "status": "failed", "error": str(err).splitlines()[0]}
+        entries.append(e)
+        reports.append(rep)
+        if e["status"] == "ok" and (
+            best is None or (e["output_tokens_per_s"] or 0) > (best["output_tokens_per_s"] or 0)
+        ):
+            best = e
+    ranked = sorted(
+        (i for i, e in enumerate(entries) if e.get("output_tokens_per_s")),
+        key=lambda i: -(entries[i]["output_tokens_per_s"] or 0),
+    )
+    top = ranked[0] if ranked else None
+    out = reports[top] if top is not None else VerifyReport(engine=launch.engine, url=None)
+    out.baseline = base
+    out.speedup = entries[top]["speedup"] if top is not None else None
+    out.sweep = {
+        "settings": entries,
+        "ranking": ranked,
+        "best": entries[top]["setting"] if top is not None else None,
+        "launch_commands": launch_commands(launch, entries[top]["setting"]) if top is not None else None,
+        "ranked_by": "speed-up over the baseline" if base.get("output_tokens_per_s") else "tokens/s (no baseline)",
+    }
+    out.verdict = verdict_line(out) if top is not None else "no setting could be measured"
+    return out

@@ -1,0 +1,106 @@
+"""What verify measures beyond one figure: concurrency levels and context-length bins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ckpttools.engines.http import Prompt
+from ckpttools.errors import ConfigError, opt
+
+__all__ = ["level_summary", "context_prompts", "context_limits", "parse_lengths"]
+
+
+def level_summary(rep: Any) -> dict[str, Any]:
+    """One measured run in a few figures (a concurrency level or a context bin)."""
+    return {
+        "concurrency": rep.concurrency,
+        "figures": rep.figures,
+        "completed": rep.completed,
+        "failed": rep.failed,
+        "accept_length": rep.accept_length,
+        "accept_length_ci95": rep.accept_length_ci95,
+        "per_position_acceptance": rep.per_position_acceptance,
+        "output_tokens_per_s": rep.output_tokens_per_s,
+        "latency_s": rep.latency_s,
+    }
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'1k,8k,32768' -> [1024, 8192, 32768] (k = 1024)."""
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        mult = 1024 if p.endswith("k") else 1
+        try:
+            n = int(p[:-1] if mult > 1 else p) * mult
+        except ValueError:
+            raise ConfigError(
+                f"context length {part.strip()!r} is not a number of tokens",
+                hint=f"give {opt('context_lengths')} as e.g. 1k,8k,32768",
+            ) from None
+        if n < 2:
+            raise ConfigError(f"context length {n} is too short", hint="give lengths of at least 2 tokens")
+        out.append(n)
+    return sorted(set(out))
+
+
+def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> list[Prompt]:
+    """Each prompt extended to ``length - max_new_tokens`` tokens with the set's other prompts
+    (in turn, from the next one), so that prompt plus generation ends at ``length``."""
+    if any(p.input_ids is None for p in prompts):
+        raise ConfigError(
+            "context lengths need token ids to build prompts of an exact length",
+            hint=f"give {opt('tokenizer')} (or, with a launched server, a target that has tokenizer.json), "
+            "or prompts with input_ids",
+        )
+    n = length - max_new_tokens
+    out = []
+    for i, p in enumerate(prompts):
+        ids: list[int] = []
+        j = i
+        while len(ids) < n:
+            ids.extend(prompts[j % len(prompts)].input_ids or [])
+            j += 1
+        out.append(Prompt(input_ids=ids[:n], category=p.category))
+    return out
+
+
+def _read_config(path: str | None) -> dict[str, Any] | None:
+    if path is None or not (Path(path) / "config.json").is_file():
+        return None
+    try:
+        got = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def _arg_value(args: list[str], *names: str) -> int | None:
+    for i, a in enumerate(args):
+        for n in names:
+            v = a.split("=", 1)[1] if a.startswith(n + "=") else args[i + 1] if a == n and i + 1 < len(args) else None
+            if v is not None and v.isdigit():
+                return int(v)
+    return None
+
+
+def context_limits(target: str | None, drafter: str | None, engine_args: list[str]) -> dict[str, Any]:
+    """The lengths a context axis marks: the target's context (an engine's --context-length or
+    --max-model-len first), the drafter's max_position_embeddings and its rope scaling's
+    original length and factor."""
+    from ckpttools.formats.config import context_length
+
+    tcfg, dcfg = _read_config(target), _read_config(drafter)
+    target_ctx = _arg_value(engine_args, "--context-length", "--max-model-len") or context_length(tcfg)[0]
+    out: dict[str, Any] = {"target_context": target_ctx, "drafter_max_position_embeddings": None, "drafter_rope": None}
+    if dcfg:
+        mpe = dcfg.get("max_position_embeddings")
+        out["drafter_max_position_embeddings"] = mpe if type(mpe) is int else None
+        rs = dcfg.get("rope_scaling")
+        if isinstance(rs, dict):
+            out["drafter_rope"] = {
+                k: rs.get(k) for k in ("rope_type", "type", "factor", "original_max_position_embeddings") if k in rs
+            }
+    return out
