@@ -496,9 +496,7 @@ def verify(
     import httpx
 
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
-    if tokenizer is None and launch is not None and (Path(launch.target) / "tokenizer.json").is_file():
-        tokenizer = launch.target if context_lengths or _has_chats(prompts) else None
-    plist = load_prompts(prompts, num_prompts, tokenizer)
+    plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths))
     bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
     client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
     server = None
@@ -536,6 +534,14 @@ def verify(
         if server is not None:
             server.stop()
         client.close()
+
+
+def _local_tokenizer(tokenizer: str | None, launch: Any, prompts: str, context_lengths: Any) -> str | None:
+    """The tokenizer to tokenize with here: the one given, else a launched target's own when
+    chat prompts or context lengths need token ids."""
+    if tokenizer is None and launch is not None and (Path(launch.target) / "tokenizer.json").is_file():
+        return launch.target if context_lengths or _has_chats(prompts) else None
+    return tokenizer
 
 
 def _has_chats(prompts: str) -> bool:
