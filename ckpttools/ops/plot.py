@@ -64,7 +64,9 @@ def plot_report(rep: Any, path: str | Path) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CkptError("drawing the report needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)") from None
+        raise CkptError(
+            "drawing the report needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)"
+        ) from None
     ps = panels(rep)
     if not ps:
         raise CkptError("the report has no figures to plot (no accept length was measured)")

@@ -511,13 +511,8 @@ def verify(
         eng, rep = _connect(host, engine, client, len(plist), min_accept_len)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
-        kw: dict[str, Any] = dict(
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            ignore_eos=ignore_eos,
-            min_accept_len=min_accept_len,
-            stop_if=stop_if,
-        )
+        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
+        kw |= {"min_accept_len": min_accept_len, "stop_if": stop_if}
         results = _measure_into(rep, eng, plist, concurrency=levels[0], progress=progress, **kw)
         if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
