@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from ckpttools.demo.tiny import build_drafter, build_known_pair
+from ckpttools.demo.tiny import build_drafter, build_known_pair, known_prompts
 from ckpttools.cli.commands import cli
 from ckpttools.engines.http import parse_vllm_metrics
 from ckpttools.engines.launch import LaunchSpec, build_command, parse_sglang_accept_lens
 from ckpttools.ops.verify import SpecOffError, load_prompts, verify
 
-from .conftest import SHARED
+from .conftest import REPO, SHARED
 from .fake_servers import FakeSGLang
 
 RESPONSES = SHARED / "data" / "sglang-0.5.17-responses"
@@ -304,3 +306,73 @@ def test_launch_refuses_what_is_knowable_before_any_server_starts(tmp_path):
     assert r.exit_code == 2 and f"127.0.0.1:{port} is in use" in r.stderr and "--port" in r.stderr
     assert "starting" not in r.stderr
     assert not (tmp_path / "s.log").exists()
+
+
+def test_sweep_syntax():
+    from ckpttools.ops.sweep import parse_sweep
+
+    got = parse_sweep("steps=1,3;topk=1,4;draft_tokens=4,8")
+    # topk 1: SGLang sets draft tokens to steps + 1 itself, so those settings collapse
+    assert got == [
+        {"steps": 1, "topk": 1, "draft_tokens": 2},
+        {"steps": 1, "topk": 4, "draft_tokens": 4},
+        {"steps": 1, "topk": 4, "draft_tokens": 8},
+        {"steps": 3, "topk": 1, "draft_tokens": 4},
+        {"steps": 3, "topk": 4, "draft_tokens": 4},
+        {"steps": 3, "topk": 4, "draft_tokens": 8},
+    ]
+    assert parse_sweep(" steps = 2 , 5 ") == [{"steps": 2}, {"steps": 5}]
+    for bad, says in (
+        ("depth=3", "not one of"),
+        ("steps=a", "whole numbers"),
+        ("steps=0", "1 or more"),
+        (";", "no axis"),
+    ):
+        r = CliRunner().invoke(
+            cli, ["verify", "--launch", "--engine", "sglang", "--target", ".", "--drafter", ".", "--sweep", bad]
+        )
+        assert r.exit_code == 2 and says in r.stderr, (bad, r.output)
+
+
+def test_a_sweep_reports_settings_whose_server_fails_and_goes_on(tmp_path):
+    """Every server of this sweep fails to start (the interpreter has no SGLang): the baseline and
+    both settings are reported with the server's own error, and the run ends unmeasured (exit 3)."""
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(2)))
+    out = tmp_path / "rep.json"
+    r = CliRunner().invoke(
+        cli,
+        ["verify", "--launch", "--engine", "sglang", "--target", str(tp), "--drafter", str(dp), "--prompts", str(prompts),
+         "--sweep", "steps=1,2", "--engine-python", sys.executable, "--log", str(tmp_path / "s.log"),
+         "--ready-timeout", "60", "--output", str(out)],
+    )  # fmt: skip
+    assert r.exit_code == 3, r.output
+    rep = json.loads(out.read_text())
+    sw = rep["sweep"]
+    assert [e["status"] for e in sw["settings"]] == ["failed", "failed"] and sw["best"] is None
+    assert all("sglang" in e["error"] for e in sw["settings"]), sw["settings"]
+    assert rep["baseline"]["error"] and "failed" in r.stdout
+    jsonschema.validate(rep, json.loads((REPO / "schemas" / "verify-report.schema.json").read_text()))
+
+
+def test_plot_and_schema_on_the_torch_engine(tmp_path):
+    """--plot draws a PNG from a real report (the offline torch engine on a known pair); the JSON
+    report follows the published schema; without figures the plot is refused in one line."""
+    pytest.importorskip("transformers")
+    tp, dp = build_known_pair(tmp_path, target="swap", drafter="id")
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"category": c, "input_ids": p} for c, seed in (("a", 1), ("b", 2)) for p in known_prompts(2, seed=seed)]
+    prompts.write_text("\n".join(json.dumps(x) for x in rows))
+    png = tmp_path / "r.png"
+    r = CliRunner().invoke(
+        cli,
+        ["verify", "--engine", "torch", "--target", str(tp), str(dp), "--prompts", str(prompts), "--num-prompts", "4",
+         "--max-new-tokens", "12", "--plot", str(png), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    jsonschema.validate(rep, json.loads((REPO / "schemas" / "verify-report.schema.json").read_text()))
+    assert rep["categories"]["a"]["accept_length"] == rep["categories"]["b"]["accept_length"] == 2.0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -317,3 +317,112 @@ def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path):
     torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=4, max_new_tokens=32)
     assert rep.accept_length == torch_rep.accept_length == EXPECTED[pair]
     assert rep.per_position_acceptance == PER_POSITION[pair]
+
+
+# ----------------------------------------------------------------------------- issue 15
+def _split_pair(root: Path) -> tuple[Path, Path, Path]:
+    """The split target (repeat below 128, swap from 128) with the id drafter, exported for vLLM,
+    and prompts of two categories: "low" (ends below 128: K + 1) and "high" (2.0)."""
+    tp, dp = build_known_pair(root, target="split", drafter="id")
+    vp = Path(export(dp, root / "drafter-vllm", format="vllm", target=tp).output)
+    prompts = root / "two-categories.jsonl"
+    rows = [{"category": "low", "input_ids": p} for p in known_prompts(6, seed=1, lo=64, hi=128)]
+    rows += [{"category": "high", "input_ids": p} for p in known_prompts(6, seed=2, lo=128, hi=192)]
+    prompts.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return tp, vp, prompts
+
+
+def _check_schema(rep: dict) -> None:
+    import jsonschema
+
+    jsonschema.validate(rep, json.loads((REPO / "schemas" / "verify-report.schema.json").read_text()))
+
+
+def _cli(args: list[str], tmp_path: Path) -> tuple[int, dict, str]:
+    r = CliRunner().invoke(
+        cli, [*args, "--json", "--quiet", "--engine-python", VLLM_PY, *[f"--engine-arg={a}" for a in ARGS]]
+    )
+    log = "".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log*"))
+    assert r.stdout.strip(), r.output + log
+    return r.exit_code, json.loads(r.stdout), r.stderr
+
+
+def test_categories_concurrency_and_context_on_one_server(tmp_path):
+    """One launch of the split pair: exact figures per category, the "high" category flagged below
+    the overall interval; concurrency 4 with per-request figures (vLLM 0.32's
+    metrics.speculative_decoding) equal to concurrency 1; two context bins that keep the figure."""
+    tp, vp, prompts = _split_pair(tmp_path)
+    code, rep, _ = _cli(
+        ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(vp), "--steps", str(STEPS),
+         "--prompts", str(prompts), "--num-prompts", "12", "--max-new-tokens", "24", "--ignore-eos",
+         "--concurrency", "1,4", "--context-lengths", "128,512", "--log", str(tmp_path / "v.log")],
+        tmp_path,
+    )  # fmt: skip
+    assert code == 0
+    cats = rep["categories"]
+    print({k: (v["accept_length"], v["accept_length_ci95"], v["below_overall"]) for k, v in cats.items()})
+    assert cats["low"]["accept_length"] == STEPS + 1.0 and cats["high"]["accept_length"] == 2.0
+    assert cats["low"]["n"] == cats["high"]["n"] == 6
+    assert cats["high"]["below_overall"] and not cats["low"]["below_overall"]
+    assert rep["figures"] == "per-request" and "metrics.speculative_decoding" in rep["fields_used"]
+    c1, c4 = rep["concurrency_levels"]
+    print(
+        f"concurrency 1: {c1['accept_length']} {c1['output_tokens_per_s']:.1f} tok/s; 4: {c4['accept_length']} {c4['output_tokens_per_s']:.1f} tok/s"
+    )
+    assert (c1["concurrency"], c4["concurrency"]) == (1, 4) and c4["figures"] == "per-request"
+    assert c4["accept_length"] == c1["accept_length"] == rep["accept_length"]
+    assert set(c4["latency_s"]) >= {"p50", "p90", "p99"}
+    bins = rep["context"]["bins"]
+    assert [b["tokens"] for b in bins] == [128, 512] and rep["context"]["target_context"] == 1024
+    assert all(b["accept_length"] == rep["accept_length"] for b in bins), bins
+    assert rep["context"]["drafter_max_position_embeddings"] == 4096 and not any(
+        b["past_drafter_context"] for b in bins
+    )
+    assert rep["schema_version"] == 1
+    _check_schema(rep)
+
+
+def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path):
+    """A 2x2 sweep (steps 1,3 x topk 1,4) on vLLM: topk 4 is reported as not applicable (vLLM
+    drafts chains), steps 1 stops early under the bar (2.0 < 3), both launched settings are
+    ranked against a baseline server, and the best setting's SGLang and vLLM commands are printed."""
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
+    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8)))
+    args = ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(vp), "--prompts", str(prompts),
+            "--num-prompts", "8", "--max-new-tokens", "24", "--ignore-eos", "--min-accept-len", "3",
+            "--sweep", "steps=1,3;topk=1,4", "--log", str(tmp_path / "sweep.log")]  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            *args,
+            "--output",
+            str(tmp_path / "rep.json"),
+            "--quiet",
+            "--engine-python",
+            VLLM_PY,
+            *[f"--engine-arg={a}" for a in ARGS],
+        ],
+    )
+    assert (tmp_path / "rep.json").is_file(), r.output
+    code, rep, text = r.exit_code, json.loads((tmp_path / "rep.json").read_text()), r.stdout
+    print(text)
+    sw = rep["sweep"]
+    by = {(e["setting"]["steps"], e["setting"]["topk"]): e for e in sw["settings"]}
+    print({k: (e["status"], e.get("accept_length"), e.get("speedup")) for k, e in by.items()})
+    assert by[(1, 4)]["status"] == by[(3, 4)]["status"] == "not applicable"
+    assert (
+        by[(1, 1)]["status"] == "stopped early" and by[(1, 1)]["completed"] == 5 and by[(1, 1)]["accept_length"] == 2.0
+    )
+    assert by[(3, 1)]["status"] == "ok" and by[(3, 1)]["accept_length"] == STEPS + 1.0 and by[(3, 1)]["completed"] == 8
+    assert rep["baseline"]["output_tokens_per_s"] > 0 and all(by[k]["speedup"] > 0 for k in ((1, 1), (3, 1)))
+    tps = [sw["settings"][i]["output_tokens_per_s"] for i in sw["ranking"]]
+    assert len(tps) == 2 and tps == sorted(tps, reverse=True)
+    assert sw["best"] == {"steps": 3, "topk": 1} and code == 0  # only the setting that passed the bar is best
+    cmds = sw["launch_commands"]
+    assert "sglang.launch_server" in cmds["sglang"] and "--speculative-num-steps 3" in cmds["sglang"]
+    assert '"num_speculative_tokens": 3' in cmds["vllm"] and str(vp) in cmds["vllm"]
+    _check_schema(rep)
+    assert "best setting {'steps': 3, 'topk': 1}" in text and "not applicable" in text and "speed-up" in text
+    assert text.index("steps=3,topk=1") < text.index("steps=1,topk=1")  # ranked

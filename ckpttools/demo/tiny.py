@@ -674,6 +674,8 @@ def build_huge_sparse(
 
 # ------------------------------------------------------------------ known acceptance
 KNOWN_V, KNOWN_H, KNOWN_VD_LO, KNOWN_VD_HI = 256, 64, 64, 192
+#: the ``split`` target repeats tokens below this and alternates pairs from it on
+KNOWN_SPLIT = 128
 
 
 def _known_embedding(seed: int = 3) -> np.ndarray:
@@ -723,7 +725,13 @@ def build_known_pair(
     repeat   id      K + 1 (every draft accepted)
     swap     id      2.0 (the first draft, x_{t+2} = x_t, only)
     repeat   swap    1.0 (no draft accepted)
+    split    id      K + 1 on prompts ending below 128, 2.0 on
+                     prompts ending at 128 or above
     ======== ======= ========================================
+
+    ``split`` repeats tokens below 128 and swaps pairs from 128 on, so the figure
+    depends on the prompt: two categories of prompts (``known_prompts(lo=..., hi=...)``)
+    get two exact figures from one server.
 
     ``flip_boundary`` b makes the pair sensitive to which layers the engine captures:
     target layers b-1 and b each negate the residual stream (their MLP computes -2x of
@@ -812,7 +820,11 @@ def _known_target(
     target_arch: str = "llama",
     flips: Sequence[int] = (),
 ) -> Path:
-    head = e if target == "repeat" else e[swap_pairs(np.arange(KNOWN_V))]
+    ids = np.arange(KNOWN_V)
+    nxt = {"repeat": ids, "swap": swap_pairs(ids), "split": np.where(ids < KNOWN_SPLIT, ids, swap_pairs(ids))}
+    if target not in nxt:
+        raise ConfigError(f"unknown known-pair target {target!r}; choose repeat, swap or split")
+    head = e[nxt[target]]
     flip_prefixes = tuple(f"model.layers.{i}.mlp." for i in flips)
 
     def tw(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -891,7 +903,11 @@ def _known_drafter(
     )
 
 
-def known_prompts(n: int = 8, length: int = 8, seed: int = 0) -> list[list[int]]:
-    """Prompts of token ids from the known pair's draft range (64..191)."""
+def known_prompts(
+    n: int = 8, length: int = 8, seed: int = 0, lo: int = KNOWN_VD_LO, hi: int = KNOWN_VD_HI
+) -> list[list[int]]:
+    """Prompts of token ids from ``lo`` up to ``hi`` (default: the draft range, 64..191)."""
+    if not KNOWN_VD_LO <= lo < hi <= KNOWN_VD_HI:
+        raise ConfigError(f"known prompts draw from {KNOWN_VD_LO}..{KNOWN_VD_HI - 1}, not {lo}..{hi - 1}")
     rng = np.random.default_rng(seed)
-    return [rng.integers(KNOWN_VD_LO, KNOWN_VD_HI, size=length).tolist() for _ in range(n)]
+    return [rng.integers(lo, hi, size=length).tolist() for _ in range(n)]

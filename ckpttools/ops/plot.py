@@ -91,6 +91,7 @@ def _draw(ax: Any, title: str, labels: list[str], values: list[float], marks: di
     if "tokens" in marks:  # context: a line on a log axis, limits marked
         ax.plot(marks["tokens"], values, marker="o")
         ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0, top=max(values) * 1.15)
         for key, style in (("drafter_max_position_embeddings", "--"), ("target_context", ":")):
             if marks.get(key):
                 ax.axvline(marks[key], linestyle=style, color="gray")

@@ -223,7 +223,8 @@ def sweep(launch: Any, settings: list[dict[str, int]], **kw: Any) -> Any:
         (i for i, e in enumerate(entries) if e.get("output_tokens_per_s")),
         key=lambda i: -(entries[i]["output_tokens_per_s"] or 0),
     )
-    top = ranked[0] if ranked else None
+    passing = [i for i in ranked if entries[i]["status"] == "ok"]  # stopped or failed settings never win
+    top = passing[0] if passing else ranked[0] if ranked else None
     out = reports[top] if top is not None else VerifyReport(engine=launch.engine, url=None)
     out.baseline = base
     out.speedup = entries[top]["speedup"] if top is not None else None

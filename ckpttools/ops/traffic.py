@@ -47,8 +47,10 @@ def parse_lengths(text: str) -> list[int]:
 
 
 def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> list[Prompt]:
-    """Each prompt extended to ``length - max_new_tokens`` tokens with the set's other prompts
-    (in turn, from the next one), so that prompt plus generation ends at ``length``."""
+    """Each prompt lengthened to ``length - max_new_tokens`` tokens: the other prompts of its
+    category (in turn, from the next one) come first, as a long document before a question,
+    and the prompt itself last; prompt plus generation then ends at ``length``, and a bin
+    keeps the set's mix of categories."""
     if any(p.input_ids is None for p in prompts):
         raise ConfigError(
             "context lengths need token ids to build prompts of an exact length",
@@ -56,14 +58,19 @@ def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> 
             "or prompts with input_ids",
         )
     n = length - max_new_tokens
+    by: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by.setdefault(p.category, []).append(p)
     out = []
-    for i, p in enumerate(prompts):
+    for p in prompts:
+        same = by[p.category]
+        j = next(k for k, q in enumerate(same) if q is p) + 1
+        own = p.input_ids or []
         ids: list[int] = []
-        j = i
-        while len(ids) < n:
-            ids.extend(prompts[j % len(prompts)].input_ids or [])
+        while len(ids) + len(own) < n:  # the category's other prompts first, the prompt itself last
+            ids.extend(same[j % len(same)].input_ids or [])
             j += 1
-        out.append(Prompt(input_ids=ids[:n], category=p.category))
+        out.append(Prompt(input_ids=(ids + own)[-n:], category=p.category))
     return out
 
 

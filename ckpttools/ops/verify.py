@@ -77,7 +77,7 @@ class SpecOffError(ServerError):
 
 #: the version of the report's JSON (schemas/verify-report.schema.json); raised on any change
 #: that removes or retypes a field
-REPORT_VERSION = 2
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -117,7 +117,7 @@ class VerifyReport:
     context: dict[str, Any] | None = None
     sweep: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
-    report_version: int = REPORT_VERSION
+    schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
