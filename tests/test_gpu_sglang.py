@@ -235,3 +235,90 @@ def test_exported_aux_ids_get_the_acceptance_and_misconverted_ones_do_not(case, 
             f"SGLang {rep['accept_length']}, torch {t.accept_length}, want {want}"
         )
         assert rep["accept_length"] == want == t.accept_length
+
+
+# ----------------------------------------------------------------------------- issue 15
+STORY = Path(__file__).resolve().parents[1] / "ckpttools" / "data" / "story"
+
+
+def _verify_cli(args: list[str], name: str) -> tuple[int, dict, str]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    out = LOGS / f"{name}.json"
+    r = CliRunner().invoke(
+        cli,
+        [*args, "--quiet", "--engine-python", sys.executable, "--log", str(LOGS / f"{name}.log"), "--ready-timeout",
+         "400", "--output", str(out), *[f"--engine-arg={a}" for a in SGL_ARGS]],
+    )  # fmt: skip
+    print(f"\n--- {name}: exit {r.exit_code}\n{r.stdout[-6000:]}\n{r.stderr[-1500:]}")
+    return r.exit_code, json.loads(out.read_text()) if out.is_file() else {}, r.stdout
+
+
+def test_sweep_on_the_trained_story_pair():
+    """steps 1,3 x topk 1,4 on the story pair (target-a and its trained drafter), each against a
+    baseline server at the same concurrency; ranked, with the best setting's launch commands."""
+    code, rep, text = _verify_cli(
+        ["verify", "--launch", "--engine", "sglang", "--target", str(STORY / "target-a"), "--drafter",
+         str(STORY / "drafter"), "--prompts", str(STORY / "prompts.jsonl"), "--num-prompts", "12",
+         "--max-new-tokens", "64", "--ignore-eos", "--sweep", "steps=1,3;topk=1,4",
+         "--plot", str(LOGS / "story-sweep.png")],
+        "story-sweep",
+    )  # fmt: skip
+    sw = rep["sweep"]
+    assert rep["baseline"]["output_tokens_per_s"] > 0, rep["baseline"]
+    assert len(sw["settings"]) == 4 and all(e["status"] in ("ok", "stopped early") for e in sw["settings"])
+    tps = [sw["settings"][i]["output_tokens_per_s"] for i in sw["ranking"]]
+    assert tps == sorted(tps, reverse=True) and sw["best"] is not None
+    assert "sglang.launch_server" in sw["launch_commands"]["sglang"] and "best setting" in text
+
+
+def test_concurrency_8_gives_the_per_request_figures_of_concurrency_1(tmp_path, prompts):
+    tp, dp = build_known_pair(tmp_path, target="swap", drafter="id")
+    many = tmp_path / "p16.jsonl"
+    many.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(16)))
+    code, rep, _ = _verify_cli(
+        ["verify", "--launch", "--engine", "sglang", "--target", str(tp), "--drafter", str(dp), "--steps", str(STEPS),
+         "--prompts", str(many), "--num-prompts", "16", "--max-new-tokens", "32", "--ignore-eos", "--concurrency", "1,8"],
+        "concurrency",
+    )  # fmt: skip
+    c1, c8 = rep["concurrency_levels"]
+    assert code == 0 and c8["figures"] == c1["figures"] == "per-request"
+    assert c1["accept_length"] == c8["accept_length"] == 2.0
+    assert c1["per_position_acceptance"] == c8["per_position_acceptance"] == [1.0, 0.0, 0.0]
+
+
+def test_context_lengths_on_the_story_pair_within_and_past_the_drafters_context(tmp_path):
+    """The story drafter has max_position_embeddings 2048; a copy of target-a whose config allows
+    8192 (the story's own edit) is measured at 256, 1024 and 4096 tokens."""
+    import shutil
+
+    target = tmp_path / "target-a-8k"
+    shutil.copytree(STORY / "target-a", target)
+    cfg = json.loads((target / "config.json").read_text())
+    cfg["max_position_embeddings"] = 8192
+    (target / "config.json").write_text(json.dumps(cfg, indent=2))
+    code, rep, _ = _verify_cli(
+        ["verify", "--launch", "--engine", "sglang", "--target", str(target), "--drafter", str(STORY / "drafter"),
+         "--prompts", str(STORY / "prompts.jsonl"), "--num-prompts", "12", "--max-new-tokens", "64", "--ignore-eos",
+         "--context-lengths", "256,1024,4096", "--plot", str(LOGS / "story-context.png")],
+        "story-context",
+    )  # fmt: skip
+    c = rep["context"]
+    assert c["drafter_max_position_embeddings"] == 2048 and c["target_context"] == 8192
+    bins = {b["tokens"]: b for b in c["bins"]}
+    assert not bins[1024]["past_drafter_context"] and bins[4096]["past_drafter_context"]
+    assert all(b["accept_length"] is not None for b in bins.values())
+    print({n: (b["accept_length"], b["accept_length_ci95"]) for n, b in bins.items()})
+
+
+def test_launch_with_tensor_parallel_2(tmp_path, prompts):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU here; --tp 2 runs on the two-GPU kind")
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
+    code, rep, _ = _verify_cli(
+        ["verify", "--launch", "--engine", "sglang", "--target", str(tp), "--drafter", str(dp), "--steps", str(STEPS),
+         "--prompts", str(prompts), "--num-prompts", "6", "--max-new-tokens", "32", "--ignore-eos", "--tp", "2"],
+        "tp2",
+    )  # fmt: skip
+    assert code == 0 and rep["accept_length"] == STEPS + 1.0 and rep["server"]
