@@ -524,16 +524,16 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
         if o["sweep_spec"] and spec is None:
             raise click.UsageError("--sweep needs --launch: it starts one server per setting")
         rep = _verify_server(spec, o, drafter)
-    if o["plot_file"]:
-        from ckpttools.ops.plot import plot_report
-
-        plot_report(rep, o["plot_file"])
     if o["output_file"]:
         import json as _json
 
         from ckpttools.io.fsutil import write_text_atomic
 
         write_text_atomic(o["output_file"], _json.dumps(rep.to_dict(), indent=2) + "\n")
+    if o["plot_file"]:
+        from ckpttools.ops.plot import plot_report
+
+        plot_report(rep, o["plot_file"])
     _show(rep, o["as_json"], render_verify)
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
