@@ -620,11 +620,12 @@ def _check_before_launch(spec: Any, quiet: bool = False) -> None:
 
     check_port(spec.host, spec.port)
     rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None and not quiet else None
-    if rep is not None and not rep.ok:
-        first = rep.errors[0]
+    errors = [f for f in rep.errors if not _allowed_at_launch(f, spec)] if rep is not None else []
+    if errors:
+        first = errors[0]
         err = CkptError(
-            f"{spec.drafter} against {spec.target}: validate found {len(rep.errors)} error(s) "
-            f"({', '.join(f.id for f in rep.errors)}), e.g. {first.location}: {first.message}",
+            f"{spec.drafter} against {spec.target}: validate found {len(errors)} error(s) "
+            f"({', '.join(f.id for f in errors)}), e.g. {first.location}: {first.message}",
             path=str(spec.drafter),
             hint=first.hint or "run ckpt validate DRAFTER --target TARGET and fix what it lists",
         )
@@ -633,6 +634,23 @@ def _check_before_launch(spec: Any, quiet: bool = False) -> None:
     from ckpttools.io.fsutil import note
 
     note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
+
+
+def _allowed_at_launch(f: Any, spec: Any) -> bool:
+    """A finding the engine launches past when told to: SGLang serves a drafter whose context is
+    shorter than the target's when SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set (it warns and
+    raises the drafter's max_position_embeddings; sglang 0.5.17:
+    sglang/srt/configs/model_config.py:767-795), which is how a context sweep measures past the
+    drafter's trained length."""
+    import os
+
+    flag = {**os.environ, **spec.env}.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")
+    if spec.engine == "sglang" and f.id == "target.context_length" and flag.lower() in ("1", "true", "yes"):
+        from ckpttools.io.fsutil import note
+
+        note(f"{f.message}; launching anyway: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set")
+        return True
+    return False
 
 
 def _conclude(rep: VerifyReport, server: Any) -> None:
