@@ -34,6 +34,12 @@ REAL_PAIRS = {
     "SpecForge--qwen2.5-0.5b-eagle3": (None, set()),
     "SpecForge--llama4-scout-17B-16E-eagle3": (None, set()),
     "TorchSpec--minimax-m25-eagle3": (None, {"config.draft_vocab_size"}),
+    # TorchSpec's Kimi-K2.5 drafter config (a Llama layer, no draft_vocab_size) against DeepSeek-R1
+    # (DeepseekV3ForCausalLM, the same 7168 hidden and 61 layers, but DeepSeek's 129280 vocabulary)
+    "TorchSpec--kimi-k25-eagle3": ("deepseek-ai--DeepSeek-R1", {"config.draft_vocab_size", "target.vocab_size"}),
+    # TorchSpec's MLA drafter: a training-side class name; without draft_vocab_size SGLang's MLA class
+    # takes lm_head from the target, which is no error
+    "TorchSpec--qwen3-8b-eagle3-mla": ("Qwen--Qwen3-8B", {"config.architectures"}),
 }
 
 
@@ -376,3 +382,11 @@ def test_vllm_serves_the_classes_its_registry_lists(tmp_path):
     assert "config.architectures" not in _ids(validate(d, engine="vllm"), "error")
     odd = rewrite(d, tmp_path / "odd", config={"architectures": ["SomethingEagle3"]})
     assert "config.architectures" in _ids(validate(odd, engine="vllm"), "error")
+
+
+def test_mla_drafter_configs_name_the_mla_class():
+    r = validate(REAL / "TorchSpec--qwen3-8b-eagle3-mla.config.json")
+    arch = next(f for f in r.errors if f.id == "config.architectures")
+    assert "Eagle3DeepseekV2ForCausalLM" in arch.hint and "kimi_k25_eagle3.py" in arch.message
+    dvs = next(f for f in r.findings if f.id == "config.draft_vocab_size")
+    assert dvs.severity == "info" and "from the target" in dvs.message

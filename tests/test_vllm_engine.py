@@ -426,3 +426,46 @@ def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path):
     _check_schema(rep)
     assert "best setting {'steps': 3, 'topk': 1}" in text and "not applicable" in text and "speed-up" in text
     assert text.index("steps=3,topk=1") < text.index("steps=1,topk=1")  # ranked
+
+
+def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path):
+    """A tiny DeepSeek-V3 target (MLA) with an MLA EAGLE-3 drafter, exported for vLLM: the split
+    target gives two exact figures on one server. Latent 512 + 64: vLLM 0.32's CPU MLA backend
+    refuses 256 + 32 ("Head dimension 288 is not supported by MLA", observed)."""
+    tp, dp = build_known_pair(
+        tmp_path, target="split", drafter="id", target_arch="deepseek", drafter_flavor="mla", mla_latent=512
+    )
+    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    assert json.loads((vp / "config.json").read_text())["architectures"][0] in (
+        "Eagle3DeepseekV2ForCausalLM",
+        "Eagle3DeepseekV3ForCausalLM",
+    )
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
+    rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
+    prompts.write_text("\n".join(json.dumps(r) for r in rows))
+    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                      log_path=str(tmp_path / "vllm.log"), ready_timeout=600)  # fmt: skip
+    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
+    print({k: v["accept_length"] for k, v in (rep.categories or {}).items()})
+    assert rep.categories["low"]["accept_length"] == STEPS + 1.0 and rep.categories["high"]["accept_length"] == 2.0
+
+
+def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
+    """A tiny gpt-oss target whose layers 2 and 3 flip the residual stream (build_known_pair's
+    flip_boundary=3): a vLLM-layout drafter trained on boundaries [3, 5, 7] gets every draft; the
+    same drafter with SGLang's ids for this target ([2, 4, 6], id + 1) copied into vLLM gets none."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(4)))
+    got = {}
+    for ids in ((3, 5, 7), (2, 4, 6)):
+        tp, dp = build_known_pair(
+            tmp_path, target_arch="gpt_oss", flip_boundary=3, aux_layer_ids=ids, drafter_flavor="vllm", force=True
+        )
+        spec = LaunchSpec("vllm", str(tp), str(dp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                          log_path=str(tmp_path / f"vllm-{ids[0]}.log"), ready_timeout=600)  # fmt: skip
+        got[ids] = verify(
+            None, launch=spec, prompts=str(prompts), num_prompts=4, max_new_tokens=24, ignore_eos=True
+        ).accept_length
+    print(got)
+    assert got == {(3, 5, 7): STEPS + 1.0, (2, 4, 6): 1.0}

@@ -113,21 +113,33 @@ def _make_weights(
     return out
 
 
-def mla_dims(hidden: int, head_dim: int) -> dict[str, int]:
-    """MLA projection sizes for a tiny drafter. kv_lora_rank 256 with a rope part of 32 is one
-    of the two latent widths SGLang 0.5.17's triton MLA decode kernel has blocks for (288 and
-    576: kernels/ops/attention/decode_attention.py:638-646); others fail to compile."""
+def mla_dims(hidden: int, head_dim: int, latent: int = 256) -> dict[str, int]:
+    """MLA projection sizes for a tiny model: kv_lora_rank ``latent`` with a rope part of
+    latent / 8. 256 + 32 and 512 + 64 are the two latent widths SGLang 0.5.17's triton MLA
+    decode kernel has blocks for (288 and 576: kernels/ops/attention/decode_attention.py:638-646;
+    others fail to compile); vLLM 0.32's CPU MLA backend takes 576 only ("Head dimension 288
+    is not supported by MLA", observed)."""
+    if latent not in (256, 512):
+        raise ConfigError(f"MLA latent width {latent}: the engines' MLA kernels take 256 or 512")
     return {
         "q_lora_rank": hidden // 2,
-        "kv_lora_rank": 256,
-        "qk_rope_head_dim": 32,
+        "kv_lora_rank": latent,
+        "qk_rope_head_dim": latent // 8,
         "qk_nope_head_dim": head_dim // 2,
         "v_head_dim": head_dim,
     }
 
 
 def _layer_tensors(
-    prefix: str, H: int, heads: int, kv: int, hd: int, inter: int, first: bool, mla: bool = False, drafter: bool = True
+    prefix: str,
+    H: int,
+    heads: int,
+    kv: int,
+    hd: int,
+    inter: int,
+    first: bool,
+    mla: int | None = None,
+    drafter: bool = True,
 ) -> dict[str, tuple[int, ...]]:
     """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang 0.5.17) the ``first``
     layer's attention takes [embedding; hidden] (2H) and uses input_layernorm on the
@@ -135,7 +147,7 @@ def _layer_tensors(
     qin = 2 * H if first else H
     t: dict[str, tuple[int, ...]] = {}
     if mla:
-        m = mla_dims(H, hd)
+        m = mla_dims(H, hd, mla)
         t |= {
             f"{prefix}self_attn.q_a_proj.weight": (m["q_lora_rank"], qin),
             f"{prefix}self_attn.q_a_layernorm.weight": (m["q_lora_rank"],),
@@ -207,6 +219,7 @@ def build_drafter(
     fc_norm: bool = False,
     norm_before_fc: bool = False,
     norm_output: bool = False,
+    mla_latent: int = 256,
 ) -> Path:
     """Write a tiny EAGLE-3 drafter in one of :data:`DRAFTER_FLAVORS`.
 
@@ -231,7 +244,7 @@ def build_drafter(
     _check_sizes(hidden_size, num_heads, vocab_size)
     if draft_vocab_size is not None and not 0 < draft_vocab_size <= vocab_size:
         raise ConfigError(f"draft vocab size {draft_vocab_size} must be from 1 to the vocab size {vocab_size}")
-    dims = _Dims(hidden_size, num_heads, num_kv_heads, intermediate_size, target_hidden_size or hidden_size)
+    dims = _Dims(hidden_size, num_heads, num_kv_heads, intermediate_size, target_hidden_size or hidden_size, mla_latent)
     st = "F32" if flavor == "training" else _ST["fp16" if flavor == "eagle" and dtype == "bf16" else dtype]
     rng = np.random.default_rng(seed)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
@@ -267,6 +280,7 @@ class _Dims:
     kv_heads: int
     intermediate: int
     target_hidden: int
+    mla_latent: int = 256
 
     @property
     def head_dim(self) -> int:
@@ -288,7 +302,8 @@ def _drafter_shapes(
         shapes["embed_tokens.weight"] = (vocab_size, H)
     shapes["fc.weight"] = (H, num_aux * d.target_hidden)
     layer_prefix = "midlayer." if flavor == "eagle" else "layers.0."
-    shapes |= _layer_tensors(layer_prefix, H, d.heads, d.kv_heads, hd, d.intermediate, True, flavor == "mla")
+    mla = d.mla_latent if flavor == "mla" else None
+    shapes |= _layer_tensors(layer_prefix, H, d.heads, d.kv_heads, hd, d.intermediate, True, mla)
     for i in range(1, num_layers):
         shapes |= _layer_tensors(f"layers.{i}.", H, d.heads, d.kv_heads, hd, d.intermediate, False)
     shapes["norm.weight"] = (H,)
@@ -347,7 +362,7 @@ def _drafter_config(
         "torch_dtype": CONFIG_DTYPE[st],
     }
     if flavor == "mla":
-        cfg |= mla_dims(d.hidden, d.head_dim)
+        cfg |= mla_dims(d.hidden, d.head_dim, d.mla_latent)
     if flavor == "vllm":
         cfg["norm_before_residual"] = False
     return cfg
@@ -457,11 +472,12 @@ def build_deepseek_target(
     weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
     seed: int = 1,
     force: bool = False,
+    mla_latent: int = 256,
 ) -> Path:
     """Write a tiny DeepSeek-V3 target (MLA attention, every layer a dense MLP:
     ``first_k_dense_replace`` = the layer count), HF names as DeepseekV3ForCausalLM has them."""
     H = hidden_size
-    m = mla_dims(H, 64)  # qk_nope 32 + rope 32: a 64-wide q/k head; latent 256 + 32 for the MLA kernels
+    m = mla_dims(H, 64, mla_latent)  # qk_nope 32 + rope: the q/k head; the latent for the MLA kernels
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
     for i in range(num_layers):
         p = f"model.layers.{i}."
@@ -704,6 +720,7 @@ def build_known_pair(
     force: bool = False,
     target_arch: str = "llama",
     flip_boundary: int | None = None,
+    mla_latent: int = 256,
     **options: bool,
 ) -> tuple[Path, Path]:
     """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
@@ -741,7 +758,8 @@ def build_known_pair(
     capture one layer off gives 1.0 with the ``id`` drafter.
 
     ``target_arch`` is ``llama``, ``deepseek`` (DeepseekV3ForCausalLM, MLA) or ``gpt_oss``
-    (GptOssForCausalLM: its experts carry the flips).
+    (GptOssForCausalLM: its experts carry the flips). ``mla_latent`` (256 or 512) sizes the MLA
+    latent of a DeepSeek target and an ``mla`` drafter (see :func:`mla_dims`).
 
     ``options`` are EAGLE-3.1 drafter options (``fc_norm``, ``norm_before_fc``,
     ``norm_output``, each True/False); the number of aux states follows ``aux_layer_ids``.
@@ -758,14 +776,15 @@ def build_known_pair(
     flips = () if flip_boundary is None else (flip_boundary - 1, flip_boundary)
     tname = f"target-{target}" + ("" if target_arch == "llama" else f"-{target_arch}")
     tname += f"-flip{flip_boundary}" if flips else ""
-    tpath = _known_target(root / tname, target, e, num_layers, force, target_arch, flips)
+    tname += f"-mla{mla_latent}" if target_arch == "deepseek" and mla_latent != 256 else ""
+    tpath = _known_target(root / tname, target, e, num_layers, force, target_arch, flips, mla_latent)
     tag = "".join(f"-{k.replace('_', '')}" for k, on in sorted(options.items()) if on)
     tag += f"-aux{len(aux_layer_ids)}" if len(aux_layer_ids) != 3 else ""
     tag += "-ids" + "_".join(map(str, aux_layer_ids)) if flips else ""
+    tag += f"-mla{mla_latent}" if drafter_flavor == "mla" and mla_latent != 256 else ""
     name = f"drafter-{drafter}-{drafter_flavor}{tag}"
-    dpath = _known_drafter(
-        root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options, -1.0 if flips else 1.0
-    )
+    sign = -1.0 if flips else 1.0
+    dpath = _known_drafter(root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options, sign, mla_latent)
     return tpath, dpath
 
 
@@ -819,6 +838,7 @@ def _known_target(
     force: bool,
     target_arch: str = "llama",
     flips: Sequence[int] = (),
+    mla_latent: int = 256,
 ) -> Path:
     ids = np.arange(KNOWN_V)
     nxt = {"repeat": ids, "swap": swap_pairs(ids), "split": np.where(ids < KNOWN_SPLIT, ids, swap_pairs(ids))}
@@ -837,7 +857,7 @@ def _known_target(
 
     common: dict[str, Any] = {"hidden_size": KNOWN_H, "num_layers": num_layers, "vocab_size": KNOWN_V}
     if target_arch == "deepseek":
-        tpath = build_deepseek_target(out, **common, weight_fn=tw, force=force)
+        tpath = build_deepseek_target(out, **common, weight_fn=tw, force=force, mla_latent=mla_latent)
     elif target_arch == "gpt_oss":
         tpath = build_gpt_oss_target(out, **common, weight_fn=tw, force=force)
     elif target_arch != "llama":
@@ -869,6 +889,7 @@ def _known_drafter(
     force: bool,
     options: dict[str, bool] | None = None,
     fc_sign: float = 1.0,
+    mla_latent: int = 256,
 ) -> Path:
     draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
     pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
@@ -900,6 +921,7 @@ def _known_drafter(
         fc_norm=(options or {}).get("fc_norm", False),
         norm_before_fc=(options or {}).get("norm_before_fc", False),
         norm_output=(options or {}).get("norm_output", False),
+        mla_latent=mla_latent,
     )
 
 

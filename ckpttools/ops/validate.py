@@ -206,22 +206,48 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
         return []
     msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
     fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
+    want = "LlamaForCausalLMEagle3"
+    if _is_mla(cfg):  # a training-side name for an MLA drafter (e.g. TorchSpec's DeepSeekForCausalLMEagle3)
+        msg += " (the config has MLA fields, kv_lora_rank and qk_rope_head_dim: SGLang's MLA drafter class is "
+        msg += "Eagle3DeepseekV2ForCausalLM, sglang/srt/models/kimi_k25_eagle3.py:314 and 520)"
+        want, fix = "Eagle3DeepseekV2ForCausalLM", "the tensor names must then be SGLang's; ckpt inspect lists them"
     return [
         Finding(
             "config.architectures",
             "error",
             where,
             msg,
-            f'set architectures to ["LlamaForCausalLMEagle3"] ({fix} does it)',
+            f'set architectures to ["{want}"] ({fix} does it)'
+            if want == "LlamaForCausalLMEagle3"
+            else f'set architectures to ["{want}"] ({fix})',
         )
     ]
+
+
+def _is_mla(cfg: dict[str, Any]) -> bool:
+    """An MLA drafter: SGLang's class by name, or a config with MLA attention fields."""
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs[:1] in (["Eagle3DeepseekV2ForCausalLM"], ["Eagle3DeepseekV3ForCausalLM"]):
+        return True
+    return "kv_lora_rank" in cfg and "qk_rope_head_dim" in cfg
 
 
 def _field_findings(cfg: dict[str, Any]) -> list[Finding]:
     """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
     out: list[Finding] = []
     if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
-        if "draft_vocab_size" not in cfg:
+        if "draft_vocab_size" not in cfg and _is_mla(cfg):
+            out.append(
+                Finding(
+                    "config.draft_vocab_size",
+                    "info",
+                    "$.draft_vocab_size",
+                    "draft_vocab_size is missing: SGLang's MLA drafter reads it with getattr and then serves a "
+                    "full-vocabulary head taken from the target (sglang 0.5.17: "
+                    "sglang/srt/models/kimi_k25_eagle3.py:345-355)",
+                )
+            )
+        elif "draft_vocab_size" not in cfg:
             out.append(
                 Finding(
                     "config.draft_vocab_size",
