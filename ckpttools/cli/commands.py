@@ -435,7 +435,8 @@ def export_cmd(
     "--prompts",
     default="builtin",
     show_default=True,
-    help='\'builtin\' or a JSONL file of {"prompt"} or {"input_ids"}.',
+    help='\'builtin\' (151 prompts, 7 categories) or a JSONL file of {"prompt"}, {"input_ids"} or '
+    '{"messages"}, each with an optional "category".',
 )
 @click.option("--num-prompts", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
