@@ -42,3 +42,18 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def with_live_mla_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3, seed: int = 7) -> None:
+    """Give a known MLA drafter attention that matters: random q/k/v projections and an o_proj
+    small enough that drafts are right only part of the time (rewrites its safetensors)."""
+    from safetensors.numpy import load_file, save_file
+
+    f = next(drafter.glob("*.safetensors"))
+    t, rng = load_file(str(f)), np.random.default_rng(seed)
+    for k in sorted(t):
+        if k.endswith("o_proj.weight"):
+            t[k] = rng.normal(0, o_std, t[k].shape).astype(t[k].dtype)
+        elif k.endswith(("q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "kv_b_proj.weight")):
+            t[k] = rng.normal(0, qk_std, t[k].shape).astype(t[k].dtype)
+    save_file(t, str(f), metadata={"format": "pt"})

@@ -19,6 +19,8 @@ from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.ops.export import export
 from ckpttools.ops.validate import validate
 
+from .helpers import with_live_mla_attention
+
 pytestmark = pytest.mark.gpu
 STEPS = 3
 SGL_ARGS = [
@@ -184,13 +186,33 @@ def test_drafter_families_give_the_known_acceptance(family, pair, tmp_path, prom
     assert code == 0 and rep is not None
     print(f"{family} {pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}")
     assert rep["accept_length"] == EXPECTED[pair]
-    if flavor != "mla":  # the torch probe's MLA drafter attention is not written yet
-        from ckpttools.ops.probe import verify_torch
+    from ckpttools.ops.probe import verify_torch
 
-        t = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
-        print(f"{family} {pair}: torch {t.accept_length} per position {t.per_position_acceptance}")
-        assert t.accept_length == rep["accept_length"]
-        assert t.per_position_acceptance == rep["per_position_acceptance"]
+    t = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
+    print(f"{family} {pair}: torch {t.accept_length} per position {t.per_position_acceptance}")
+    assert t.accept_length == rep["accept_length"]
+    assert t.per_position_acceptance == rep["per_position_acceptance"]
+
+
+def test_the_probes_mla_attention_equals_sglang_on_a_drafter_whose_attention_matters(tmp_path):
+    """As the vLLM test of the same name: an MLA drafter with random attention behind the repeat
+    DeepSeek-V3 target (4.0 without attention); SGLang's pooled figure against the probe's."""
+    from ckpttools.ops.probe import verify_torch
+
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla")
+    with_live_mla_attention(Path(dp))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(6, seed=3, length=24)))
+    code, rep, _ = launch_verify(tp, dp, prompts, "mla-live-attention.log")
+    assert code in (0, 1) and rep is not None
+    t = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
+    print(
+        f"live MLA attention: SGLang {rep['accept_length']:.4f} per request "
+        f"{[round(r['accept_length'], 3) for r in rep['requests']]}; torch {t.accept_length:.4f} per request "
+        f"{[round(r['accept_length'], 3) for r in t.requests]}"
+    )
+    assert 1.2 < rep["accept_length"] < 3.8
+    assert abs(t.accept_length - rep["accept_length"]) <= 0.1
 
 
 #: pairs where a capture one layer off is visible (build_known_pair's flip_boundary): target

@@ -188,3 +188,77 @@ def test_a_capture_one_layer_off_is_visible(tmp_path, arch, trained, exported_id
     assert {k: r.accept_length for k, r in got.items()} == {"source": 4.0, "exported": 4.0, "wrong": 1.0}
     assert got["exported"].server["aux_boundaries"] == list(trained)
     assert got["wrong"].server["aux_boundaries"] != list(trained)
+
+
+_YARN = {
+    "type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 256,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.5,
+    "beta_fast": 32,
+    "beta_slow": 1,
+}
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+@pytest.mark.parametrize("yarn", [None, _YARN], ids=["plain-rope", "yarn"])
+def test_mla_attention_equals_transformers_deepseek_v3(interleave, yarn):
+    """The probe's MLA attention against transformers' own DeepseekV3Attention (random weights,
+    positions past the yarn's original context), in one pass and token by token over the cache."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
+
+    from ckpttools.ops.probe import MlaAttention
+
+    torch.manual_seed(0)
+    cfg = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 256,
+        "qk_rope_head_dim": 32,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 32,
+        "max_position_embeddings": 1024,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "rope_interleave": interleave,
+    }
+    rp = {"rope_type": "default", "rope_theta": 10000.0}
+    if yarn:
+        rp = {"rope_type": "yarn", "rope_theta": 10000.0, **{k: v for k, v in yarn.items() if k != "type"}}
+    hf = DeepseekV3Config(**cfg, rope_parameters=rp)
+    hf._attn_implementation = "eager"
+    attn, rot = DeepseekV3Attention(hf, 0).eval(), DeepseekV3RotaryEmbedding(hf)
+    with torch.no_grad():
+        for n, p in attn.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if "norm" in n else 0.2) + (1.0 if "norm" in n else 0.0))
+        T = 12
+        x, pos = torch.randn(1, T, 64), torch.arange(300, 300 + T)
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
+        ref = attn(x, rot(x, pos[None]), mask)[0][0]
+        w = {f"a.{n}": p.detach() for n, p in attn.named_parameters()}
+        mla = MlaAttention({**cfg, "rope_scaling": yarn})
+        full, _ = mla(w, "a.", x[0], pos, (None, None))
+        outs, cache = [], (None, None)
+        for lo, hi in [(0, 5), *((t, t + 1) for t in range(5, T))]:
+            o, cache = mla(w, "a.", x[0, lo:hi], pos[lo:hi], cache)
+            outs.append(o)
+    assert torch.allclose(full, ref, atol=1e-4) and torch.allclose(torch.cat(outs), ref, atol=1e-4)
+    assert ref.abs().max() > 1.0  # the attention is not a trivial zero
+
+
+@pytest.mark.parametrize("target_arch", ["llama", "deepseek"])
+def test_mla_drafter_known_pairs_in_the_probe(tmp_path, target_arch):
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(3)))
+    for (t, d), want in {("repeat", "id"): 4.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}.items():
+        tp, dp = build_known_pair(
+            tmp_path / f"{t}-{d}", target=t, drafter=d, drafter_flavor="mla", target_arch=target_arch
+        )
+        spec = TorchSpeculator(tp, dp, steps=STEPS)
+        assert spec.drafter.mla is not None  # the MLA attention ran, not the Llama one
+        r = verify_torch(tp, dp, steps=STEPS, prompts=str(pf), num_prompts=3, max_new_tokens=24)
+        assert r.accept_length == want

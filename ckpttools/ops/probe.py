@@ -20,6 +20,7 @@ torch and transformers are imported here only.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line
 
-__all__ = ["Eagle3Drafter", "TorchSpeculator", "verify_torch"]
+__all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "verify_torch"]
 
 
 def _torch():
@@ -51,6 +52,102 @@ def _rms(x, w, eps):
     torch = _torch()
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def _yarn_mscale(scale: float, m: float) -> float:
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
+class MlaAttention:
+    """DeepSeek-V2 multi-latent attention as SGLang 0.5.17 computes it in the MLA drafter
+    (Eagle3DeepseekV2ForCausalLM: kimi_k25_eagle3.py:77-110 builds DeepseekV2AttentionMLA over
+    [embedding; hidden]). q = q_b(rms(q_a(x))) (or q_proj), per head [nope | rope]; kv_a(x) =
+    [latent | k_rope]; k_nope and v from kv_b(rms(latent)); k_rope is shared by the heads.
+    RoPE is interleaved unless ``rope_interleave`` is false (deepseek_v2.py:1883); any
+    rope_scaling is read as DeepSeek YaRN (deepseek_v2.py:1782-1783; rope_variant.py:334-410:
+    ramped inv_freq over original_max_position_embeddings, cos/sin times
+    mscale(factor, mscale) / mscale(factor, mscale_all_dim) * attn_factor), and the softmax
+    scale is qk_head_dim^-0.5 times mscale(factor, mscale_all_dim)^2 (model_config.py:1961-1985).
+    Weights are read by name from the drafter; the KV cache holds the expanded keys and values.
+    """
+
+    def __init__(self, cfg: dict[str, Any], device: str = "cpu") -> None:
+        torch = _torch()
+        self.heads = int(cfg["num_attention_heads"])
+        self.nope, self.rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
+        self.vd = int(cfg["v_head_dim"])
+        self.eps = float(cfg.get("rms_norm_eps", 1e-6))
+        self.interleave = bool(cfg.get("rope_interleave", True))
+        got = cfg.get("rope_parameters")
+        params: dict[str, Any] = got if isinstance(got, dict) else {}
+        rs = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
+        if rs is None and params and params.get("rope_type", "default") != "default":
+            rs = params
+        base = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
+        dim = self.rope
+        pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+        self.scale = (self.nope + self.rope) ** -0.5
+        self.mscale = 1.0
+        inv = 1.0 / pos_freqs
+        if rs:
+            f = float(rs.get("factor", 1.0))
+            orig = float(rs.get("original_max_position_embeddings", cfg.get("max_position_embeddings", 2048)))
+
+            def corr(rot: float) -> float:
+                return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+            lo = max(math.floor(corr(float(rs.get("beta_fast", 32)))), 0)
+            hi = min(math.ceil(corr(float(rs.get("beta_slow", 1)))), dim - 1)
+            ramp = ((torch.arange(dim // 2, dtype=torch.float32) - lo) / ((hi - lo) or 0.001)).clamp(0, 1)
+            keep = (1 - ramp) * float(rs.get("extrapolation_factor", 1))
+            inv = inv / f * (1 - keep) + inv * keep
+            all_dim = float(rs.get("mscale_all_dim", 0) or 0)
+            self.mscale = (
+                _yarn_mscale(f, float(rs.get("mscale", 1))) / _yarn_mscale(f, all_dim) * float(rs.get("attn_factor", 1))
+            )
+            if rs.get("apply_yarn_scaling", True) and rs.get("apply_scale", True):
+                self.scale *= _yarn_mscale(f, all_dim) ** 2
+        self.inv_freq = inv.to(device)
+
+    def rotate(self, x, pos):
+        """RoPE on the last dim of x [T, h, rope], interleaved pairs or NeoX halves."""
+        torch = _torch()
+        f = pos.float()[:, None] * self.inv_freq[None, :]
+        cos, sin = (f.cos() * self.mscale)[:, None, :], (f.sin() * self.mscale)[:, None, :]
+        x = x.float()
+        if self.interleave:
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+        x1, x2 = x[..., : self.rope // 2], x[..., self.rope // 2 :]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def __call__(self, w: dict[str, Any], p: str, x, pos, cache: tuple[Any, Any]):
+        """Attention of x [T, D] at positions pos over the cache; returns (output [T, H], new cache)."""
+        torch = _torch()
+        T, h = x.shape[0], self.heads
+        xf = x.float()
+        if p + "q_a_proj.weight" in w:
+            qa = xf @ w[p + "q_a_proj.weight"].float().T
+            q = _rms(qa, w[p + "q_a_layernorm.weight"], self.eps) @ w[p + "q_b_proj.weight"].float().T
+        else:
+            q = xf @ w[p + "q_proj.weight"].float().T
+        q = q.view(T, h, self.nope + self.rope)
+        kva = xf @ w[p + "kv_a_proj_with_mqa.weight"].float().T
+        latent, k_pe = kva[:, : -self.rope], kva[:, -self.rope :]
+        kvb = _rms(latent, w[p + "kv_a_layernorm.weight"], self.eps) @ w[p + "kv_b_proj.weight"].float().T
+        kvb = kvb.view(T, h, self.nope + self.vd)
+        k_pe = self.rotate(k_pe[:, None, :], pos).expand(T, h, self.rope)
+        q = torch.cat([q[..., : self.nope], self.rotate(q[..., self.nope :], pos)], dim=-1)
+        k = torch.cat([kvb[..., : self.nope], k_pe], dim=-1)
+        v = kvb[..., self.nope :]
+        k = k if cache[0] is None else torch.cat([cache[0], k])
+        v = v if cache[1] is None else torch.cat([cache[1], v])
+        S = k.shape[0]
+        scores = torch.einsum("thd,shd->hts", q, k) * self.scale
+        mask = torch.arange(S, device=x.device)[None, :] > torch.arange(S - T, S, device=x.device)[:, None]
+        scores = scores.masked_fill(mask[None], float("-inf"))
+        out = torch.einsum("hts,shd->thd", scores.softmax(-1), v).reshape(T, h * self.vd)
+        return (out @ w[p + "o_proj.weight"].float().T).to(x.dtype), (k, v)
 
 
 class Eagle3Drafter:
@@ -90,13 +187,13 @@ class Eagle3Drafter:
         self.hd: int = e.head_dim or H // heads
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         self.theta = float(e.rope_theta or 10000.0)
-        if isinstance(e.rope_scaling, dict) and e.rope_scaling.get("rope_type", e.rope_scaling.get("type")) not in (
-            None,
-            "default",
-        ):
-            self.rope_note: str | None = f"rope_scaling {e.rope_scaling} ignored: plain RoPE is used"
-        else:
-            self.rope_note = None
+        self.mla = MlaAttention(cfg, device) if any(n.endswith("kv_a_proj_with_mqa.weight") for n in w) else None
+        rs = e.rope_scaling
+        scaled = isinstance(rs, dict) and rs.get("rope_type", rs.get("type")) not in (None, "default")
+        #: the MLA attention applies the drafter's rope scaling itself; the Llama one does not
+        self.rope_note: str | None = (
+            f"rope_scaling {rs} ignored: plain RoPE is used" if scaled and self.mla is None else None
+        )
         self.L = e.num_hidden_layers or 1
         self.w = w
         self.device = device
@@ -136,6 +233,9 @@ class Eagle3Drafter:
     def _attn(self, i: int, x, pos):
         torch = _torch()
         p = f"layers.{i}.self_attn."
+        if self.mla is not None:
+            out, self.cache[i] = self.mla(self.w, p, x, pos, self.cache[i])
+            return out
         T = x.shape[0]
         q = (x @ self.w[p + "q_proj.weight"].T).view(T, self.heads, self.hd)
         k = (x @ self.w[p + "k_proj.weight"].T).view(T, self.kv, self.hd)
