@@ -44,16 +44,20 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
-def with_live_mla_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3, seed: int = 7) -> None:
-    """Give a known MLA drafter attention that matters: random q/k/v projections and an o_proj
-    small enough that drafts are right only part of the time (rewrites its safetensors)."""
+def with_live_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3, seed: int = 7) -> None:
+    """Give a known drafter attention that matters: random q/k/v projections (Llama or MLA
+    names), per-head norms (if any) around 1, and an o_proj small enough that drafts are right
+    only part of the time (rewrites its safetensors)."""
     from safetensors.numpy import load_file, save_file
 
     f = next(drafter.glob("*.safetensors"))
     t, rng = load_file(str(f)), np.random.default_rng(seed)
+    proj = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "q_proj", "k_proj", "v_proj")
     for k in sorted(t):
         if k.endswith("o_proj.weight"):
             t[k] = rng.normal(0, o_std, t[k].shape).astype(t[k].dtype)
-        elif k.endswith(("q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "kv_b_proj.weight")):
+        elif k.endswith(tuple(f"self_attn.{n}.weight" for n in proj)):
             t[k] = rng.normal(0, qk_std, t[k].shape).astype(t[k].dtype)
+        elif k.endswith(("q_norm.weight", "k_norm.weight")):
+            t[k] = (1 + rng.normal(0, 0.3, t[k].shape)).astype(t[k].dtype)
     save_file(t, str(f), metadata={"format": "pt"})

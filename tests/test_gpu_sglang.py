@@ -19,7 +19,7 @@ from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.ops.export import export
 from ckpttools.ops.validate import validate
 
-from .helpers import with_live_mla_attention
+from .helpers import with_live_attention
 
 pytestmark = pytest.mark.gpu
 STEPS = 3
@@ -200,7 +200,7 @@ def test_the_probes_mla_attention_equals_sglang_on_a_drafter_whose_attention_mat
     from ckpttools.ops.probe import verify_torch
 
     tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla")
-    with_live_mla_attention(Path(dp))
+    with_live_attention(Path(dp))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(6, seed=3, length=24)))
     code, rep, _ = launch_verify(tp, dp, prompts, "mla-live-attention.log")

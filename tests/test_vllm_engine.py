@@ -19,7 +19,7 @@ from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.ops.export import export
 from ckpttools.ops.verify import verify
 
-from .helpers import with_live_mla_attention
+from .helpers import with_live_attention
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
@@ -485,7 +485,7 @@ def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matte
     tp, dp = build_known_pair(
         tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla", mla_latent=512
     )
-    with_live_mla_attention(Path(dp))
+    with_live_attention(Path(dp))
     vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
@@ -499,5 +499,39 @@ def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matte
         return [round(r["accept_length"], 3) for r in rep.requests]
 
     print({k: (r.accept_length, per_request(r)) for k, r in {"vllm": engine, "probe": probe}.items()})
+    assert engine.accept_length is not None and 1.2 < engine.accept_length < 3.8
+    assert abs(probe.accept_length - engine.accept_length) <= 0.1
+
+
+def test_a_qwen3_architecture_drafter_in_vllm(tmp_path):
+    """A drafter with per-head q_norm/k_norm (Qwen3 architecture), exported for vLLM, where it
+    becomes Eagle3Qwen3ForCausalLM (vllm/model_executor/models/registry.py:665): exact figures
+    on the split target, and with live attention the probe's pooled figure within 0.1 of vLLM's."""
+    from ckpttools.ops.probe import verify_torch
+
+    tp, dp = build_known_pair(tmp_path, target="split", drafter="id", qk_norm=True)
+    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    assert json.loads((vp / "config.json").read_text())["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
+    rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
+    prompts.write_text("\n".join(json.dumps(r) for r in rows))
+    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                      log_path=str(tmp_path / "vllm.log"), ready_timeout=600)  # fmt: skip
+    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
+    cats = {k: v["accept_length"] for k, v in (rep.categories or {}).items()}
+    print(cats)
+    assert cats == {"low": STEPS + 1.0, "high": 2.0}
+
+    tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", qk_norm=True)
+    with_live_attention(Path(dr), o_std=0.1)
+    vr = Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output)
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
+    kw = {"prompts": str(prompts), "num_prompts": 8, "max_new_tokens": 48}
+    spec = LaunchSpec("vllm", str(tr), str(vr), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                      log_path=str(tmp_path / "vllm-live.log"), ready_timeout=600)  # fmt: skip
+    engine = verify(None, launch=spec, ignore_eos=True, **kw)
+    probe = verify_torch(tr, vr, steps=STEPS, **kw)
+    print({"vllm": engine.accept_length, "probe": probe.accept_length})
     assert engine.accept_length is not None and 1.2 < engine.accept_length < 3.8
     assert abs(probe.accept_length - engine.accept_length) <= 0.1

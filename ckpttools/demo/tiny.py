@@ -220,6 +220,7 @@ def build_drafter(
     norm_before_fc: bool = False,
     norm_output: bool = False,
     mla_latent: int = 256,
+    qk_norm: bool = False,
 ) -> Path:
     """Write a tiny EAGLE-3 drafter in one of :data:`DRAFTER_FLAVORS`.
 
@@ -235,6 +236,9 @@ def build_drafter(
         fc_norm, norm_before_fc, norm_output: EAGLE-3.1 options, with their weights
             (``fc_norm.N``, ``input_norm``) and config flags; ``num_aux`` other than 3
             writes ``num_aux_hidden_states``.
+        qk_norm: per-head ``q_norm``/``k_norm`` in every layer, as a Qwen3-architecture
+            drafter has them (vLLM serves it as Eagle3Qwen3ForCausalLM; SGLang 0.5.17 has no
+            class for it).
 
     Returns:
         the output path.
@@ -249,8 +253,7 @@ def build_drafter(
     rng = np.random.default_rng(seed)
     Vd = draft_vocab_size if draft_vocab_size is not None else vocab_size
     shapes = _drafter_shapes(flavor, dims, vocab_size, Vd, num_aux, num_layers, embed_tokens)
-    shapes |= {"input_norm.weight": (num_aux * dims.target_hidden,)} if norm_before_fc else {}
-    shapes |= {f"fc_norm.{j}.weight": (dims.target_hidden,) for j in range(num_aux) if fc_norm}
+    shapes |= _option_shapes(flavor, dims, num_aux, num_layers, fc_norm, norm_before_fc, qk_norm)
     tensors = _make_weights(shapes, _np_dtype(st), rng, weight_fn, norm_jitter=0.01)
     if draft_vocab_size is not None and draft_vocab_size < vocab_size or mapping is not None:
         ids = np.asarray(mapping, dtype=np.int64) if mapping is not None else random_mapping(vocab_size, Vd, seed)
@@ -285,6 +288,18 @@ class _Dims:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+
+def _option_shapes(
+    flavor: str, d: _Dims, num_aux: int, num_layers: int, fc_norm: bool, norm_before_fc: bool, qk_norm: bool
+) -> dict[str, tuple[int, ...]]:
+    """The tensors the drafter options add: EAGLE-3.1 norms, and Qwen3's per-head q/k norms."""
+    shapes: dict[str, tuple[int, ...]] = {"input_norm.weight": (num_aux * d.target_hidden,)} if norm_before_fc else {}
+    shapes |= {f"fc_norm.{j}.weight": (d.target_hidden,) for j in range(num_aux) if fc_norm}
+    if qk_norm and flavor != "mla":
+        prefixes = ["midlayer." if flavor == "eagle" else "layers.0."] + [f"layers.{i}." for i in range(1, num_layers)]
+        shapes |= {f"{q}self_attn.{n}_norm.weight": (d.head_dim,) for q in prefixes for n in "qk"}
+    return shapes
 
 
 def _option_flags(num_aux: int, **options: bool) -> dict[str, Any]:
@@ -761,10 +776,11 @@ def build_known_pair(
     (GptOssForCausalLM: its experts carry the flips). ``mla_latent`` (256 or 512) sizes the MLA
     latent of a DeepSeek target and an ``mla`` drafter (see :func:`mla_dims`).
 
-    ``options`` are EAGLE-3.1 drafter options (``fc_norm``, ``norm_before_fc``,
-    ``norm_output``, each True/False); the number of aux states follows ``aux_layer_ids``.
-    None changes the figures: the norms keep each state's direction, which is all the
-    construction reads.
+    ``options`` are drafter options, each True/False: the EAGLE-3.1 ``fc_norm``,
+    ``norm_before_fc`` and ``norm_output`` (the number of aux states follows
+    ``aux_layer_ids``), and ``qk_norm`` (a Qwen3-architecture drafter's per-head norms). None
+    changes the figures: the norms keep each state's direction, which is all the construction
+    reads, and the attention adds nothing.
 
     Returns:
         (target path, drafter path) under ``root``.
@@ -921,6 +937,7 @@ def _known_drafter(
         fc_norm=(options or {}).get("fc_norm", False),
         norm_before_fc=(options or {}).get("norm_before_fc", False),
         norm_output=(options or {}).get("norm_output", False),
+        qk_norm=(options or {}).get("qk_norm", False),
         mla_latent=mla_latent,
     )
 

@@ -11,6 +11,9 @@ LlamaForCausalLMEagle3:
 - MLP, final norm, lm_head over the draft vocabulary, d2t to target ids;
 - later draft steps feed back the drafter's own pre-norm hidden state.
 
+An MLA drafter (Eagle3DeepseekV2ForCausalLM) gets DeepSeek-V2 multi-latent attention with
+YaRN (:class:`MlaAttention`); a Qwen3-architecture drafter gets its per-head q_norm/k_norm.
+
 EAGLE's alignment: the target's hidden state at position t goes with token x_{t+1} and
 predicts x_{t+2}. Chain drafting of K tokens, greedy verification; accept length is
 tokens per verify step (accepted drafts + 1), as SGLang and vLLM count it.
@@ -240,6 +243,8 @@ class Eagle3Drafter:
         q = (x @ self.w[p + "q_proj.weight"].T).view(T, self.heads, self.hd)
         k = (x @ self.w[p + "k_proj.weight"].T).view(T, self.kv, self.hd)
         v = (x @ self.w[p + "v_proj.weight"].T).view(T, self.kv, self.hd)
+        if p + "q_norm.weight" in self.w:  # a Qwen3-architecture drafter: per-head RMSNorm before RoPE
+            q, k = _rms(q, self.w[p + "q_norm.weight"], self.eps), _rms(k, self.w[p + "k_norm.weight"], self.eps)
         q, k = self._rope(q, pos), self._rope(k, pos)
         ck, cv = self.cache[i]
         k = k if ck is None else torch.cat([ck, k])
