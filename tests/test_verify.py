@@ -376,3 +376,26 @@ def test_plot_and_schema_on_the_torch_engine(tmp_path):
     assert rep["categories"]["a"]["accept_length"] == rep["categories"]["b"]["accept_length"] == 2.0
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_the_offline_engine_measures_context_bins_and_refuses_what_it_cannot_measure(tmp_path):
+    """--engine torch builds the context bins as a server run does; options it cannot honour
+    (a server's concurrency, sweep, sampling, topk) are refused, never silently ignored."""
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(3)))
+    base = ["verify", "--engine", "torch", "--target", str(tp), str(dp), "--prompts", str(pf), "--num-prompts", "3"]
+    r = CliRunner().invoke(cli, [*base, "--max-new-tokens", "16", "--context-lengths", "64,128,16,8k", "--json"])
+    assert r.exit_code == 0, r.output
+    ctx = json.loads(r.stdout)["context"]
+    got = {b["tokens"]: b.get("accept_length", b.get("skipped")) for b in ctx["bins"]}
+    assert got[64] == got[128] == 4.0  # the repeat pair accepts every draft at any length
+    assert "no room for the prompt" in got[16] and f"past the target's context of {ctx['target_context']}" in got[8192]
+    for extra, name in (
+        (["--concurrency", "4"], "--concurrency"),
+        (["--sweep", "steps=1,3"], "--sweep"),
+        (["--temperature", "0.7"], "--temperature"),
+        (["--topk", "4"], "--topk"),
+    ):
+        r = CliRunner().invoke(cli, [*base, *extra])
+        assert r.exit_code == 2 and f"{name}: not measured by --engine torch" in r.stderr, (extra, r.output)

@@ -554,7 +554,28 @@ def _levels(text: str) -> list[int]:
     return out
 
 
-_OFFLINE_OPTS = ("steps", "prompts", "num_prompts", "max_new_tokens", "min_accept_len", "tokenizer", "device")
+_OFFLINE_OPTS = (
+    "steps",
+    "prompts",
+    "num_prompts",
+    "max_new_tokens",
+    "min_accept_len",
+    "tokenizer",
+    "device",
+    "context_lengths",
+)
+#: what the offline engine cannot honour, refused rather than ignored: (option, its value when unset)
+_SERVER_ONLY = (
+    ("host", None),
+    ("launch", False),
+    ("sweep_spec", None),
+    ("baseline_host", None),
+    ("flush_cache", False),
+    ("temperature", 0.0),
+    ("topk", 1),
+    ("tp", 1),
+    ("port", None),
+)
 _SERVER_OPTS = (
     "engine",
     "prompts",
@@ -575,6 +596,15 @@ _SERVER_OPTS = (
 def _verify_offline(drafter: str | None, o: dict[str, Any]) -> Any:
     if not (o["target"] and drafter):
         raise click.UsageError("--engine torch needs --target and DRAFTER")
+    given = [k for k, unset in _SERVER_ONLY if o[k] != unset]
+    if o["concurrency"] != [1]:
+        given.append("concurrency")
+    if given:
+        names = ", ".join("--" + {"sweep_spec": "sweep"}.get(k, k).replace("_", "-") for k in given)
+        raise click.UsageError(
+            f"{names}: not measured by --engine torch (one request at a time, greedy, topk 1, "
+            "no server); use --launch or --host for these"
+        )
     from ckpttools.ops.probe import verify_torch
 
     return verify_torch(o["target"], drafter, **{k: o[k] for k in _OFFLINE_OPTS})

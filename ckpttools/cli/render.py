@@ -295,7 +295,7 @@ class _Val:
 def render_verify(r: Any) -> str:
     srv = ", ".join(f"{k}={v}" for k, v in r.server.items() if v is not None)
     out = [
-        f"{r.engine} at {r.url}" + (f" ({srv})" if srv else ""),
+        (f"{r.engine} at {r.url}" if r.url else f"{r.engine} (offline, no server)") + (f" ({srv})" if srv else ""),
         f"  requests: {r.completed} completed, {r.failed} failed, of {r.num_prompts}",
     ]
     if r.accept_length is not None:

@@ -432,8 +432,11 @@ def verify_torch(
     tokenizer: str | None = None,
     device: str = "cpu",
     dtype: str | None = None,
+    context_lengths: list[int] | None = None,
 ) -> VerifyReport:
-    """The same report as the server engines, measured offline in PyTorch."""
+    """The same report as the server engines, measured offline in PyTorch; with
+    ``context_lengths``, also per context bin (prompts built to each length, as a server run
+    builds them), with the target's and drafter's limits."""
     spec = TorchSpeculator(target, drafter, steps, device, dtype)
     tok = tokenizer
     if tok is None and (Path(target) / "tokenizer.json").is_file():
@@ -456,14 +459,51 @@ def verify_torch(
         "aux_boundaries": spec.drafter.boundaries,
         "aux_rule": spec.drafter.rule.source,
     }
-    t0 = time.perf_counter()
-    results = [_one(spec, i, p, max_new_tokens, steps) for i, p in enumerate(plist)]
-    summarize(results, rep, steps)
-    wall = time.perf_counter() - t0
-    rep.output_tokens_per_s = rep.output_tokens / wall if wall else None
+    _run_into(rep, spec, plist, max_new_tokens, steps)
+    if context_lengths:
+        _context_bins(rep, spec, plist, (str(target), str(drafter)), context_lengths, max_new_tokens, steps)
     if min_accept_len is not None:
         rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
     if spec.drafter.rope_note:
         rep.errors.append(spec.drafter.rope_note)
     rep.verdict = verdict_line(rep)
     return rep
+
+
+def _run_into(rep: VerifyReport, spec: TorchSpeculator, plist: list[Any], max_new_tokens: int, steps: int) -> None:
+    t0 = time.perf_counter()
+    results = [_one(spec, i, p, max_new_tokens, steps) for i, p in enumerate(plist)]
+    summarize(results, rep, steps)
+    wall = time.perf_counter() - t0
+    rep.output_tokens_per_s = rep.output_tokens / wall if wall else None
+    rep.figures = "per-request"
+
+
+def _context_bins(
+    rep: VerifyReport,
+    spec: TorchSpeculator,
+    plist: list[Any],
+    pair: tuple[str, str],
+    lengths: list[int],
+    max_new_tokens: int,
+    steps: int,
+) -> None:
+    """Acceptance with prompts built to each length (as verify builds them for a server)."""
+    from ckpttools.ops.traffic import context_limits, context_prompts, level_summary
+
+    limits = context_limits(pair[0], pair[1], [])
+    tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
+    bins: list[dict[str, Any]] = []
+    for n in lengths:
+        entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
+        if n <= max_new_tokens:
+            entry["skipped"] = f"{n} tokens leave no room for the prompt before {max_new_tokens} new tokens"
+        elif tctx and n > tctx:
+            entry["skipped"] = f"past the target's context of {tctx} tokens"
+        else:
+            built = context_prompts(plist, n, max_new_tokens)
+            sub = VerifyReport(engine="torch", url=None, num_prompts=len(built), server=rep.server)
+            _run_into(sub, spec, built, max_new_tokens, steps)
+            entry |= level_summary(sub)
+        bins.append(entry)
+    rep.context = {**limits, "bins": bins}
