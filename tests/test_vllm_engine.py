@@ -430,6 +430,21 @@ def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path):
     assert text.index("steps=3,topk=1") < text.index("steps=1,topk=1")  # ranked
 
 
+def _split_figures_on_vllm(tmp_path: Path, tp: Path, vp: Path) -> dict[str, float]:
+    """Serve the split target with the drafter on vLLM: accept length per category of prompts
+    (low: ending below 128, where the target repeats; high: from 128 on, where it alternates)."""
+    prompts = tmp_path / "split.jsonl"
+    rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
+    rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
+    prompts.write_text("\n".join(json.dumps(r) for r in rows))
+    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                      log_path=str(tmp_path / "vllm-split.log"), ready_timeout=600)  # fmt: skip
+    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
+    cats = {k: v["accept_length"] for k, v in (rep.categories or {}).items()}
+    print(cats)
+    return cats
+
+
 def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path):
     """A tiny DeepSeek-V3 target (MLA) with an MLA EAGLE-3 drafter, exported for vLLM: the split
     target gives two exact figures on one server. Latent 512 + 64: vLLM 0.32's CPU MLA backend
@@ -442,15 +457,8 @@ def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path):
         "Eagle3DeepseekV2ForCausalLM",
         "Eagle3DeepseekV3ForCausalLM",
     )
-    prompts = tmp_path / "p.jsonl"
-    rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
-    rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
-    prompts.write_text("\n".join(json.dumps(r) for r in rows))
-    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm.log"), ready_timeout=600)  # fmt: skip
-    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
-    print({k: v["accept_length"] for k, v in (rep.categories or {}).items()})
-    assert rep.categories["low"]["accept_length"] == STEPS + 1.0 and rep.categories["high"]["accept_length"] == 2.0
+    cats = _split_figures_on_vllm(tmp_path, tp, vp)
+    assert cats == {"low": STEPS + 1.0, "high": 2.0}
 
 
 def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
@@ -473,6 +481,26 @@ def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
     assert got == {(3, 5, 7): STEPS + 1.0, (2, 4, 6): 1.0}
 
 
+def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path) -> None:
+    """A drafter whose attention matters, on vLLM and in the probe: the pooled figures within 0.1,
+    and neither the 4.0 that the pair gives with no attention nor 1.0."""
+    from ckpttools.ops.probe import verify_torch
+
+    prompts = tmp_path / "live.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
+    kw = {"prompts": str(prompts), "num_prompts": 8, "max_new_tokens": 48}
+    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
+                      log_path=str(tmp_path / "vllm-live.log"), ready_timeout=600)  # fmt: skip
+    engine = verify(None, launch=spec, ignore_eos=True, **kw)
+    probe = verify_torch(tp, vp, steps=STEPS, **kw)
+    per_request = {
+        k: [round(r["accept_length"], 3) for r in x.requests] for k, x in (("vllm", engine), ("probe", probe))
+    }
+    print({"vllm": engine.accept_length, "probe": probe.accept_length, "per request": per_request})
+    assert engine.accept_length is not None and 1.2 < engine.accept_length < 3.8
+    assert abs(probe.accept_length - engine.accept_length) <= 0.1
+
+
 def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matters(tmp_path):
     """An MLA drafter with random attention behind the repeat DeepSeek-V3 target: with no
     attention it would be 4.0, so the figure depends on the attention. The probe's pooled figure
@@ -480,58 +508,22 @@ def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matte
     1.08 observed; not traced: presumably drafts decided by rounding-level margins, each of which
     changes the rest of its request), so the pooled figure is compared; the attention itself is
     checked against transformers' DeepseekV3Attention in test_probe.py."""
-    from ckpttools.ops.probe import verify_torch
-
     tp, dp = build_known_pair(
         tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla", mla_latent=512
     )
     with_live_attention(Path(dp))
-    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
-    kw = {"prompts": str(prompts), "num_prompts": 8, "max_new_tokens": 48}
-    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm.log"), ready_timeout=600)  # fmt: skip
-    engine = verify(None, launch=spec, ignore_eos=True, **kw)
-    probe = verify_torch(tp, vp, steps=STEPS, **kw)
-
-    def per_request(rep):
-        return [round(r["accept_length"], 3) for r in rep.requests]
-
-    print({k: (r.accept_length, per_request(r)) for k, r in {"vllm": engine, "probe": probe}.items()})
-    assert engine.accept_length is not None and 1.2 < engine.accept_length < 3.8
-    assert abs(probe.accept_length - engine.accept_length) <= 0.1
+    _probe_equals_vllm(tmp_path, tp, Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output))
 
 
 def test_a_qwen3_architecture_drafter_in_vllm(tmp_path):
     """A drafter with per-head q_norm/k_norm (Qwen3 architecture), exported for vLLM, where it
     becomes Eagle3Qwen3ForCausalLM (vllm/model_executor/models/registry.py:665): exact figures
     on the split target, and with live attention the probe's pooled figure within 0.1 of vLLM's."""
-    from ckpttools.ops.probe import verify_torch
-
     tp, dp = build_known_pair(tmp_path, target="split", drafter="id", qk_norm=True)
     vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
     assert json.loads((vp / "config.json").read_text())["architectures"] == ["Eagle3Qwen3ForCausalLM"]
-    prompts = tmp_path / "p.jsonl"
-    rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
-    rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
-    prompts.write_text("\n".join(json.dumps(r) for r in rows))
-    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm.log"), ready_timeout=600)  # fmt: skip
-    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
-    cats = {k: v["accept_length"] for k, v in (rep.categories or {}).items()}
-    print(cats)
-    assert cats == {"low": STEPS + 1.0, "high": 2.0}
+    assert _split_figures_on_vllm(tmp_path, tp, vp) == {"low": STEPS + 1.0, "high": 2.0}
 
     tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", qk_norm=True)
     with_live_attention(Path(dr), o_std=0.1)
-    vr = Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output)
-    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
-    kw = {"prompts": str(prompts), "num_prompts": 8, "max_new_tokens": 48}
-    spec = LaunchSpec("vllm", str(tr), str(vr), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm-live.log"), ready_timeout=600)  # fmt: skip
-    engine = verify(None, launch=spec, ignore_eos=True, **kw)
-    probe = verify_torch(tr, vr, steps=STEPS, **kw)
-    print({"vllm": engine.accept_length, "probe": probe.accept_length})
-    assert engine.accept_length is not None and 1.2 < engine.accept_length < 3.8
-    assert abs(probe.accept_length - engine.accept_length) <= 0.1
+    _probe_equals_vllm(tmp_path, tr, Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output))
