@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,7 +47,7 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def with_live_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3, seed: int = 7) -> None:
     """Give a known drafter attention that matters: random q/k/v projections (Llama or MLA
-    names), per-head norms (if any) around 1, and an o_proj small enough that drafts are right
+    names), per-head norms and later layers' input norms (if any) around 1, and an o_proj small enough that drafts are right
     only part of the time (rewrites its safetensors)."""
     from safetensors.numpy import load_file, save_file
 
@@ -58,6 +59,8 @@ def with_live_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3,
             t[k] = rng.normal(0, o_std, t[k].shape).astype(t[k].dtype)
         elif k.endswith(tuple(f"self_attn.{n}.weight" for n in proj)):
             t[k] = rng.normal(0, qk_std, t[k].shape).astype(t[k].dtype)
-        elif k.endswith(("q_norm.weight", "k_norm.weight")):
-            t[k] = (1 + rng.normal(0, 0.3, t[k].shape)).astype(t[k].dtype)
+        elif k.endswith(("q_norm.weight", "k_norm.weight")) or re.match(
+            r"layers\.[1-9]\d*\.(hidden_norm|input_layernorm)\.", k
+        ):
+            t[k] = (1 + rng.normal(0, 0.3, t[k].shape)).astype(t[k].dtype)  # later layers' norms too
     save_file(t, str(f), metadata={"format": "pt"})

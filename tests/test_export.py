@@ -249,3 +249,26 @@ def test_export_keeps_the_captured_layers_across_engines_and_target_classes(tmp_
     with pytest.raises(ConfigError, match=r"SGLang cannot capture the inputs of layers \[1, 4, 6\]"):
         export(first1, tmp_path / "f1s", target=ds)
     assert not (tmp_path / "f1s").exists()
+
+
+def test_a_multi_layer_drafter_trades_its_later_norms_between_the_engines(tmp_path):
+    """Layers 1 and up read hidden_norm in SGLang 0.5.17 (llama_eagle3.py:95-97) and
+    input_layernorm in vLLM 0.32 (llama_eagle3.py:136-138): export renames them both ways, the
+    weights unchanged, and validate in each engine's reading wants its own name."""
+    d = build_drafter(tmp_path / "d", "sglang", num_layers=2, vocab_size=512, draft_vocab_size=128)
+    with open_checkpoint(d) as ck:
+        norm = np.asarray(ck.read("layers.1.hidden_norm.weight")).copy()
+        assert "layers.1.input_layernorm.weight" not in ck.tensors
+    missing = {f.location for f in validate(d, engine="vllm").errors if f.id == "tensors.missing"}
+    assert missing == {"layers.1.input_layernorm.weight"}  # SGLang's layout read as vLLM reads it
+    r = export(d, tmp_path / "v", format="vllm")
+    assert ["layers.1.hidden_norm.weight", "layers.1.input_layernorm.weight"] in r.renamed
+    assert any("layers 1 and up: hidden_norm becomes input_layernorm" in n for n in r.notes)
+    with open_checkpoint(r.output) as ck:
+        assert np.array_equal(np.asarray(ck.read("layers.1.input_layernorm.weight")), norm)
+        assert "layers.1.hidden_norm.weight" not in ck.tensors and "layers.0.hidden_norm.weight" in ck.tensors
+    assert validate(r.output, engine="vllm").ok
+    back = export(r.output, tmp_path / "s", format="sglang")
+    with open_checkpoint(back.output) as ck:
+        assert np.array_equal(np.asarray(ck.read("layers.1.hidden_norm.weight")), norm)
+    assert validate(back.output).ok

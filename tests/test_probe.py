@@ -262,3 +262,22 @@ def test_mla_drafter_known_pairs_in_the_probe(tmp_path, target_arch):
         assert spec.drafter.mla is not None  # the MLA attention ran, not the Llama one
         r = verify_torch(tp, dp, steps=STEPS, prompts=str(pf), num_prompts=3, max_new_tokens=24)
         assert r.accept_length == want
+
+
+def test_a_two_layer_drafter_gives_the_same_figures_in_either_engines_layout(tmp_path):
+    """The probe reads layers 1 and up with the norm of the layout's engine; export trades the
+    names, so a drafter with live attention and distinct later-layer norms scores the same in
+    SGLang's layout and, exported, in vLLM's."""
+    from ckpttools.ops.export import export
+
+    from .helpers import with_live_attention
+
+    tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id", drafter_layers=2)
+    with_live_attention(dp)
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(4, seed=3, length=24)))
+    vp = export(dp, tmp_path / "vllm", format="vllm", target=tp).output
+    a = verify_torch(tp, dp, steps=STEPS, prompts=str(pf), num_prompts=4, max_new_tokens=32)
+    b = verify_torch(tp, vp, steps=STEPS, prompts=str(pf), num_prompts=4, max_new_tokens=32)
+    assert 1.0 < a.accept_length < STEPS + 1.0  # the attention and the later layer matter
+    assert [r["accept_length"] for r in a.requests] == [r["accept_length"] for r in b.requests]

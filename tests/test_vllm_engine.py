@@ -481,7 +481,7 @@ def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
     assert got == {(3, 5, 7): STEPS + 1.0, (2, 4, 6): 1.0}
 
 
-def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path) -> None:
+def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path, probe_drafter: Path | None = None) -> None:
     """A drafter whose attention matters, on vLLM and in the probe: the pooled figures within 0.1,
     and neither the 4.0 that the pair gives with no attention nor 1.0."""
     from ckpttools.ops.probe import verify_torch
@@ -492,7 +492,7 @@ def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path) -> None:
     spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
                       log_path=str(tmp_path / "vllm-live.log"), ready_timeout=600)  # fmt: skip
     engine = verify(None, launch=spec, ignore_eos=True, **kw)
-    probe = verify_torch(tp, vp, steps=STEPS, **kw)
+    probe = verify_torch(tp, probe_drafter or vp, steps=STEPS, **kw)
     per_request = {
         k: [round(r["accept_length"], 3) for r in x.requests] for k, x in (("vllm", engine), ("probe", probe))
     }
@@ -527,3 +527,20 @@ def test_a_qwen3_architecture_drafter_in_vllm(tmp_path):
     tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", qk_norm=True)
     with_live_attention(Path(dr), o_std=0.1)
     _probe_equals_vllm(tmp_path, tr, Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output))
+
+
+def test_a_two_layer_drafter_moves_between_the_engines_layouts(tmp_path):
+    """Layers after the first fuse the residual into hidden_norm in SGLang 0.5.17 and into
+    input_layernorm in vLLM 0.32; export trades the two names. A two-layer drafter in SGLang's
+    layout, exported for vLLM: exact figures on the split target, and with live attention and
+    distinct later-layer norms, the probe (reading the SGLang layout as SGLang does) within 0.1
+    of vLLM."""
+    tp, dp = build_known_pair(tmp_path, target="split", drafter="id", drafter_layers=2)
+    rep = export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp)
+    assert ["layers.1.hidden_norm.weight", "layers.1.input_layernorm.weight"] in rep.renamed
+    assert _split_figures_on_vllm(tmp_path, tp, Path(rep.output)) == {"low": STEPS + 1.0, "high": 2.0}
+
+    tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", drafter_layers=2)
+    with_live_attention(Path(dr))
+    vr = Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output)
+    _probe_equals_vllm(tmp_path, tr, vr, probe_drafter=dr)  # the probe reads the SGLang layout

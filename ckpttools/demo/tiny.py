@@ -321,6 +321,8 @@ def _drafter_shapes(
     shapes |= _layer_tensors(layer_prefix, H, d.heads, d.kv_heads, hd, d.intermediate, True, mla)
     for i in range(1, num_layers):
         shapes |= _layer_tensors(f"layers.{i}.", H, d.heads, d.kv_heads, hd, d.intermediate, False)
+        if flavor in ("vllm", "speculators"):  # vLLM's later layers read input_layernorm (and keep hidden_norm)
+            shapes[f"layers.{i}.input_layernorm.weight"] = (H,)
     shapes["norm.weight"] = (H,)
     shapes["lm_head.weight"] = (draft_rows, H)
     if flavor == "training":
@@ -736,6 +738,7 @@ def build_known_pair(
     target_arch: str = "llama",
     flip_boundary: int | None = None,
     mla_latent: int = 256,
+    drafter_layers: int = 1,
     **options: bool,
 ) -> tuple[Path, Path]:
     """A tiny target and EAGLE-3 drafter whose acceptance is known by construction.
@@ -775,6 +778,7 @@ def build_known_pair(
     ``target_arch`` is ``llama``, ``deepseek`` (DeepseekV3ForCausalLM, MLA) or ``gpt_oss``
     (GptOssForCausalLM: its experts carry the flips). ``mla_latent`` (256 or 512) sizes the MLA
     latent of a DeepSeek target and an ``mla`` drafter (see :func:`mla_dims`).
+    ``drafter_layers`` above 1 writes a multi-layer drafter (its later layers add nothing too).
 
     ``options`` are drafter options, each True/False: the EAGLE-3.1 ``fc_norm``,
     ``norm_before_fc`` and ``norm_output`` (the number of aux states follows
@@ -798,9 +802,12 @@ def build_known_pair(
     tag += f"-aux{len(aux_layer_ids)}" if len(aux_layer_ids) != 3 else ""
     tag += "-ids" + "_".join(map(str, aux_layer_ids)) if flips else ""
     tag += f"-mla{mla_latent}" if drafter_flavor == "mla" and mla_latent != 256 else ""
+    tag += f"-layers{drafter_layers}" if drafter_layers != 1 else ""
     name = f"drafter-{drafter}-{drafter_flavor}{tag}"
     sign = -1.0 if flips else 1.0
-    dpath = _known_drafter(root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options, sign, mla_latent)
+    dpath = _known_drafter(
+        root / name, drafter, drafter_flavor, e, aux_layer_ids, force, options, sign, mla_latent, drafter_layers
+    )
     return tpath, dpath
 
 
@@ -906,6 +913,7 @@ def _known_drafter(
     options: dict[str, bool] | None = None,
     fc_sign: float = 1.0,
     mla_latent: int = 256,
+    num_layers: int = 1,
 ) -> Path:
     draft_ids = np.arange(KNOWN_VD_LO, KNOWN_VD_HI)
     pred = draft_ids if drafter == "id" else swap_pairs(draft_ids)  # row i scores the token pred^-1(ids[i])
@@ -939,6 +947,7 @@ def _known_drafter(
         norm_output=(options or {}).get("norm_output", False),
         qk_norm=(options or {}).get("qk_norm", False),
         mla_latent=mla_latent,
+        num_layers=num_layers,
     )
 
 

@@ -19,6 +19,7 @@ validate, export and the torch probe all read this one table.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "FcOptions",
     "fc_options",
     "FC_OPTION_SOURCES",
+    "LATER_LAYER_NORM",
+    "later_layer_norm_names",
 ]
 
 _SG = "sglang 0.5.17: sglang/srt/models/"
@@ -207,3 +210,28 @@ def fc_options(cfg: dict | None, engine: str = "sglang") -> FcOptions:
     fc_norm = bool(cfg.get("fc_norm")) or (engine == "sglang" and bool(cfg.get("use_aux_norm")))
     before = bool(eagle.get("norm_before_fc", cfg.get("norm_before_fc", False)))
     return FcOptions(num, source, before, fc_norm, bool(cfg.get("norm_output", False)))
+
+
+#: The norm a drafter layer after the first applies to its input, the previous layer's residual
+#: fused in: (weight name, where it was read). Layer 0 is the same in both engines
+#: (input_layernorm on the embedding, hidden_norm on the hidden state).
+LATER_LAYER_NORM = {
+    "sglang": ("hidden_norm", _SG + "llama_eagle3.py:95-97"),
+    "vllm": ("input_layernorm", _VL + "model_executor/models/llama_eagle3.py:136-138, qwen3_eagle3.py:116-118"),
+}
+
+_LATER_NORM = re.compile(r"layers\.([1-9]\d*)\.(hidden_norm|input_layernorm)\.weight")
+
+
+def later_layer_norm_names(names: dict[str, str], src_engine: str, out_engine: str) -> dict[str, str]:
+    """Output names for a drafter moved from one engine's layout to the other's: in layers 1 and
+    up, hidden_norm and input_layernorm trade names, so each engine reads the norm the drafter
+    was trained with. Names are {source name: canonical name}; layer 0 and other tensors stay."""
+    if LATER_LAYER_NORM[src_engine][0] == LATER_LAYER_NORM[out_engine][0]:
+        return dict(names)
+    swap = {"hidden_norm": "input_layernorm", "input_layernorm": "hidden_norm"}
+    out = {}
+    for n, new in names.items():
+        m = _LATER_NORM.fullmatch(new)
+        out[n] = f"layers.{m.group(1)}.{swap[m.group(2)]}.weight" if m else new
+    return out

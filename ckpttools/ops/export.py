@@ -19,7 +19,13 @@ import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
-from ckpttools.formats.aux_rules import capture_rule, default_boundaries, fc_options
+from ckpttools.formats.aux_rules import (
+    LATER_LAYER_NORM,
+    capture_rule,
+    default_boundaries,
+    fc_options,
+    later_layer_norm_names,
+)
 from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import (
@@ -294,7 +300,7 @@ def export(
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
-        names = _plan_names(ck, report)
+        names = _later_norms(_plan_names(ck, report), flavor, format, report)
         mapping = _checked_mapping(ck, names, report)
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
@@ -338,6 +344,21 @@ def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:
             hint=f"export it for vLLM, which serves it as {QWEN3_DRAFTER_ARCH} ({opt('format')} vllm)",
         )
     return detected.kind
+
+
+def _later_norms(names: dict[str, str], flavor: str, fmt: str, report: ExportReport) -> dict[str, str]:
+    """A multi-layer drafter between engines: layers 1 and up trade hidden_norm and input_layernorm
+    (each engine reads the other one there; LATER_LAYER_NORM has the sources)."""
+    src = "vllm" if flavor in ("vllm", "speculators") else "sglang"
+    out = later_layer_norm_names(names, src, fmt)
+    moved = [(n, new) for n, new in out.items() if new != names[n]]
+    if moved:
+        report.notes.append(
+            f"layers 1 and up: {LATER_LAYER_NORM[src][0]} becomes {LATER_LAYER_NORM[fmt][0]} (and the other way), "
+            f"the norm {fmt} applies there ({LATER_LAYER_NORM[fmt][1]}; {src}: {LATER_LAYER_NORM[src][1]})"
+        )
+        report.renamed = [[n, new] for n, new in out.items() if new != n]
+    return out
 
 
 def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:

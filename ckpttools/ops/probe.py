@@ -7,7 +7,8 @@ LlamaForCausalLMEagle3:
 - the first draft pass sees fc(concat of the target's aux states), the aux state of
   layer id being that layer's output (HF ``hidden_states[id + 1]``);
 - layer 0 attends over [input_layernorm(embedding); hidden_norm(hidden)] with RoPE and
-  its own KV cache; later layers fuse the residual into hidden_norm;
+  its own KV cache; later layers fuse the residual into hidden_norm (input_layernorm in a
+  vLLM-layout drafter, as vLLM reads it);
 - MLP, final norm, lm_head over the draft vocabulary, d2t to target ids;
 - later draft steps feed back the drafter's own pre-norm hidden state.
 
@@ -31,7 +32,7 @@ from typing import Any
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
-from ckpttools.formats.aux_rules import VLLM, capture_rule, default_boundaries, fc_options
+from ckpttools.formats.aux_rules import LATER_LAYER_NORM, VLLM, capture_rule, default_boundaries, fc_options
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
@@ -153,6 +154,26 @@ class MlaAttention:
         return (out @ w[p + "o_proj.weight"].float().T).to(x.dtype), (k, v)
 
 
+def _load_drafter(path: str | Path, device: str, dtype: Any) -> tuple[dict[str, Any], str, Any, dict[str, Any]]:
+    """The drafter's config, layout, compute dtype and tensors by canonical name."""
+    torch = _torch()
+    with open_checkpoint(path, download=True) as ck:
+        cfg = ck.config or {}
+        flavor = detect_flavor(cfg, ck.tensors.keys()).kind
+        dt = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            essentials(cfg).torch_dtype or "", torch.float32
+        )
+        w = {}
+        for n in ck.tensors:
+            c = canonical_name(n)[0]
+            a = ck.read(n)
+            if c in ("d2t", "t2d"):
+                w[c] = torch.from_numpy(a.astype("int64") if c == "d2t" else a.astype(bool))
+            else:
+                w[c] = torch.from_numpy(a.astype("float32")).to(device=device, dtype=dt)
+    return cfg, flavor, dt, w
+
+
 class Eagle3Drafter:
     """An EAGLE-3 drafter (SGLang 0.5.17 semantics) with its own KV cache, batch size 1."""
 
@@ -166,20 +187,7 @@ class Eagle3Drafter:
         target_arch: str | None = None,
     ) -> None:
         torch = _torch()
-        with open_checkpoint(path, download=True) as ck:
-            cfg = ck.config or {}
-            flavor = detect_flavor(cfg, ck.tensors.keys()).kind
-            self.dtype = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-                essentials(cfg).torch_dtype or "", torch.float32
-            )
-            w = {}
-            for n in ck.tensors:
-                c = canonical_name(n)[0]
-                a = ck.read(n)
-                if c in ("d2t", "t2d"):
-                    w[c] = torch.from_numpy(a.astype("int64") if c == "d2t" else a.astype(bool))
-                else:
-                    w[c] = torch.from_numpy(a.astype("float32")).to(device=device, dtype=self.dtype)
+        cfg, flavor, self.dtype, w = _load_drafter(path, device, dtype)
         e = essentials(cfg)
         H, heads = e.hidden_size, e.num_attention_heads
         if not isinstance(H, int) or not isinstance(heads, int):
@@ -206,7 +214,10 @@ class Eagle3Drafter:
         self.hot = (d2t + torch.arange(len(d2t))) if d2t is not None else torch.arange(vd)
         ids, _ = aux_layer_ids(cfg)
         self.aux_ids = list(ids) if ids is not None else None
-        self.opts = fc_options(cfg, "vllm" if flavor == "vllm" else "sglang")
+        engine = "vllm" if flavor in ("vllm", "speculators") else "sglang"
+        self.opts = fc_options(cfg, engine)
+        #: the norm of layers 1 and up, as the engine whose layout this is reads it
+        self.later_norm = LATER_LAYER_NORM[engine][0]
         #: the target boundaries captured (inputs of these layers), read as the engine reads the ids
         self.rule = VLLM if flavor == "vllm" else capture_rule("sglang", target_arch)[0]
         if ids is None:
@@ -298,7 +309,7 @@ class Eagle3Drafter:
                 )
             else:
                 residual = hidden + residual
-                x = _rms(residual, w[p + "hidden_norm.weight"], self.eps)
+                x = _rms(residual, w[p + self.later_norm + ".weight"], self.eps)
             a = self._attn(i, x, pos)
             residual = a + residual
             hidden = self._mlp(i, _rms(residual, w[p + "post_attention_layernorm.weight"], self.eps))

@@ -20,7 +20,13 @@ from ckpttools.formats.config import (
     essentials,
     lookup,
 )
-from ckpttools.formats.aux_rules import FC_OPTION_SOURCES, capture_rule, default_boundaries, fc_options
+from ckpttools.formats.aux_rules import (
+    FC_OPTION_SOURCES,
+    LATER_LAYER_NORM,
+    capture_rule,
+    default_boundaries,
+    fc_options,
+)
 from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
 from ckpttools.formats.names import (
     QK_NORM,
@@ -340,8 +346,9 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
         exp["embed_tokens.weight"] = (V, H)
     if (ess.architectures or [""])[0] == "Eagle3DeepseekV2ForCausalLM":
         return exp | _mla_shapes(cfg, H, heads, inter)
-    # SGLang 0.5.17: layer 0 attends over [norm(embedding); norm(hidden)] (2H) and uses
-    # input_layernorm; later layers take H and fuse the residual into hidden_norm
+    # layer 0 attends over [norm(embedding); norm(hidden)] (2H) with input_layernorm and
+    # hidden_norm; later layers take H and fuse the residual into one norm: hidden_norm in
+    # SGLang 0.5.17, input_layernorm in vLLM 0.32 (LATER_LAYER_NORM)
     L = ess.num_hidden_layers if isinstance(ess.num_hidden_layers, int) else 1
     for i in range(L):
         p = f"layers.{i}."
@@ -355,7 +362,8 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
             exp[p + "mlp.gate_proj.weight"] = (inter, H)
             exp[p + "mlp.up_proj.weight"] = (inter, H)
             exp[p + "mlp.down_proj.weight"] = (H, inter)
-        for norm in (("input_layernorm",) if i == 0 else ()) + ("hidden_norm", "post_attention_layernorm"):
+        later = LATER_LAYER_NORM.get(engine, LATER_LAYER_NORM["sglang"])[0]  # differs by engine
+        for norm in (("input_layernorm", "hidden_norm") if i == 0 else (later,)) + ("post_attention_layernorm",):
             exp[p + norm + ".weight"] = (H,)
     return exp
 
@@ -479,7 +487,10 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                         "tensors.missing",
                         "error",
                         name,
-                        "expected tensor is missing: SGLang leaves it at random init",
+                        "expected tensor is missing: SGLang leaves it at random init"
+                        if engine == "sglang"
+                        else "expected tensor is missing: vLLM 0.32 serves without it and no error (observed), "
+                        "the weight left at its initial value",
                         "add the tensor, or check num_hidden_layers and the names",
                     )
                 )
