@@ -34,6 +34,7 @@ __all__ = [
     "FC_OPTION_SOURCES",
     "LATER_LAYER_NORM",
     "later_layer_norm_names",
+    "layout_engine",
 ]
 
 _SG = "sglang 0.5.17: sglang/srt/models/"
@@ -210,6 +211,12 @@ def fc_options(cfg: dict | None, engine: str = "sglang") -> FcOptions:
     fc_norm = bool(cfg.get("fc_norm")) or (engine == "sglang" and bool(cfg.get("use_aux_norm")))
     before = bool(eagle.get("norm_before_fc", cfg.get("norm_before_fc", False)))
     return FcOptions(num, source, before, fc_norm, bool(cfg.get("norm_output", False)))
+
+
+def layout_engine(flavor: str) -> str:
+    """The engine whose reading a drafter layout follows: vLLM's for the vLLM/speculators layout
+    (detect_flavor's ``vllm``), SGLang's for every other EAGLE-3 layout."""
+    return "vllm" if flavor == "vllm" else "sglang"
 
 
 #: The norm a drafter layer after the first applies to its input, the previous layer's residual

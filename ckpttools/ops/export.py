@@ -25,6 +25,7 @@ from ckpttools.formats.aux_rules import (
     default_boundaries,
     fc_options,
     later_layer_norm_names,
+    layout_engine,
 )
 from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
 from ckpttools.formats.flavor import detect_flavor
@@ -349,7 +350,7 @@ def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:
 def _later_norms(names: dict[str, str], flavor: str, fmt: str, report: ExportReport) -> dict[str, str]:
     """A multi-layer drafter between engines: layers 1 and up trade hidden_norm and input_layernorm
     (each engine reads the other one there; LATER_LAYER_NORM has the sources)."""
-    src = "vllm" if flavor in ("vllm", "speculators") else "sglang"
+    src = layout_engine(flavor)
     out = later_layer_norm_names(names, src, fmt)
     moved = [(n, new) for n, new in out.items() if new != names[n]]
     if moved:

@@ -32,7 +32,14 @@ from typing import Any
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
-from ckpttools.formats.aux_rules import LATER_LAYER_NORM, VLLM, capture_rule, default_boundaries, fc_options
+from ckpttools.formats.aux_rules import (
+    LATER_LAYER_NORM,
+    VLLM,
+    capture_rule,
+    default_boundaries,
+    fc_options,
+    layout_engine,
+)
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
@@ -214,12 +221,12 @@ class Eagle3Drafter:
         self.hot = (d2t + torch.arange(len(d2t))) if d2t is not None else torch.arange(vd)
         ids, _ = aux_layer_ids(cfg)
         self.aux_ids = list(ids) if ids is not None else None
-        engine = "vllm" if flavor in ("vllm", "speculators") else "sglang"
+        engine = layout_engine(flavor)
         self.opts = fc_options(cfg, engine)
         #: the norm of layers 1 and up, as the engine whose layout this is reads it
         self.later_norm = LATER_LAYER_NORM[engine][0]
         #: the target boundaries captured (inputs of these layers), read as the engine reads the ids
-        self.rule = VLLM if flavor == "vllm" else capture_rule("sglang", target_arch)[0]
+        self.rule = VLLM if engine == "vllm" else capture_rule("sglang", target_arch)[0]
         if ids is None:
             self.boundaries = default_boundaries(num_target_layers)
         else:
