@@ -507,21 +507,12 @@ def _context_bins(
     steps: int,
 ) -> None:
     """Acceptance with prompts built to each length (as verify builds them for a server)."""
-    from ckpttools.ops.traffic import context_limits, context_prompts, level_summary
+    from ckpttools.ops.traffic import context_bins, context_limits, context_prompts
 
-    limits = context_limits(pair[0], pair[1], [])
-    tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
-    bins: list[dict[str, Any]] = []
-    for n in lengths:
-        entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
-        if n <= max_new_tokens:
-            entry["skipped"] = f"{n} tokens leave no room for the prompt before {max_new_tokens} new tokens"
-        elif tctx and n > tctx:
-            entry["skipped"] = f"past the target's context of {tctx} tokens"
-        else:
-            built = context_prompts(plist, n, max_new_tokens)
-            sub = VerifyReport(engine="torch", url=None, num_prompts=len(built), server=rep.server)
-            _run_into(sub, spec, built, max_new_tokens, steps)
-            entry |= level_summary(sub)
-        bins.append(entry)
-    rep.context = {**limits, "bins": bins}
+    def measure(built: list[Any]) -> VerifyReport:
+        sub = VerifyReport(engine="torch", url=None, num_prompts=len(built), server=rep.server)
+        _run_into(sub, spec, built, max_new_tokens, steps)
+        return sub
+
+    built = {n: context_prompts(plist, n, max_new_tokens) for n in lengths if n > max_new_tokens}
+    rep.context = context_bins(lengths, built, context_limits(pair[0], pair[1], []), max_new_tokens, measure)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ckpttools.engines.http import Prompt
 from ckpttools.errors import ConfigError, opt
 
-__all__ = ["level_summary", "context_prompts", "context_limits", "parse_lengths"]
+__all__ = ["level_summary", "context_prompts", "context_limits", "context_bins", "parse_lengths"]
 
 
 def level_summary(rep: Any) -> dict[str, Any]:
@@ -111,3 +111,26 @@ def context_limits(target: str | None, drafter: str | None, engine_args: list[st
                 k: rs.get(k) for k in ("rope_type", "type", "factor", "original_max_position_embeddings") if k in rs
             }
     return out
+
+
+def context_bins(
+    asked: list[int],
+    built: dict[int, list[Prompt]],
+    limits: dict[str, Any],
+    max_new_tokens: int,
+    measure: Callable[[list[Prompt]], Any],
+) -> dict[str, Any]:
+    """The report's ``context``: each asked length measured on its built prompts (``measure``
+    returns a report), or skipped with the reason; with the limits the axis marks."""
+    tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
+    out: list[dict[str, Any]] = []
+    for n in asked:
+        entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
+        if n not in built:
+            entry["skipped"] = f"{n} tokens leave no room for the prompt before {max_new_tokens} new tokens"
+        elif tctx and n > tctx:
+            entry["skipped"] = f"past the target's context of {tctx} tokens"
+        else:
+            entry |= level_summary(measure(built[n]))
+        out.append(entry)
+    return {**limits, "bins": out}

@@ -30,7 +30,7 @@ from ckpttools.engines.http import (
 )
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
-from ckpttools.ops.traffic import context_limits, context_prompts, level_summary
+from ckpttools.ops.traffic import context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -573,21 +573,13 @@ def _context_bins(
         launch.drafter if launch is not None else drafter,
         list(launch.engine_args) if launch is not None else [],
     )
-    tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
-    out: list[dict[str, Any]] = []
-    built = dict(bins)
-    for n in asked:
-        entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
-        if n not in built:
-            entry["skipped"] = f"{n} tokens leave no room for the prompt before {kw['max_new_tokens']} new tokens"
-        elif tctx and n > tctx:
-            entry["skipped"] = f"past the target's context of {tctx} tokens"
-        else:
-            sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(built[n]), server=rep.server)
-            _measure_into(sub, eng, built[n], concurrency=concurrency, progress=None, **kw)
-            entry |= level_summary(sub)
-        out.append(entry)
-    rep.context = {**limits, "bins": out}
+
+    def measure(plist: list[Prompt]) -> VerifyReport:
+        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server)
+        _measure_into(sub, eng, plist, concurrency=concurrency, progress=None, **kw)
+        return sub
+
+    rep.context = context_bins(asked, dict(bins), limits, kw["max_new_tokens"], measure)
 
 
 def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -> list[RequestResult]:
