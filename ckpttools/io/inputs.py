@@ -1,0 +1,182 @@
+"""The input boundary: every JSON file and every number a user gives is read here.
+
+- **JSON files** (prompts, configs, indexes, tokenizer.json, tokenizer_config.json,
+  mapping and frequency files, the Hub listing cache) are read by :func:`read_json` /
+  :func:`loads_json`: a size limit per kind of file, UTF-8 only, at most
+  :data:`MAX_JSON_DEPTH` levels of nesting (a deeply nested file is one error line, never
+  a RecursionError), and no NaN/Infinity literals.
+- **Numbers** (every numeric option of every command) are checked by :func:`check_number`:
+  finite, of the right kind, inside a stated range; the message names the bound.
+  The CLI's parameter types (:mod:`ckpttools.cli.params`) are built on it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ckpttools.errors import ConfigError
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "JSON_LIMITS",
+    "read_json",
+    "loads_json",
+    "json_depth_ok",
+    "check_number",
+]
+
+#: nesting deeper than this is refused: no config, index, tokenizer or prompt needs more
+MAX_JSON_DEPTH = 64
+
+#: the largest file read for each kind of JSON input, in bytes
+JSON_LIMITS: dict[str, int] = {
+    "config": 16 << 20,
+    "index": 256 << 20,
+    "tokenizer": 1 << 30,
+    "tokenizer_config": 64 << 20,
+    "mapping": 1 << 30,
+    "frequencies": 1 << 30,
+    "prompts": 1 << 30,
+    "cache": 256 << 20,
+    "json": 256 << 20,
+}
+
+
+def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``obj`` nests at most ``limit`` containers deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            if d > limit:
+                return False
+            stack.extend((v, d + 1) for v in o.values() if isinstance(v, (dict, list)))
+        elif isinstance(o, list):
+            if d > limit:
+                return False
+            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list)))
+    return True
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_json(
+    data: bytes | str,
+    where: str,
+    *,
+    hint: str | None = None,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: type[Exception] = ConfigError,
+) -> Any:
+    """Parse JSON text from an untrusted source; any failure is one ``error`` naming ``where``.
+
+    Raises:
+        ConfigError (or ``error``): not UTF-8, not JSON, NaN/Infinity, or nested too deep.
+    """
+    import orjson
+
+    if isinstance(data, str):
+        raw = data.encode("utf-8", errors="surrogatepass")
+    else:
+        raw = bytes(data)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _err(error, f"{where}: not UTF-8 text (byte {e.start})", where, hint) from None
+    try:
+        obj = orjson.loads(raw)  # C parser: no Python recursion; refuses NaN and Infinity
+    except orjson.JSONDecodeError as e:
+        msg = str(e)
+        if "recursion" in msg.lower() or "depth limit" in msg.lower():
+            raise _err(error, f"{where}: nested more than {max_depth} levels deep", where, hint) from None
+        raise _err(error, f"{where}: not valid JSON ({msg.splitlines()[0][:160]})", where, hint) from None
+    if not json_depth_ok(obj, max_depth):
+        raise _err(error, f"{where}: nested more than {max_depth} levels deep", where, hint)
+    return obj
+
+
+def _err(cls: type[Exception], msg: str, where: str, hint: str | None) -> Exception:
+    try:
+        return cls(msg, path=where, hint=hint)  # type: ignore[call-arg]
+    except TypeError:
+        return cls(msg)
+
+
+def read_json(
+    path: str | Path,
+    kind: str = "json",
+    *,
+    hint: str | None = None,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: type[Exception] = ConfigError,
+) -> Any:
+    """A JSON file, read whole (a regular file of at most ``JSON_LIMITS[kind]`` bytes) and parsed
+    by :func:`loads_json`.
+
+    Raises:
+        ConfigError (or ``error``), CheckpointFormatError (not a regular file, too large),
+        FileNotFoundError.
+    """
+    from ckpttools.io.fsutil import read_regular_bytes
+
+    data = read_regular_bytes(path, JSON_LIMITS.get(kind, JSON_LIMITS["json"]))
+    return loads_json(data, str(path), hint=hint, max_depth=max_depth, error=error)
+
+
+def check_number(
+    value: Any,
+    name: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    integer: bool = False,
+    lo_open: bool = False,
+    unit: str = "",
+) -> int | float:
+    """``value`` as a finite number inside ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``).
+
+    Raises:
+        ValueError: naming the bound it broke (the CLI shows it as a bad parameter).
+    """
+    u = f" {unit}" if unit else ""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            if integer:
+                try:
+                    f = float(text)
+                except ValueError:
+                    raise ValueError(f"{text!r} is not a whole number") from None
+                if not (math.isfinite(f) and f.is_integer()):
+                    raise ValueError(f"{text!r} is not a whole number") from None
+                value = int(f)
+            else:
+                raise ValueError(f"{text!r} is not a number") from None
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a finite number")
+    if integer and isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{value} is not a whole number")
+        value = int(value)
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        rel = "more than" if lo_open else "at least"
+        raise ValueError(f"{value}{u} is out of range: {name} must be {rel} {_fmt(lo)}{u}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{value}{u} is out of range: {name} must be at most {_fmt(hi)}{u}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
