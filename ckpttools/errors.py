@@ -18,6 +18,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_UNMEASURED",
     "opt",
+    "render_params",
     "CkptError",
     "CheckpointNotFoundError",
     "NoWeightsError",
@@ -57,6 +58,11 @@ def opt(name: str) -> str:
 
 def _render(text: str, flag: Callable[[str], str]) -> str:
     return _OPT.sub(lambda m: flag(m.group(1)), text)
+
+
+def render_params(text: str, flag: Callable[[str], str]) -> str:
+    """``text`` with each :func:`opt` reference written as ``flag(name)`` (the CLI: its flag)."""
+    return _render(text, flag)
 
 
 def _keyword(name: str) -> str:

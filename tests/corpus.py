@@ -805,6 +805,7 @@ def all_cases() -> list[Case]:
         + example_cases()
         + ordinary_cases()
         + verify_cases()
+        + boundary_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
@@ -895,3 +896,532 @@ def verify_cases() -> list[Case]:
         Case("verify-ok", ["verify", "--host", "{srv}/sg-ok", *p], 0, prompts, stdout_has="accept length 2.00"),
     ]
     return out
+
+
+# ----------------------------------------------------------------------------- the boundaries (issue 20)
+def _nested(depth: int, leaf: str = "1") -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+def _prompts_nested(d: Path, base: Path) -> None:
+    (d / "pp.jsonl").write_text('{"prompt": "x", "extra": ' + _nested(200) + "}\n")
+
+
+def boundary_cases() -> list[Case]:
+    """One guard per boundary: outputs aimed at every input, numbers out of range for every
+    numeric option, nested JSON in every JSON input, options a mode cannot honour."""
+    return output_guard_cases() + number_cases() + nested_json_cases() + verify_option_cases() + flag_cases()
+
+
+def output_guard_cases() -> list[Case]:
+    """Every output flag aimed at every kind of input: refused (exit 2), the input unchanged."""
+    p = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
+    host = ["verify", "--host", "{srv}/sg-ok", "--drafter", "d", *p]
+    dpt = both(copy_in("d"), copy_in("t"), copy_in("prompts.jsonl"), copy_in("tok"))
+    launch = ["verify", "--launch", "--engine", "sglang", "--target", "t", "--drafter", "d", *p]
+    out = []
+    for flag, cmd in (("--output", host), ("--plot", host), ("--log", launch)):
+        for aim in ("d/model.safetensors", "d/config.json", "d", "prompts.jsonl", "t/config.json", "d/new.txt"):
+            if aim.startswith("t/") and flag != "--log":
+                continue  # --host has no target
+            name = f"guard{flag}-at-{aim.replace('/', '-')}"
+            out.append(Case(name, [*cmd, flag, aim], 2, dpt))
+        out.append(Case(f"guard{flag}-at-tokenizer", [*cmd, "--tokenizer", "tok", flag, "tok/tokenizer.json"], 2, dpt))
+    linked = both(dpt, lambda d, b: (d / "ln").symlink_to("d"))
+    out += [
+        Case("guard-output-through-link", [*host, "--output", "ln/r.json"], 2, linked),
+        Case("guard-output-dotdot", [*host, "--output", "d/../d/config.json"], 2, dpt),
+        Case(
+            "guard-output-from-subdir", [*host[:3], "--prompts", "../prompts.jsonl", "--output", "."], 2, dpt, cwd="d"
+        ),
+        Case("guard-output-at-cwd-input", [*host[:3], "--drafter", ".", "--output", "x.json"], 2, dpt, cwd="d"),
+        Case("guard-output-is-dir", [*host, "--output", "o"], 2, both(dpt, lambda d, b: (d / "o").mkdir())),
+        Case(
+            "guard-build-at-frequencies",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o", "freq.npy", "--force"],
+            2,
+            copy_in("freq.npy"),
+        ),
+        Case(
+            "guard-build-under-input-file",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o", "freq.npy/m.safetensors"],
+            2,
+            copy_in("freq.npy"),
+        ),
+        Case(
+            "guard-remap-at-tokenizer",
+            [
+                "remap",
+                "d",
+                "--to",
+                "d",
+                "--source-tokenizer",
+                "tok",
+                "--target-tokenizer",
+                "tok",
+                "-o",
+                "tok",
+                "--force",
+            ],
+            2,
+            dpt,
+        ),
+        Case("guard-export-at-target", ["export", "d", "--target", "t", "-o", "t", "--force"], 2, dpt),
+        Case("guard-export-into-target", ["export", "d", "--target", "t", "-o", "t/sub"], 2, dpt),
+        Case(
+            "guard-remap-at-frequencies",
+            ["remap", "d", "--frequencies", "freq.npy", "--draft-vocab-size", "4", "-o", "freq.npy", "--force"],
+            2,
+            both(copy_in("d"), copy_in("freq.npy")),
+        ),
+        Case("guard-example-over-input", ["verify", "--host", "{srv}/sg-ok", *p, "--output", "prompts.jsonl"], 2, dpt),
+        Case("guard-ok-output-and-plot", [*host, "--output", "o/r.json", "--plot", "o/p.png"], 0, dpt, out="o"),
+    ]
+    return out
+
+
+def number_cases() -> list[Case]:
+    """Every numeric option, out of range or not a number: one usage error naming the bound."""
+    p = ["--prompts", "prompts.jsonl", "--max-new-tokens", "8"]
+    host = ["verify", "--host", "{srv}/sg-ok", *p]
+    launch = ["verify", "--launch", "--engine", "vllm", "--target", "t", "--drafter", "d", *p]
+    torch_ = ["verify", "--engine", "torch", "--target", "t", "d", *p]
+    dpt = both(copy_in("d"), copy_in("t"), copy_in("prompts.jsonl"))
+    bad = ["0", "-1", "nan", "inf", "1e400", "abc", "", "1.5e99"]
+    opts = {
+        "--num-prompts": host,
+        "--max-new-tokens": host,
+        "--timeout": host,
+        "--temperature": host,
+        "--min-accept-len": host,
+        "--repeat": host,
+        "--concurrency": host,
+        "--port": launch,
+        "--tp": launch,
+        "--steps": launch,
+        "--topk": launch,
+        "--ready-timeout": launch,
+    }
+    out = []
+    for flag, cmd in opts.items():
+        for i, v in enumerate(bad):
+            if flag == "--temperature" and v == "0":
+                continue  # greedy: valid
+            out.append(Case(f"num{flag}-{i}", [*cmd, flag, v], 2, dpt))
+    out += [
+        Case("num--steps-65", [*launch, "--steps", "65"], 2, dpt),
+        Case("num--port-70000", [*launch, "--port", "70000"], 2, dpt),
+        Case("num--tp-huge", [*launch, "--tp", "100000"], 2, dpt),
+        Case("num--temperature-negative", [*host, "--temperature", "-0.5"], 2, dpt),
+        Case("num--min-accept-len-below-1", [*host, "--min-accept-len", "0.5"], 2, dpt),
+        Case("num--min-accept-len-past-steps", [*torch_, "--steps", "3", "--min-accept-len", "4.5"], 2, dpt),
+        Case("num--concurrency-huge", [*host, "--concurrency", "1,100000"], 2, dpt),
+        Case("num--concurrency-empty-item", [*host, "--concurrency", "1,,x"], 2, dpt),
+        Case("num--concurrency-too-many", [*host, "--concurrency", ",".join(["1"] * 40)], 2, dpt),
+        Case("num--context-lengths-zero", [*host, "--context-lengths", "0"], 2, dpt),
+        Case("num--context-lengths-huge", [*host, "--context-lengths", "1e99"], 2, dpt),
+        Case("num--context-lengths-past-limit", [*host, "--context-lengths", "99999999999k"], 2, dpt),
+        Case("num--context-lengths-negative", [*host, "--context-lengths", "-5"], 2, dpt),
+        Case(
+            "num--context-lengths-too-many",
+            [*host, "--context-lengths", ",".join(str(i) for i in range(100, 140))],
+            2,
+            dpt,
+        ),
+        Case(
+            "num--sweep-too-many",
+            [*launch, "--sweep", "steps=" + ",".join(str(i) for i in range(1, 40)) + ";topk=1,2,3"],
+            2,
+            dpt,
+        ),
+        Case("num--sweep-huge-value", [*launch, "--sweep", "steps=1,100000"], 2, dpt),
+        Case("num--sweep-not-a-number", [*launch, "--sweep", "steps=1,x"], 2, dpt),
+        Case("num--show-negative", ["diff-vocab", "d", "d", "--show", "-1"], 2, dpt),
+        Case("num--show-huge", ["diff-vocab", "d", "d", "--show", "1e12"], 2, dpt),
+        Case("num--show-nan", ["diff-vocab", "d", "d", "--show", "nan"], 2, dpt),
+        Case(
+            "num-build-vd-nan",
+            ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "nan", "-o", "o.safetensors"],
+            2,
+            copy_in("freq.npy"),
+        ),
+        Case(
+            "num-build-v-huge",
+            [
+                "vocab",
+                "build",
+                "--frequencies",
+                "freq.npy",
+                "--draft-vocab-size",
+                "4",
+                "--vocab-size",
+                "1e12",
+                "-o",
+                "o.safetensors",
+            ],
+            2,
+            copy_in("freq.npy"),
+        ),
+        Case(
+            "num-remap-vd-zero",
+            ["remap", "d", "--frequencies", "freq.npy", "--draft-vocab-size", "0", "-o", "o"],
+            2,
+            both(copy_in("d"), copy_in("freq.npy")),
+        ),
+        Case("num-max-download-abc", ["validate", "d", "--deep", "--max-download", "abc"], 2, copy_in("d")),
+        Case("num-max-download-negative", ["validate", "d", "--deep", "--max-download", "-1GB"], 2, copy_in("d")),
+        Case("num-max-download-nan", ["validate", "d", "--deep", "--max-download", "nan"], 2, copy_in("d")),
+        Case("num-example-mpe-zero", ["example", "target", "o", "--max-position-embeddings", "0"], 2, out="o"),
+        Case("num-example-mpe-huge", ["example", "target", "o", "--max-position-embeddings", "1e30"], 2, out="o"),
+        Case("num-example-seed-nan", ["example", "drafter", "o", "--seed", "nan"], 2, out="o"),
+    ]
+    return out
+
+
+def nested_json_cases() -> list[Case]:
+    """Deeply nested JSON in every JSON input: one error line, never a RecursionError."""
+    deep = _nested(5000)
+    mid = _nested(200)
+    p = ["--num-prompts", "2", "--max-new-tokens", "8"]
+    out = []
+    for tag, text in (("deep", deep), ("mid", mid)):
+        out += [
+            Case(
+                f"nest-{tag}-prompts",
+                ["verify", "--host", "{srv}/sg-ok", "--prompts", "pp.jsonl", *p],
+                2,
+                write("pp.jsonl", '{"prompt": "x", "x": ' + text + "}\n"),
+            ),
+            Case(
+                f"nest-{tag}-config-validate",
+                ["validate", "dd"],
+                2,
+                both(copy_in("d", "dd"), write("dd/config.json", '{"architectures": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-config-inspect",
+                ["inspect", "dd"],
+                2,
+                both(copy_in("d", "dd"), write("dd/config.json", '{"architectures": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-index",
+                ["inspect", "sh"],
+                2,
+                both(copy_in("sh"), write("sh/model.safetensors.index.json", '{"weight_map": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-target-config",
+                ["validate", "d", "--target", "tt"],
+                2,
+                both(copy_in("d"), copy_in("t", "tt"), write("tt/config.json", '{"x": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-mapping-json",
+                ["diff-vocab", "d", "m.json"],
+                2,
+                both(copy_in("d"), write("m.json", '{"d2t": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-frequencies-json",
+                [
+                    "vocab",
+                    "build",
+                    "--frequencies",
+                    "f.json",
+                    "--vocab-size",
+                    "1024",
+                    "--draft-vocab-size",
+                    "4",
+                    "-o",
+                    "o.safetensors",
+                ],
+                2,
+                write("f.json", '{"1": ' + text + "}"),
+                out="o.safetensors",
+            ),
+            Case(
+                f"nest-{tag}-frequencies-jsonl",
+                [
+                    "vocab",
+                    "build",
+                    "--frequencies",
+                    "f.jsonl",
+                    "--vocab-size",
+                    "1024",
+                    "--draft-vocab-size",
+                    "4",
+                    "-o",
+                    "o.safetensors",
+                ],
+                2,
+                write("f.jsonl", text + "\n"),
+                out="o.safetensors",
+            ),
+            Case(
+                f"nest-{tag}-tokenizer",
+                ["diff-vocab", "d", "d", "--tokenizer", "bt"],
+                2,
+                both(copy_in("d"), write("bt/tokenizer.json", '{"model": ' + text + "}")),
+            ),
+            Case(
+                f"nest-{tag}-tokenizer-config",
+                ["verify", "--host", "{srv}/sg-ok", "--prompts", "chat.jsonl", "--tokenizer", "bt", *p],
+                2,
+                both(
+                    copy_in("tok", "bt"),
+                    write("bt/tokenizer_config.json", '{"chat_template": ' + text + "}"),
+                    write("chat.jsonl", '{"messages": [{"role": "user", "content": "hi"}]}\n'),
+                ),
+            ),
+        ]
+    return out
+
+
+def _chat_tok(template: object) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        shutil.copytree(base / "tok", d / "ct")
+        (d / "ct" / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        (d / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+
+    return s
+
+
+def verify_option_cases() -> list[Case]:
+    """verify's options in each mode: honoured, or refused (exit 2), never ignored."""
+    p = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
+    host = ["verify", "--host", "{srv}/sg-ok", *p]
+    torch_ = ["verify", "--engine", "torch", "--target", "t", "d", *p]
+    dpt = both(copy_in("d"), copy_in("t"), copy_in("prompts.jsonl"))
+    out = []
+    for flag, val in (
+        ("--log", "x.log"),
+        ("--engine-arg", "--x=1"),
+        ("--engine-python", "python3"),
+        ("--ready-timeout", "5"),
+        ("--port", "30000"),
+        ("--tp", "2"),
+        ("--topk", "2"),
+        ("--steps", "5"),
+        ("--device", "cuda"),
+    ):
+        out.append(Case(f"opt-host-refuses{flag}", [*host, flag, val], 2, dpt))
+    for flag, val in (
+        ("--log", "x.log"),
+        ("--engine-arg", "--x=1"),
+        ("--engine-python", "python3"),
+        ("--ready-timeout", "5"),
+        ("--timeout", "5"),
+        ("--concurrency", "2"),
+        ("--sweep", "steps=1,2"),
+        ("--baseline-host", "http://127.0.0.1:9"),
+        ("--flush-cache", None),
+        ("--temperature", "0.5"),
+        ("--topk", "2"),
+        ("--tp", "2"),
+        ("--port", "30001"),
+        ("--launch", None),
+    ):
+        argv = [*torch_, flag] + ([val] if val is not None else [])
+        out.append(Case(f"opt-torch-refuses{flag}", argv, 2, dpt))
+    chat = ["verify", "--host", "{srv}/sg-ok", "--prompts", "chat.jsonl", "--tokenizer", "ct", "--max-new-tokens", "8"]
+    out += [
+        Case("opt-sweep-needs-launch", [*host, "--sweep", "steps=1,2"], 2, dpt),
+        Case("opt-launch-needs-target", ["verify", "--launch", "--engine", "vllm", "--drafter", "d", *p], 2, dpt),
+        Case("opt-launch-needs-engine", ["verify", "--launch", "--target", "t", "--drafter", "d", *p], 2, dpt),
+        Case(
+            "opt-launch-python-missing",
+            [
+                "verify",
+                "--launch",
+                "--engine",
+                "vllm",
+                "--target",
+                "t",
+                "--drafter",
+                "d",
+                *p,
+                "--engine-python",
+                "./no-python",
+            ],
+            2,
+            dpt,
+        ),
+        Case(
+            "opt-launch-python-not-exec",
+            [
+                "verify",
+                "--launch",
+                "--engine",
+                "sglang",
+                "--target",
+                "t",
+                "--drafter",
+                "d",
+                *p,
+                "--engine-python",
+                "prompts.jsonl",
+            ],
+            2,
+            dpt,
+        ),
+        Case("opt-torch-needs-drafter", ["verify", "--engine", "torch", "--target", "t", *p], 2, dpt),
+        Case(
+            "opt-torch-bad-drafter",
+            ["verify", "--engine", "torch", "--target", "t", "dd", "--prompts", "ids.jsonl", "--max-new-tokens", "8"],
+            1,
+            both(
+                dpt,
+                copy_in("d", "dd"),
+                edit_json("dd/config.json", lambda o: o.__setitem__("hidden_size", 128)),
+                write("ids.jsonl", '{"input_ids": [5, 6, 7]}\n'),
+            ),
+        ),
+        Case("opt-device-unknown", [*torch_, "--device", "tpu"], 2, dpt),
+        Case("opt-engine-unknown", [*host, "--engine", "trt"], 2, dpt),
+        Case(
+            "opt-prompts-short-not-repeated",
+            [*host[:3], "--prompts", "prompts.jsonl", "--num-prompts", "16", "--max-new-tokens", "8", "--json"],
+            0,
+            dpt,
+            stdout_has='"num_prompts": 2',
+            stderr_has="fewer than",
+        ),
+        Case("opt-repeat-said", [*host, "--repeat", "3", "--json"], 0, dpt, stdout_has='"repeat": 3'),
+        Case(
+            "opt-all-ok",
+            [
+                *host,
+                "--temperature",
+                "0.5",
+                "--ignore-eos",
+                "--flush-cache",
+                "--concurrency",
+                "1,2",
+                "--quiet",
+                "--min-accept-len",
+                "1.5",
+                "--drafter",
+                "d",
+                "--engine",
+                "sglang",
+            ],
+            0,
+            dpt,
+        ),
+        Case("opt-baseline-ok", [*host, "--baseline-host", "{srv}/sg-ok"], 0, dpt),
+        Case("opt-baseline-refused", [*host, "--baseline-host", "http://127.0.0.1:9"], 2, dpt),
+        Case("opt-baseline-not-url", [*host, "--baseline-host", "nope"], 2, dpt),
+        Case("opt-context-needs-ids", [*host, "--context-lengths", "64"], 2, dpt),
+        Case("chat-template-raises", chat, 2, _chat_tok("{{ raise_exception('no') }}")),
+        Case("chat-template-type-error", chat, 2, _chat_tok("{{ messages[0]['content'] + 1 }}")),
+        Case("chat-template-syntax", chat, 2, _chat_tok("{% for %}")),
+        Case("chat-template-zero-div", chat, 2, _chat_tok("{{ 1 // 0 }}")),
+        Case("chat-template-not-string", chat, 2, _chat_tok([1, 2])),
+        Case("chat-template-list-no-default", chat, 2, _chat_tok([{"name": "tool_use", "template": "x"}])),
+        Case("chat-template-huge", chat, 2, _chat_tok("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}")),
+        Case("chat-template-unsafe", chat, 2, _chat_tok("{{ ''.__class__.__mro__[1].__subclasses__() }}")),
+    ]
+    return out
+
+
+def flag_cases() -> list[Case]:
+    """The flags of the header-only and writing commands, each exercised once (valid, or refused)."""
+    d = copy_in("d")
+    dm = both(copy_in("d"), copy_in("m.safetensors"))
+    return [
+        Case("flag-inspect-json", ["inspect", "d", "--json"], 0, d, stdout_has='"kind"'),
+        Case("flag-inspect-no-tensors", ["inspect", "d", "--no-tensors"], 0, d),
+        Case("flag-inspect-tensors", ["inspect", "d", "--tensors"], 0, d),
+        Case("flag-inspect-filter", ["inspect", "d", "--filter", "midlayer.*"], 0, d),
+        Case("flag-inspect-filter-bad-glob", ["inspect", "d", "--filter", "[["], 0, d),
+        Case("flag-inspect-all-tensors", ["inspect", "d", "--all-tensors"], 0, d),
+        Case("flag-inspect-revision-local", ["inspect", "d", "--revision", "main"], 2, d),
+        Case("flag-diff-json", ["diff-vocab", "d", "m.safetensors", "--json", "--show", "3"], 0, dm),
+        Case(
+            "flag-build-json",
+            [
+                "vocab",
+                "build",
+                "--frequencies",
+                "freq.npy",
+                "--draft-vocab-size",
+                "4",
+                "-o",
+                "o/m.safetensors",
+                "--json",
+            ],
+            0,
+            copy_in("freq.npy"),
+            out="o",
+        ),
+        Case("flag-validate-deep", ["validate", "d", "--deep", "--json"], 0, d),
+        Case("flag-validate-deep-max-download", ["validate", "d", "--deep", "--max-download", "1KB"], 0, d),
+        Case("flag-validate-engine-vllm", ["validate", "d", "--engine", "vllm"], 0, d),
+        Case("flag-validate-in-place-needs-fix", ["validate", "d", "--in-place"], 2, d),
+        Case(
+            "flag-remap-fill-mean",
+            ["remap", "d", "--to", "m.safetensors", "--fill", "mean", "-o", "o", "--fsync", "--quiet", "--json"],
+            0,
+            dm,
+            out="o",
+        ),
+        Case(
+            "flag-remap-fill-target-no-target",
+            ["remap", "d", "--to", "m.safetensors", "--fill", "target", "-o", "o"],
+            2,
+            dm,
+            out="o",
+        ),
+        Case(
+            "flag-export-vllm",
+            ["export", "d", "-o", "o", "--format", "vllm", "--dtype", "bf16", "--fsync", "--quiet", "--json"],
+            0,
+            d,
+            out="o",
+        ),
+        Case("flag-export-format-unknown", ["export", "d", "-o", "o", "--format", "trt"], 2, d, out="o"),
+        Case("flag-demo-torch-python", ["demo", "--engine-python", "python3"], 2),
+        Case("flag-demo-python-missing", ["demo", "--engine", "vllm", "--engine-python", "./nope"], 2),
+        Case("flag-demo-workdir-file", ["demo", "--workdir", "f.txt"], 2, write("f.txt", "x")),
+        Case(
+            "flag-example-target-ok",
+            [
+                "example",
+                "target",
+                "o",
+                "--max-position-embeddings",
+                "2048",
+                "--num-layers",
+                "4",
+                "--hidden-size",
+                "64",
+                "--vocab-size",
+                "512",
+            ],
+            0,
+            out="o",
+        ),
+        Case(
+            "flag-example-drafter-force",
+            [
+                "example",
+                "drafter",
+                "o",
+                "--force",
+                "--flavor",
+                "eagle",
+                "--vocab-size",
+                "512",
+                "--draft-vocab-size",
+                "64",
+                "--hidden-size",
+                "64",
+                "--seed",
+                "3",
+            ],
+            0,
+            write("o/old.txt", "x"),
+            out="o",
+        ),
+    ]

@@ -213,7 +213,9 @@ def test_prompts_builtin_and_files(tmp_path):
     cats = {c: sum(p.category == c for p in b) for c in {p.category for p in b}}
     want = {"chat", "code", "math", "summarization", "qa", "translation", "long-context"}
     assert set(cats) == want and min(cats.values()) >= 20  # issue 15: seven categories, 20+ each
-    assert len(load_prompts("builtin", 500)) == 500
+    assert len(load_prompts("builtin", 500)) == len(b) == 151  # a short set is never repeated to fill a count
+    twice = load_prompts("builtin", 500, repeat=2)  # repetition only when asked, each prompt in a row
+    assert len(twice) == 302 and twice[0] is twice[1] and twice[2] is twice[3]
     first = load_prompts("builtin", 14)  # a cut takes the categories in turn
     assert [p.category for p in first[:7]] == [p.category for p in first[7:]] and {p.category for p in first} == want
     longest = max(b, key=lambda p: len(p.text or ""))

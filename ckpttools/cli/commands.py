@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ckpttools.cli import params as P
 from ckpttools.errors import EXIT_USAGE, CkptError
 
 EXIT_CODES_HELP = (
@@ -24,8 +25,31 @@ EXIT_CODES_HELP = (
 )
 
 
+#: the parameters that name what a command writes; every other parameter that names an
+#: existing path is an input of the run, which no output may touch (ckpttools.io.guard)
+OUTPUT_PARAMS = frozenset({"out", "output_file", "plot_file", "log_path", "workdir"})
+
+
+class CkptCommand(click.Command):
+    """A command whose every path-valued parameter (but its outputs) is declared as an input."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from ckpttools.io.guard import declare_inputs
+
+        values: list[Any] = []
+        for name, v in ctx.params.items():
+            if name in OUTPUT_PARAMS:
+                continue
+            values += list(v) if isinstance(v, (list, tuple)) else [v]
+        declare_inputs(v for v in values if isinstance(v, str))
+        return super().invoke(ctx)
+
+
 class CkptGroup(click.Group):
     """The one error boundary: a CkptError becomes one line plus a hint on stderr."""
+
+    command_class = CkptCommand
+    group_class = type
 
     def invoke(self, ctx: click.Context) -> Any:
         _notes_to_stderr()
@@ -79,10 +103,18 @@ def _usage_error(e: click.UsageError) -> None:
 
 
 def _notes_to_stderr() -> None:
-    """What the library did on the side (stale temporaries removed) goes to stderr as a note."""
+    """What the library said on the side (stale temporaries removed, ...) goes to stderr as a
+    note, with each parameter it names written as the running command's flag."""
+    from ckpttools.errors import render_params
     from ckpttools.io.fsutil import set_note_sink
 
-    set_note_sink(lambda msg: click.echo(f"ckpt: note: {msg}", err=True))
+    def sink(msg: str) -> None:
+        ctx = click.get_current_context(silent=True)
+        root = ctx.find_root() if ctx is not None else None
+        flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
+        click.echo(f"ckpt: note: {render_params(msg, flag)}", err=True)
+
+    set_note_sink(sink)
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -132,6 +164,8 @@ def inspect_cmd(
       ckpt inspect ./drafter --json --no-tensors
       ckpt inspect ./target --filter 'model.layers.0.*'
     """
+    if revision is not None and os.path.lexists(path):
+        raise click.UsageError(f"--revision goes with a Hub repo id; {path} is a local path")
     from ckpttools.cli.render import render_inspect
     from ckpttools.ops.inspect import inspect
 
@@ -151,7 +185,9 @@ def inspect_cmd(
     type=click.Path(exists=True),
     help="Token counts: JSON {id: count}, .npy of counts, or JSONL of token-id lists.",
 )
-@click.option("--show", default=10, show_default=True, help="How many differing slots and one-sided tokens to list.")
+@click.option(
+    "--show", type=P.SHOW, default=10, show_default=True, help="How many differing slots and one-sided tokens to list."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | None, show: int, as_json: bool) -> None:
     """Compare two vocabulary mappings: slots that agree, and tokens shared.
@@ -183,10 +219,8 @@ def vocab_group() -> None:
     type=click.Path(exists=True),
     help="JSON {id: count}, .npy of counts, or JSONL of token-id lists (counted streaming).",
 )
-@click.option("--draft-vocab-size", required=True, type=click.IntRange(min=1), help="Vd: how many tokens to keep.")
-@click.option(
-    "--vocab-size", type=click.IntRange(min=1), help="Target vocab size V (t2d's length); needed for JSON/JSONL."
-)
+@click.option("--draft-vocab-size", required=True, type=P.VOCAB, help="Vd: how many tokens to keep.")
+@click.option("--vocab-size", type=P.VOCAB, help="Target vocab size V (t2d's length); needed for JSON/JSONL.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output .safetensors (d2t + t2d).")
 @click.option("--force", is_flag=True, help="Replace the output if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -254,6 +288,12 @@ def validate_cmd(
       ckpt validate drafter/config.json --target target/config.json --json
       ckpt validate ./drafter --target ./target --fix -o ./drafter-fixed
     """
+    from ckpttools.io.writer import parse_size
+
+    try:
+        parse_size(max_download)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--max-download") from None
     if (out or in_place or force) and not do_fix:
         raise click.UsageError("-o/--in-place/--force go with --fix")
     if do_fix and bool(out) == in_place:
@@ -279,7 +319,7 @@ def validate_cmd(
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory (written atomically).")
 @click.option("--to", "to", help="Destination mapping: another drafter, a mapping file, or a target (full vocabulary).")
 @click.option("--frequencies", type=click.Path(exists=True), help="Build the destination from token counts instead.")
-@click.option("--draft-vocab-size", type=click.IntRange(min=1), help="With --frequencies: how many tokens to keep.")
+@click.option("--draft-vocab-size", type=P.VOCAB, help="With --frequencies: how many tokens to keep.")
 @click.option(
     "--fill",
     type=click.Choice(["zero", "mean", "target"]),
@@ -438,8 +478,17 @@ def export_cmd(
     help='\'builtin\' (151 prompts, 7 categories) or a JSONL file of {"prompt"}, {"input_ids"} or '
     '{"messages"}, each with an optional "category".',
 )
-@click.option("--num-prompts", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--num-prompts", type=P.PROMPTS, default=16, show_default=True, help="At most this many distinct prompts."
+)
+@click.option(
+    "--repeat",
+    type=P.Bounded(1, 1000, integer=True),
+    default=1,
+    show_default=True,
+    help="Send each prompt this many times (the interval stays over distinct prompts).",
+)
+@click.option("--max-new-tokens", type=P.NEW_TOKENS, default=256, show_default=True)
 @click.option(
     "--concurrency",
     default="1",
@@ -458,24 +507,22 @@ def export_cmd(
 @click.option(
     "--plot", "plot_file", type=click.Path(), help="Draw the report's figures to this PNG (needs matplotlib)."
 )
-@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--temperature", type=P.TEMPERATURE, default=0.0, show_default=True)
 @click.option("--ignore-eos", is_flag=True, help="Generate max-new-tokens every time.")
 @click.option("--baseline-host", help="The same target without speculation, for the speedup.")
-@click.option("--min-accept-len", type=float, help="The bar (tokens per verify step); below it exit code 1.")
+@click.option("--min-accept-len", type=P.ACCEPT_LEN, help="The bar (tokens per verify step); below it exit code 1.")
 @click.option("--flush-cache", is_flag=True, help="POST /flush_cache first (SGLang).")
 @click.option(
     "--tokenizer", type=click.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer)."
 )
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds.")
+@click.option("--timeout", type=P.SECONDS, default=600.0, show_default=True, help="Per-request deadline, seconds.")
 @click.option("--launch", is_flag=True, help="Start the server (needs --target and the drafter), measure, stop it.")
 @click.option("--target", help="With --launch or --engine torch: the target model.")
 @click.option("--drafter", help="With --launch: the drafter (or give it as DRAFTER).")
-@click.option("--port", type=int, help="With --launch: the port (default: a free one).")
-@click.option("--tp", type=int, default=1, show_default=True, help="With --launch: tensor parallel size.")
-@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Draft steps.")
-@click.option(
-    "--topk", type=click.IntRange(min=1), default=1, show_default=True, help="With --launch sglang: EAGLE topk."
-)
+@click.option("--port", type=P.PORT, help="With --launch: the port (default: a free one).")
+@click.option("--tp", type=P.TP, default=1, show_default=True, help="With --launch: tensor parallel size.")
+@click.option("--steps", type=P.STEPS, default=3, show_default=True, help="Draft steps.")
+@click.option("--topk", type=P.TOPK, default=1, show_default=True, help="With --launch sglang: EAGLE topk.")
 @click.option(
     "--engine-arg",
     "engine_args",
@@ -485,7 +532,11 @@ def export_cmd(
 @click.option("--engine-python", help="With --launch: the Python that has the engine installed.")
 @click.option("--log", "log_path", type=click.Path(), help="With --launch: the server log file.")
 @click.option(
-    "--ready-timeout", type=float, default=900.0, show_default=True, help="With --launch: seconds to wait for health."
+    "--ready-timeout",
+    type=P.SECONDS,
+    default=900.0,
+    show_default=True,
+    help="With --launch: seconds to wait for health.",
 )
 @click.option(
     "--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="With --engine torch."
@@ -511,7 +562,8 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
     from ckpttools.cli.render import render_verify
 
     drafter = o["drafter"] or drafter_arg
-    o["concurrency"] = _levels(o["concurrency"])
+    o["concurrency"] = P.levels(o["concurrency"])
+    _check_verify_outputs(o)
     if o["context_lengths"]:
         from ckpttools.ops.traffic import parse_lengths
 
@@ -526,11 +578,9 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
             raise click.UsageError("--sweep needs --launch: it starts one server per setting")
         rep = _verify_server(spec, o, drafter)
     if o["output_file"]:
-        import json as _json
+        from ckpttools.io.guard import write_json
 
-        from ckpttools.io.fsutil import write_text_atomic
-
-        write_text_atomic(o["output_file"], _json.dumps(rep.to_dict(), indent=2) + "\n")
+        write_json(o["output_file"], rep.to_dict())
     if o["plot_file"]:
         from ckpttools.ops.plot import plot_report
 
@@ -542,18 +592,6 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
     sys.exit(rep.exit_code)
 
 
-def _levels(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or min(out) < 1:
-        raise click.BadParameter(
-            f"{text!r}: give whole numbers of 1 or more, e.g. 1 or 1,8", param_hint="--concurrency"
-        )
-    return out
-
-
 _OFFLINE_OPTS = (
     "steps",
     "prompts",
@@ -563,6 +601,7 @@ _OFFLINE_OPTS = (
     "tokenizer",
     "device",
     "context_lengths",
+    "repeat",
 )
 #: what the offline engine cannot honour, refused rather than ignored: (option, its value when unset)
 _SERVER_ONLY = (
@@ -576,6 +615,8 @@ _SERVER_ONLY = (
     ("tp", 1),
     ("port", None),
 )
+#: what only a server run uses, refused by the offline engine when given at all
+_LAUNCH_ONLY = ("engine_args", "timeout", "log_path", "engine_python", "ready_timeout")
 _SERVER_OPTS = (
     "engine",
     "prompts",
@@ -590,17 +631,56 @@ _SERVER_OPTS = (
     "tokenizer",
     "timeout",
     "context_lengths",
+    "repeat",
 )
+
+
+def _given(name: str) -> bool:
+    """Whether the user set this parameter (not its default)."""
+    from click.core import ParameterSource
+
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def _check_verify_outputs(o: dict[str, Any]) -> None:
+    """Before anything is measured: no report, plot or log is aimed at an input, and a log is
+    asked for only where ckpttools writes one (a server it starts)."""
+    from ckpttools.io.guard import check_output
+
+    ours = o["launch"] or o["engine"] == "torch"  # ckpttools sets the steps
+    if ours and o["min_accept_len"] is not None and o["min_accept_len"] > o["steps"] + 1:
+        raise click.BadParameter(
+            f"{o['min_accept_len']:g} can never be met: {o['steps']} draft steps give at most {o['steps'] + 1} "
+            "tokens per verify step",
+            param_hint="--min-accept-len",
+        )
+    if not ours:
+        unused = [k for k in ("log_path", "engine_args", "engine_python", "ready_timeout", "port", "tp", "topk")]
+        unused += ["steps", "device", "target"]
+        given = [k for k in unused if _given(k)]
+        if given:
+            spell = {"engine_args": "engine-arg", "log_path": "log"}
+            names = ", ".join("--" + spell.get(k, k).replace("_", "-") for k in given)
+            raise click.UsageError(
+                f"{names}: used only when ckpttools starts the server (--launch) or runs offline (--engine torch); "
+                "a running server (--host) has its own settings"
+            )
+    for key in ("output_file", "plot_file", "log_path"):
+        if o[key]:
+            check_output(o[key])
 
 
 def _verify_offline(drafter: str | None, o: dict[str, Any]) -> Any:
     if not (o["target"] and drafter):
         raise click.UsageError("--engine torch needs --target and DRAFTER")
     given = [k for k, unset in _SERVER_ONLY if o[k] != unset]
+    given += [k for k in _LAUNCH_ONLY if _given(k)]
     if o["concurrency"] != [1]:
         given.append("concurrency")
     if given:
-        names = ", ".join("--" + {"sweep_spec": "sweep"}.get(k, k).replace("_", "-") for k in given)
+        spell = {"sweep_spec": "sweep", "engine_args": "engine-arg", "log_path": "log"}
+        names = ", ".join("--" + spell.get(k, k).replace("_", "-") for k in given)
         raise click.UsageError(
             f"{names}: not measured by --engine torch (one request at a time, greedy, topk 1, "
             "no server); use --launch or --host for these"
@@ -616,6 +696,7 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
         raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
     from ckpttools.engines.launch import LaunchSpec, free_port
 
+    _check_python(o["engine_python"])
     p = o["port"] or free_port()
     spec = LaunchSpec(
         engine=engine,
@@ -631,6 +712,17 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
         ready_timeout=o["ready_timeout"],
     )
     return spec
+
+
+def _check_python(python: str | None, flag: str = "--engine-python") -> None:
+    """The interpreter that has the engine: an executable file, checked before anything starts."""
+    if python is None:
+        return
+    import shutil
+
+    found = shutil.which(python) if os.sep not in python else python
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise click.BadParameter(f"{python!r} is not an executable Python interpreter", param_hint=flag)
 
 
 def _verify_server(spec: Any, o: dict[str, Any], drafter: str | None) -> Any:
@@ -671,24 +763,32 @@ def example_group() -> None:
     help="Which layout to write.",
 )
 @click.option(
-    "--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True, help="Target vocab size V."
+    "--vocab-size",
+    type=P.Bounded(2, 1 << 20, integer=True),
+    default=1024,
+    show_default=True,
+    help="Target vocab size V.",
 )
 @click.option(
     "--draft-vocab-size",
-    type=click.IntRange(1, 1 << 20),
+    type=P.Bounded(1, 1 << 20, integer=True),
     default=256,
     show_default=True,
     help="Draft vocab size Vd (at most V).",
 )
 @click.option(
     "--hidden-size",
-    type=click.IntRange(8, 1 << 14),
+    type=P.Bounded(8, 1 << 14, integer=True),
     default=64,
     show_default=True,
     help="A multiple of 8 (4 heads of an even size).",
 )
 @click.option(
-    "--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed for weights and the mapping."
+    "--seed",
+    type=P.Bounded(0, 2**32 - 1, integer=True),
+    default=0,
+    show_default=True,
+    help="Seed for weights and the mapping.",
 )
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def example_drafter(
@@ -720,16 +820,16 @@ def example_drafter(
 
 @example_group.command("target")
 @click.argument("out", type=click.Path())
-@click.option("--vocab-size", type=click.IntRange(2, 1 << 20), default=1024, show_default=True)
+@click.option("--vocab-size", type=P.Bounded(2, 1 << 20, integer=True), default=1024, show_default=True)
 @click.option(
     "--hidden-size",
-    type=click.IntRange(8, 1 << 14),
+    type=P.Bounded(8, 1 << 14, integer=True),
     default=64,
     show_default=True,
     help="A multiple of 8 (4 heads of an even size).",
 )
-@click.option("--num-layers", type=click.IntRange(4, 512), default=8, show_default=True)
-@click.option("--max-position-embeddings", type=click.IntRange(1, 1 << 34), default=4096, show_default=True)
+@click.option("--num-layers", type=P.Bounded(4, 512, integer=True), default=8, show_default=True)
+@click.option("--max-position-embeddings", type=P.Bounded(1, 1 << 34, integer=True), default=4096, show_default=True)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def example_target(
     out: str, vocab_size: int, hidden_size: int, num_layers: int, max_position_embeddings: int, force: bool
@@ -771,6 +871,11 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
     (the naive d2t swap collapses, ckpt remap restores it); then the same drafter on
     target B, target A trained further: every check passes, acceptance drops.
     """
+    if engine_python and engine == "torch":
+        raise click.UsageError("--engine-python goes with --engine vllm or sglang (the torch probe runs here)")
+    _check_python(engine_python)
+    if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise click.BadParameter(f"{workdir} is not a directory", param_hint="--workdir")
     from ckpttools.demo.story import run_demo
 
     code = run_demo(workdir, echo=click.echo, engine=engine, engine_python=engine_python)

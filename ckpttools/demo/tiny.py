@@ -6,7 +6,6 @@ Everything is written with the project's own streaming writer, in well under a s
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ import numpy as np
 
 from ckpttools.errors import ConfigError
 from ckpttools.formats.conventions import CONFIG_DTYPE
-from ckpttools.io.fsutil import write_text_atomic
+from ckpttools.io import guard
+from ckpttools.io.inputs import read_json
 from ckpttools.io.writer import CheckpointWriter, TensorSpec
 
 __all__ = [
@@ -68,7 +68,7 @@ def write_tensors(
         if config is not None:
             w.add_json("config.json", config)
         for rel, data in (extra_files or {}).items():
-            (w.tmp / rel).write_bytes(data)
+            w.add_bytes(rel, data)
     return Path(out)
 
 
@@ -897,9 +897,9 @@ def _known_target(
             weight_fn=tw,
             force=force,
         )
-    cfg = json.loads((tpath / "config.json").read_text())
+    cfg = read_json(tpath / "config.json", "config")
     cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
-    write_text_atomic(tpath / "config.json", json.dumps(cfg, indent=2) + "\n")
+    guard.write_json(tpath / "config.json", cfg)
     return tpath
 
 

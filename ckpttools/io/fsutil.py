@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from ckpttools.errors import CheckpointFormatError, OutputExistsError, UnsafePathError
+from ckpttools.errors import CheckpointFormatError, OutputExistsError
 
 __all__ = [
     "open_regular",
@@ -26,9 +26,7 @@ __all__ = [
     "clean_stale_temporaries",
     "rename_noreplace",
     "rename_exchange",
-    "check_output_path",
     "kill_point",
-    "write_text_atomic",
     "set_note_sink",
     "MAX_SIDE_FILE_BYTES",
 ]
@@ -266,58 +264,6 @@ def rename_exchange(a: str | Path, b: str | Path) -> bool:
     return _rename2(Path(a), Path(b), _RENAME_EXCHANGE)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write a small text file through a temporary beside it and one rename."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write a small file through a temporary beside it and one rename."""
-    dest = Path(path)
-    clean_stale_temporaries(dest)
-    tmp = temp_name(dest, "write")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def note(msg: str) -> None:
     """Say something on the side (the CLI prints it to stderr; library users get the logger)."""
     _note(msg)
-
-
-# ----------------------------------------------------------------------------- output paths
-def _real(p: Path) -> Path:
-    return Path(os.path.realpath(p))
-
-
-def check_output_path(out: str | Path, inputs: list[str | Path]) -> None:
-    """Refuse an output that is an input, lies inside one, or holds one.
-
-    Compares real paths (links resolved), whatever the flags: ``--force`` replaces an
-    old output, never an input.
-
-    Raises:
-        UnsafePathError
-    """
-    o = _real(Path(out))
-    for i in inputs:
-        if i is None or not os.path.lexists(str(i)):
-            continue
-        r = _real(Path(i))
-        if o == r:
-            why = "is the input"
-        elif o.is_relative_to(r):
-            why = "lies inside the input"
-        elif r.is_relative_to(o):
-            why = "holds the input"
-        else:
-            continue
-        raise UnsafePathError(
-            f"output {out} {why} {i}: the input is never written",
-            path=str(out),
-            hint="write to a new path beside the input",
-        )

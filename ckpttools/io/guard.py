@@ -87,17 +87,21 @@ def _real(p: str | Path) -> Path:
     return Path(os.path.realpath(p))
 
 
-def check_output(out: str | Path, inputs: Iterable[str | Path | None] = ()) -> None:
+def check_output(
+    out: str | Path, inputs: Iterable[str | Path | None] = (), *, replacing: str | Path | None = None
+) -> None:
     """Refuse an output that is an input, lies inside one, or holds one.
 
     ``inputs`` are the operation's own inputs; the run's declared inputs are always added.
     Real paths are compared (links resolved), so ``.``, ``..`` and links to an input are
-    caught too.
+    caught too. ``replacing`` is the one input an operation may replace whole (``validate
+    --fix --in-place`` and its drafter); every other input still stops it.
 
     Raises:
         UnsafePathError
     """
     o = _real(out)
+    allowed = _real(replacing) if replacing is not None else None
     named = [(str(i), i) for i in inputs if i is not None and str(i) != ""]
     for shown, i in named + [(d, d) for d in run_inputs()]:
         try:
@@ -105,6 +109,8 @@ def check_output(out: str | Path, inputs: Iterable[str | Path | None] = ()) -> N
                 continue
             r = _real(i)
         except (OSError, ValueError):
+            continue
+        if r == allowed:
             continue
         if o == r:
             why = "is the input"

@@ -94,14 +94,14 @@ class HubRepo:
 
     def _remember(self) -> None:
         """Keep the commit's file list, and which commit the revision named, for offline runs."""
-        from ckpttools.io.fsutil import write_text_atomic
+        from ckpttools.io.guard import write_text
 
         d = self._record_dir()
         try:
             (d / "refs").mkdir(parents=True, exist_ok=True)
             listing = {p: [f.size, f.sha256, f.blob_id] for p, f in self.files.items()}
-            write_text_atomic(d / f"{self.commit}.json", json.dumps(listing))
-            write_text_atomic(d / "refs" / _ref_name(self.revision), self.commit)
+            write_text(d / f"{self.commit}.json", json.dumps(listing))
+            write_text(d / "refs" / _ref_name(self.revision), self.commit)
         except OSError:  # a read-only cache costs only the offline reuse
             pass
 
@@ -286,14 +286,14 @@ class HubRepo:
             return None
 
     def _store_header(self, shard: str, raw: bytes, size: int) -> None:
-        from ckpttools.io.fsutil import write_bytes_atomic
+        from ckpttools.io.guard import write_bytes
 
         key = self._header_key(shard)
         if key is None:
             return
         try:
             key.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(key, raw)
+            write_bytes(key, raw)
         except OSError:
             pass
 

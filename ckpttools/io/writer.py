@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import (
-    check_output_path,
     clean_stale_temporaries,
     kill_point,
     rename_exchange,
     rename_noreplace,
     temp_name,
 )
+from ckpttools.io.guard import check_output, json_bytes, open_new
 from ckpttools.io.manifest import MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 
@@ -188,7 +188,7 @@ class SafetensorsFileWriter:
         self._next = 0
         self._src_fds: dict[str, int] = {}
         self._kernel_copy = True
-        self._f = open(self.path, "wb")
+        self._f = open_new(self.path)
         self._f.write(_header_bytes(self.specs, metadata))
 
     def _expect(self, name: str) -> TensorSpec:
@@ -337,7 +337,7 @@ class CheckpointWriter:
         backup: Path | None = None,
     ) -> None:
         self.out = Path(out)
-        check_output_path(self.out, list(inputs))
+        check_output(self.out, list(inputs), replacing=self.out if in_place else None)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(self.out)
         if os.path.lexists(self.out) and not (force or in_place):
@@ -401,10 +401,15 @@ class CheckpointWriter:
         self._writer_for(name).skip(name)
 
     def add_json(self, relname: str, obj: Any) -> None:
-        (self.tmp / relname).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+        self.add_bytes(relname, json_bytes(obj))
+
+    def add_bytes(self, relname: str, data: bytes) -> None:
+        with open_new(self.tmp / relname) as f:
+            f.write(data)
 
     def add_file(self, relname: str, src: str | Path) -> None:
-        shutil.copyfile(src, self.tmp / relname)
+        with open(src, "rb") as s, open_new(self.tmp / relname) as f:
+            shutil.copyfileobj(s, f)
 
     def seal(self) -> Path:
         """Close every shard and write the index, leaving the output in the temporary

@@ -77,12 +77,12 @@ def plot_report(rep: Any, path: str | Path) -> Path:
     fig.tight_layout()
     import io
 
-    from ckpttools.io.fsutil import write_bytes_atomic
+    from ckpttools.io.guard import write_bytes
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
+    write_bytes(path, buf.getvalue())
     return Path(path)
 
 

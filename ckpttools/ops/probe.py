@@ -451,21 +451,23 @@ def verify_torch(
     device: str = "cpu",
     dtype: str | None = None,
     context_lengths: list[int] | None = None,
+    repeat: int = 1,
 ) -> VerifyReport:
     """The same report as the server engines, measured offline in PyTorch; with
     ``context_lengths``, also per context bin (prompts built to each length, as a server run
     builds them), with the target's and drafter's limits."""
-    spec = TorchSpeculator(target, drafter, steps, device, dtype)
     tok = tokenizer
     if tok is None and (Path(target) / "tokenizer.json").is_file():
         tok = str(target)
-    plist = load_prompts(prompts, num_prompts, tok)
+    plist = load_prompts(prompts, num_prompts, tok, repeat)  # the cheap checks first: before torch loads
     if any(p.input_ids is None for p in plist):
         raise CkptError(
             "text prompts need a tokenizer: the target has no tokenizer.json",
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
-    rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len)
+    _validate_first(target, drafter)
+    spec = TorchSpeculator(target, drafter, steps, device, dtype)
+    rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len, repeat=repeat)
     rep.server = {
         "target": str(target),
         "drafter": str(drafter),
@@ -486,6 +488,27 @@ def verify_torch(
         rep.errors.append(spec.drafter.rope_note)
     rep.verdict = verdict_line(rep)
     return rep
+
+
+def _validate_first(target: str | Path, drafter: str | Path) -> None:
+    """Refuse, as ``verify --launch`` does, a drafter that validate rejects against the target
+    (read the way the engine its layout follows reads it), before torch loads either model."""
+    from ckpttools.errors import EXIT_FINDINGS
+    from ckpttools.ops.validate import validate
+
+    with open_checkpoint(drafter) as ck:
+        engine = layout_engine(detect_flavor(ck.config, ck.tensors.keys()).kind)
+    rep = validate(drafter, target, engine=engine)
+    if rep.errors:
+        first = rep.errors[0]
+        err = CkptError(
+            f"{drafter} against {target}: validate found {len(rep.errors)} error(s) "
+            f"({', '.join(f.id for f in rep.errors)}), e.g. {first.location}: {first.message}",
+            path=str(drafter),
+            hint=first.hint or "run ckpt validate DRAFTER --target TARGET and fix what it lists",
+        )
+        err.exit_code = EXIT_FINDINGS
+        raise err
 
 
 def _run_into(rep: VerifyReport, spec: TorchSpeculator, plist: list[Any], max_new_tokens: int, steps: int) -> None:

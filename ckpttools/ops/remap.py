@@ -21,7 +21,7 @@ from ckpttools.errors import MappingError, opt
 from ckpttools.formats.config import essentials, require_valid_config
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.io.fsutil import check_output_path
+from ckpttools.io.guard import check_output
 from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
@@ -327,7 +327,7 @@ def remap(
     ck = open_checkpoint(drafter, download=True)
     try:
         require_valid_config(ck.config, str(drafter))
-        check_output_path(out, [ck.root, *req.inputs()])
+        check_output(out, [ck.root, *req.inputs()])
     except BaseException:
         ck.close()
         raise

@@ -43,6 +43,8 @@ def parse_sweep(text: str) -> list[dict[str, int]]:
             raise ConfigError(f"sweep axis {key}: {vals!r} are not whole numbers") from None
         if not nums or min(nums) < 1:
             raise ConfigError(f"sweep axis {key}: give values of 1 or more")
+        if max(nums) > _AXIS_MAX[key]:
+            raise ConfigError(f"sweep axis {key}: {max(nums)} is out of range (at most {_AXIS_MAX[key]})")
         axes[key] = list(dict.fromkeys(nums))
     if not axes:
         raise ConfigError("the sweep names no axis", hint="e.g. 'steps=1,3;topk=1,4'")
@@ -53,7 +55,17 @@ def parse_sweep(text: str) -> list[dict[str, int]]:
             s["draft_tokens"] = s.get("steps", 0) + 1 if "steps" in s else s["draft_tokens"]
         if s not in out:
             out.append(s)
+        if len(out) > MAX_SETTINGS:
+            raise ConfigError(
+                f"the sweep names more than {MAX_SETTINGS} settings, each a server start",
+                hint="sweep fewer values per axis",
+            )
     return out
+
+
+#: the most settings one sweep may launch (each is a full server load), and each axis's largest value
+MAX_SETTINGS = 64
+_AXIS_MAX = {"steps": 64, "topk": 64, "draft_tokens": 4096}
 
 
 def _applies(engine: str, s: dict[str, int]) -> str | None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from ckpttools.engines.http import Prompt
-from ckpttools.errors import ConfigError, opt
+from ckpttools.errors import CkptError, ConfigError, opt
 
 __all__ = ["level_summary", "context_prompts", "context_limits", "context_bins", "parse_lengths"]
 
@@ -42,8 +41,20 @@ def parse_lengths(text: str) -> list[int]:
             ) from None
         if n < 2:
             raise ConfigError(f"context length {n} is too short", hint="give lengths of at least 2 tokens")
+        if n > MAX_CONTEXT_LENGTH:
+            raise ConfigError(
+                f"context length {n} is out of range: at most {MAX_CONTEXT_LENGTH} tokens",
+                hint="no released target reads more; lengths past the target's own context are skipped anyway",
+            )
         out.append(n)
+    if len(set(out)) > MAX_CONTEXT_BINS:
+        raise ConfigError(f"{len(set(out))} context lengths: at most {MAX_CONTEXT_BINS}", hint="give fewer lengths")
     return sorted(set(out))
+
+
+#: the longest context a bin may ask for (16M tokens), and the most bins in one run
+MAX_CONTEXT_LENGTH = 1 << 24
+MAX_CONTEXT_BINS = 32
 
 
 def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> list[Prompt]:
@@ -77,9 +88,11 @@ def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> 
 def _read_config(path: str | None) -> dict[str, Any] | None:
     if path is None or not (Path(path) / "config.json").is_file():
         return None
+    from ckpttools.io.inputs import read_json
+
     try:
-        got = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        got = read_json(Path(path) / "config.json", "config")
+    except (CkptError, OSError):
         return None
     return got if isinstance(got, dict) else None
 

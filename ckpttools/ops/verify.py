@@ -8,7 +8,6 @@ Two conventions are in use in the field; both are reported, labeled:
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -30,6 +29,7 @@ from ckpttools.engines.http import (
 )
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
+from ckpttools.io.inputs import loads_json
 from ckpttools.ops.traffic import context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
@@ -117,6 +117,8 @@ class VerifyReport:
     context: dict[str, Any] | None = None
     sweep: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: each prompt was sent this many times in a row; intervals are over distinct prompts
+    repeat: int = 1
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,11 +132,16 @@ class VerifyReport:
 
 
 # ----------------------------------------------------------------------------- prompts
-def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str | None = None) -> list[Prompt]:
+def load_prompts(
+    source: str = "builtin", num: int | None = None, tokenizer: str | None = None, repeat: int = 1
+) -> list[Prompt]:
     """Prompts from the built-in set or a JSONL file of {"prompt": ...} / {"input_ids": [...]}.
 
     With ``tokenizer`` (an HF tokenizer.json or its directory), text prompts are turned
-    into input_ids locally, for servers started without a tokenizer.
+    into input_ids locally, for servers started without a tokenizer. ``num`` cuts the set
+    (the categories in turn); a set shorter than ``num`` is never repeated to fill it (a
+    note says so): each prompt is sent ``repeat`` times only when asked, one after another,
+    and the interval is then computed over distinct prompts.
     """
     if source == "builtin":
         text = resources.files("ckpttools").joinpath("data/prompts.jsonl").read_text(encoding="utf-8")
@@ -159,10 +166,17 @@ def load_prompts(source: str = "builtin", num: int | None = None, tokenizer: str
 
         tok = load_hf_tokenizer(tokenizer)
         out = [Prompt(input_ids=p.input_ids or tok.encode(p.text or "").ids, category=p.category) for p in out]
-    if num is not None:
-        out = _round_robin(out) if num < len(out) else out
-        out = (out * (num // len(out) + 1))[:num]
-    return out
+    if num is not None and num < len(out):
+        out = _round_robin(out)[:num]
+    elif num is not None and num > len(out):
+        from ckpttools.io.fsutil import note
+
+        note(
+            f"{where} holds {len(out)} prompt(s), fewer than {opt('num_prompts')} {num}: measuring {len(out)} "
+            f"distinct prompt(s){f', each sent {repeat} times' if repeat > 1 else ''}"
+            f" (repeating prompts adds requests, not evidence; {opt('repeat')} asks for it)"
+        )
+    return [p for p in out for _ in range(repeat)]
 
 
 def _round_robin(prompts: list[Prompt]) -> list[Prompt]:
@@ -205,10 +219,7 @@ _PROMPTS_HINT = (
 
 def _prompt(where: str, n: int, line: str) -> Prompt:
     """One JSONL line as a Prompt, or ConfigError saying what is wrong with it."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}:{n}: not JSON ({e})", hint=_PROMPTS_HINT) from None
+    row = loads_json(line, f"{where}:{n}", hint=_PROMPTS_HINT)
     if not isinstance(row, dict):
         raise ConfigError(f"{where}:{n}: needs a JSON object", hint=_PROMPTS_HINT)
     cat = row.get("category", "custom")
@@ -279,7 +290,7 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
         acc = sum(r.accepted_drafts or 0 for r in measured)
         rep.accept_length = 1 + acc / verify_total
         rep.accepted_drafts_per_step = acc / verify_total
-        vals = [r.accept_length for r in measured if r.accept_length is not None]
+        vals = _per_prompt(measured, rep.repeat)
         rep.accept_length_ci95 = _ci95(vals)
         rep.per_request = {
             "n": len(vals),
@@ -299,6 +310,17 @@ def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None
             rep.per_position_acceptance = [sum(tot[j] for j in range(i, k)) / n for i in range(1, k)] if n else None
     rep.categories = by_category(ok, rep.accept_length_ci95)
     return rep
+
+
+def _per_prompt(measured: list[RequestResult], repeat: int) -> list[float]:
+    """Accept length per distinct prompt: a prompt sent ``repeat`` times counts once (its pooled
+    figure), so repetition never narrows the interval."""
+    if repeat <= 1:
+        return [r.accept_length for r in measured if r.accept_length is not None]
+    groups: dict[int, list[RequestResult]] = {}
+    for r in measured:
+        groups.setdefault(r.index // repeat, []).append(r)
+    return [1 + sum(r.accepted_drafts or 0 for r in g) / sum(r.verify_steps or 0 for r in g) for g in groups.values()]
 
 
 def by_category(ok: list[RequestResult], overall_ci: list[float] | None) -> dict[str, dict[str, Any]] | None:
@@ -466,6 +488,7 @@ def verify(
     drafter: str | None = None,
     stop_if: Callable[[list[RequestResult]], str | None] | None = None,
     prechecked: bool = False,
+    repeat: int = 1,
 ) -> VerifyReport:
     """Measure acceptance through a running server (``host``) or one to start (``launch``).
 
@@ -485,6 +508,7 @@ def verify(
         drafter: the drafter's folder, for its limits on the context axis (``launch`` gives it too).
         stop_if: a further early stop: given the results so far, why to stop (None: go on).
         prechecked: the launch checks were done by the caller (a sweep).
+        repeat: send each prompt this many times (intervals stay over distinct prompts).
 
     Returns:
         a :class:`VerifyReport` (partial results are kept when requests fail).
@@ -496,7 +520,7 @@ def verify(
     import httpx
 
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
-    plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths))
+    plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths), repeat)
     bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
     client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
     server = None
@@ -508,12 +532,13 @@ def verify(
             server = RunningServer(launch).start()
             server.wait_ready(client)
             host, engine = launch.url, launch.engine
-        eng, rep = _connect(host, engine, client, len(plist), min_accept_len)
+        eng, rep = _connect(host, engine, client, len(plist), min_accept_len, repeat)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
         kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
         kw |= {"min_accept_len": min_accept_len, "stop_if": stop_if}
         results = _measure_into(rep, eng, plist, concurrency=levels[0], progress=progress, **kw)
+        _check_alive(server)
         if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
         _more_levels(rep, eng, plist, levels, kw)
@@ -529,6 +554,21 @@ def verify(
         if server is not None:
             server.stop()
         client.close()
+
+
+def _check_alive(server: Any) -> None:
+    """A launched server that died during the run is said to have died, with its log's last
+    lines (the log is kept), not read as requests that failed to connect."""
+    if server is None or server.proc is None or server.proc.poll() is None:
+        return
+    code = server.proc.returncode
+    why = " (killed: out of memory?)" if code in (-9, 137) else ""
+    tail = " | ".join(ln.strip() for ln in server.log_tail(4).splitlines() if ln.strip())
+    raise ServerError(
+        f"the {server.spec.engine} server died during the run, exit code {code}{why}; "
+        f"its log {server.log_path} ends: {tail[-600:]}",
+        hint=f"read {server.log_path} (kept); for vLLM's CPU build, a smaller VLLM_CPU_KVCACHE_SPACE may fit",
+    )
 
 
 def _local_tokenizer(tokenizer: str | None, launch: Any, prompts: str, context_lengths: Any) -> str | None:
@@ -552,7 +592,7 @@ def _more_levels(rep: VerifyReport, eng: Any, plist: list[Prompt], levels: list[
         return
     rep.concurrency_levels = [level_summary(rep)]
     for c in levels[1:]:
-        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server)
+        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server, repeat=rep.repeat)
         _measure_into(sub, eng, plist, concurrency=c, progress=None, **kw)
         rep.concurrency_levels.append(level_summary(sub))
 
@@ -575,7 +615,7 @@ def _context_bins(
     )
 
     def measure(plist: list[Prompt]) -> VerifyReport:
-        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server)
+        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server, repeat=rep.repeat)
         _measure_into(sub, eng, plist, concurrency=concurrency, progress=None, **kw)
         return sub
 
@@ -659,7 +699,7 @@ def _conclude(rep: VerifyReport, server: Any) -> None:
 
 
 def _connect(
-    host: str | None, engine: str, client: Any, num_prompts: int, min_accept_len: float | None
+    host: str | None, engine: str, client: Any, num_prompts: int, min_accept_len: float | None, repeat: int = 1
 ) -> tuple[Any, VerifyReport]:
     """The engine's client, and a report that names the server; refuses a server with speculation off."""
     assert host is not None
@@ -667,7 +707,7 @@ def _connect(
     if engine == "auto":
         engine = detect_engine(host, client)
     eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
-    rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len)
+    rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len, repeat=repeat)
     rep.server = eng.spec_settings()
     if not eng.spec_enabled():
         raise SpecOffError(

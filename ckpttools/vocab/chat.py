@@ -10,8 +10,8 @@ text is then tokenized without adding special tokens (the template places them).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,12 @@ def _token(v: Any) -> str | None:
 def _template_source(d: Path) -> tuple[str, dict[str, Any]]:
     """The template text and tokenizer_config.json's content (empty when absent)."""
     from ckpttools.io.fsutil import read_regular_bytes
+    from ckpttools.io.inputs import read_json
 
     cfg: dict[str, Any] = {}
     cfg_path = d / "tokenizer_config.json"
     if cfg_path.is_file():
-        try:
-            got = json.loads(read_regular_bytes(cfg_path).decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise TokenizerError(f"{cfg_path}: not UTF-8 JSON", path=cfg_path) from None
+        got = read_json(cfg_path, "tokenizer_config", error=TokenizerError)
         cfg = got if isinstance(got, dict) else {}
     jinja = d / "chat_template.jinja"
     if jinja.is_file():
@@ -69,17 +67,59 @@ def load_chat_template(path: str | Path) -> Callable[[list[dict[str, str]]], str
     env.globals["raise_exception"] = raise_exception
     try:
         template = env.from_string(source)
-    except TemplateError as e:
-        raise TokenizerError(f"{d}: the chat template does not parse ({e})", path=d) from None
+    except (TemplateError, RecursionError, MemoryError, ValueError, TypeError) as e:
+        raise TokenizerError(f"{d}: the chat template does not parse ({e.__class__.__name__}: {e})", path=d) from None
     special = {k: _token(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
 
     def render(messages: list[dict[str, str]]) -> str:
         try:
-            return template.render(messages=messages, add_generation_prompt=True, **special)
-        except TemplateError as e:
-            raise TokenizerError(f"{d}: the chat template failed on the messages ({e})", path=d) from None
+            with _deadline(_RENDER_SECONDS):
+                text = template.render(messages=messages, add_generation_prompt=True, **special)
+        except TokenizerError:
+            raise
+        except _RenderTimeout:
+            raise TokenizerError(
+                f"{d}: the chat template ran for more than {_RENDER_SECONDS} s on one conversation", path=d
+            ) from None
+        except Exception as e:  # a template is code: any failure of it is the template's
+            raise TokenizerError(
+                f"{d}: the chat template failed on the messages ({e.__class__.__name__}: {str(e)[:200]})", path=d
+            ) from None
+        if len(text) > _RENDER_MAX_CHARS:
+            raise TokenizerError(f"{d}: the chat template rendered more than {_RENDER_MAX_CHARS} characters", path=d)
+        return text
 
     return render
+
+
+_RENDER_SECONDS = 10
+_RENDER_MAX_CHARS = 16 << 20
+
+
+class _RenderTimeout(Exception):
+    pass
+
+
+@contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    """Stop a template that runs too long (SIGALRM, in the main thread; elsewhere no limit)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(*_: Any) -> None:
+        raise _RenderTimeout()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def chat_encoder(path: str | Path) -> Callable[[str], list[int]]:
@@ -92,11 +132,15 @@ def chat_encoder(path: str | Path) -> Callable[[str], list[int]]:
     d = d.parent if d.is_file() else d
     try:
         from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(d))
-        return lambda text: list(tok.encode(text, add_special_tokens=False))
     except ImportError:
         from ckpttools.vocab.tokens import load_hf_tokenizer
 
         fast = load_hf_tokenizer(d)
         return lambda text: list(fast.encode(text, add_special_tokens=False).ids)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    except Exception as e:  # transformers raises many kinds for a bad folder
+        raise TokenizerError(
+            f"{d}: transformers cannot load this tokenizer ({e.__class__.__name__}: {str(e)[:200]})", path=d
+        ) from None
+    return lambda text: list(tok.encode(text, add_special_tokens=False))

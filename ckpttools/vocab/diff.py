@@ -5,7 +5,6 @@ a few boolean masks.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.fsutil import ensure_regular
+from ckpttools.io.inputs import loads_json, read_json
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 __all__ = [
@@ -147,8 +147,8 @@ def _jsonl_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
+                    row = loads_json(line, f"{p}:{lineno}", error=MappingError)
+                except MappingError:
                     row = None
                 if isinstance(row, dict):
                     row = row.get("input_ids", row.get("ids", row.get("tokens")))
@@ -167,11 +167,9 @@ def _jsonl_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
 
 
 def _json_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
-    from ckpttools.io.fsutil import read_regular_bytes
-
     try:
-        obj = json.loads(read_regular_bytes(p).decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        obj = read_json(p, "frequencies", error=MappingError)
+    except MappingError:
         obj = None
     if not isinstance(obj, dict):
         raise MappingError(f"{p}: expected a JSON object {{token_id: count}}", path=p, hint=_FREQ_HINT)
@@ -348,16 +346,16 @@ def save_mapping(
 ) -> Path:
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
     from ckpttools.io.fsutil import (
-        check_output_path,
         clean_stale_temporaries,
         kill_point,
         rename_noreplace,
         temp_name,
     )
+    from ckpttools.io.guard import check_output
     from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
 
     out = Path(out)
-    check_output_path(out, list(inputs))
+    check_output(out, list(inputs))
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temporaries(out)
     if os.path.lexists(out) and not force:

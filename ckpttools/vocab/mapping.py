@@ -7,7 +7,6 @@ draft slot). SGLang and vLLM read only d2t; trainers use t2d.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -400,7 +399,7 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
         MappingError, CheckpointNotFoundError, CheckpointFormatError.
     """
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
-    from ckpttools.io.fsutil import ensure_regular, read_regular_bytes
+    from ckpttools.io.fsutil import ensure_regular
 
     if isinstance(src, VocabMapping):
         return src
@@ -420,10 +419,9 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
             ) from None
         return _from_obj(arr, str(p), name)
     if is_file and p.suffix == ".json" and p.name != "config.json":
-        try:
-            obj = json.loads(read_regular_bytes(p).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise MappingError(f"{p}: not valid JSON ({e})", path=p, hint=_MAPPING_HINT) from None
+        from ckpttools.io.inputs import read_json
+
+        obj = read_json(p, "mapping", hint=_MAPPING_HINT, error=MappingError)
         if not isinstance(obj, (dict, list)):
             raise MappingError(f"{p}: expected a JSON object with d2t/t2d/ids, or a list", path=p, hint=_MAPPING_HINT)
         return _from_obj(obj, str(p), name)

@@ -9,7 +9,6 @@ tokens with the same content.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -172,15 +171,17 @@ def load_hf_tokenizer(path: str | Path) -> Any:
 
 def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dict[int, dict[str, Any]]]:
     """tokenizer.json's content, its (piece, id) items and its added tokens, checked."""
+    from ckpttools.errors import ConfigError
     from ckpttools.io.fsutil import read_regular_bytes
+    from ckpttools.io.inputs import JSON_LIMITS, loads_json
 
     def bad(what: str) -> TokenizerError:
         return TokenizerError(f"{p}: not a usable Hugging Face tokenizer.json ({what})", path=p)
 
     try:
-        tok = json.loads(read_regular_bytes(p).decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise bad("not UTF-8 JSON") from None
+        tok = loads_json(read_regular_bytes(p, JSON_LIMITS["tokenizer"]), str(p))
+    except ConfigError as e:
+        raise bad(str(e).removeprefix(f"{p}: ")) from None
     model = tok.get("model") if isinstance(tok, dict) else None
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, dict):

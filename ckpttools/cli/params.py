@@ -1,0 +1,102 @@
+"""The CLI's numeric parameter types: every numeric option of every command is one of these.
+
+Each is finite, of its kind (whole number or not), inside a stated range, and a bad value
+is one usage error naming the bound (exit 2). The checks themselves are the library's
+(:func:`ckpttools.io.inputs.check_number`), so a library caller gets the same bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ckpttools.formats.config import MAX_VOCAB_SIZE
+from ckpttools.io.inputs import check_number
+
+__all__ = [
+    "Bounded",
+    "PORT",
+    "SECONDS",
+    "PROMPTS",
+    "NEW_TOKENS",
+    "STEPS",
+    "TOPK",
+    "TP",
+    "VOCAB",
+    "SHOW",
+    "TEMPERATURE",
+    "ACCEPT_LEN",
+    "MAX_CONCURRENCY",
+    "levels",
+]
+
+
+class Bounded(click.ParamType):
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); whole with ``integer``."""
+
+    def __init__(
+        self, lo: float | None, hi: float | None, *, integer: bool, lo_open: bool = False, unit: str = ""
+    ) -> None:
+        self.lo, self.hi, self.integer, self.lo_open, self.unit = lo, hi, integer, lo_open, unit
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None:
+            return None
+        name = _flag(param)
+        try:
+            return check_number(
+                value, name, lo=self.lo, hi=self.hi, integer=self.integer, lo_open=self.lo_open, unit=self.unit
+            )
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str | None:
+        lo = "" if self.lo is None else f"{self.lo:g}"
+        hi = "" if self.hi is None else f"{self.hi:g}"
+        return f"{'INTEGER' if self.integer else 'NUMBER'} {'(' if self.lo_open else '['}{lo}-{hi}]"
+
+
+def _flag(param: click.Parameter | None) -> str:
+    if param is None:
+        return "the value"
+    longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+    return (longs or list(getattr(param, "opts", [])) or [param.name or "the value"])[0]
+
+
+#: a TCP port
+PORT = Bounded(1, 65535, integer=True)
+#: a wait, in seconds: more than 0, at most a week
+SECONDS = Bounded(0, 7 * 86400, integer=False, lo_open=True, unit="s")
+#: how many prompts: at most the size of any real prompt set we would send one by one
+PROMPTS = Bounded(1, 100_000, integer=True)
+#: tokens to generate per request
+NEW_TOKENS = Bounded(1, 1 << 20, integer=True)
+#: EAGLE draft steps (SGLang and vLLM take small numbers; 64 is far past any useful one)
+STEPS = Bounded(1, 64, integer=True)
+TOPK = Bounded(1, 64, integer=True)
+#: tensor-parallel size
+TP = Bounded(1, 1024, integer=True)
+VOCAB = Bounded(1, MAX_VOCAB_SIZE, integer=True)
+SHOW = Bounded(0, 1_000_000, integer=True)
+#: sampling temperature (0: greedy)
+TEMPERATURE = Bounded(0, 100, integer=False)
+#: tokens per verify step: at least 1, at most steps + 1 (checked against --steps by the command)
+ACCEPT_LEN = Bounded(1, 65, integer=False)
+#: the most requests in flight at one level
+MAX_CONCURRENCY = 1024
+
+
+def levels(text: str, flag: str = "--concurrency") -> list[int]:
+    """A comma list of concurrency levels, each a whole number in [1, MAX_CONCURRENCY]."""
+    parts = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not parts or len(parts) > 32:
+        raise click.BadParameter(f"{text!r}: give 1 to 32 whole numbers, e.g. 1 or 1,8", param_hint=flag)
+    out = []
+    for x in parts:
+        try:
+            out.append(int(check_number(x, flag, lo=1, hi=MAX_CONCURRENCY, integer=True)))
+        except ValueError as e:
+            raise click.BadParameter(f"{e}", param_hint=flag) from None
+    return out
