@@ -401,3 +401,21 @@ def test_the_offline_engine_measures_context_bins_and_refuses_what_it_cannot_mea
     ):
         r = CliRunner().invoke(cli, [*base, *extra])
         assert r.exit_code == 2 and f"{name}: not measured by --engine torch" in r.stderr, (extra, r.output)
+
+
+def test_a_server_that_dies_is_said_to_have_died_and_its_log_kept(tmp_path, prompts_file):
+    """A launched server killed during the run (here: a stand-in for sglang.launch_server that
+    SIGKILLs itself on the first request, as the OOM killer does) is named as dead, with its
+    exit code and its log's last lines; the log stays."""
+    fake = tmp_path / "fakepy"
+    fake.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO / "tests" / "fake_engine"}" exec "{sys.executable}" "$@"\n')
+    fake.chmod(0o755)
+    tp, dp = build_known_pair(tmp_path / "pair")
+    log = tmp_path / "logs" / "server.log"
+    argv = ["verify", "--launch", "--engine", "sglang", "--target", str(tp), "--drafter", str(dp)]
+    argv += ["--prompts", prompts_file, "--num-prompts", "2", "--engine-python", str(fake), "--log", str(log)]
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 2, r.output
+    assert "the sglang server died during the run, exit code -9 (killed: out of memory?)" in r.stderr
+    assert "CUDA out of memory" in r.stderr and "cannot connect" not in r.stderr
+    assert "CUDA out of memory" in log.read_text()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -544,3 +546,27 @@ def test_a_two_layer_drafter_moves_between_the_engines_layouts(tmp_path):
     with_live_attention(Path(dr))
     vr = Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output)
     _probe_equals_vllm(tmp_path, tr, vr, probe_drafter=dr)  # the probe reads the SGLang layout
+
+
+def test_the_readme_vllm_demo_fits_a_24_gib_machine(tmp_path):
+    """`ckpt demo --engine vllm --engine-python .venv-vllm/bin/python`, exactly as the README
+    prints it (no VLLM_CPU_KVCACHE_SPACE in the environment): the demo sizes vLLM's KV cache
+    itself, and tells the same story."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
+    r = subprocess.run(
+        [sys.executable, "-m", "ckpttools", "demo", "--engine", "vllm", "--engine-python", VLLM_PY],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    m = re.search(
+        r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout
+    )
+    assert m, r.stdout
+    matched, naive, remapped, b = map(float, m.groups())
+    assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1

@@ -665,6 +665,8 @@ def _check_before_launch(spec: Any, quiet: bool = False) -> None:
         raise err
     from ckpttools.io.fsutil import note
 
+    for w in [f for f in rep.findings if f.severity == "warning"] if rep is not None else []:
+        note(f"validate warns before the load: {w.location}: {w.message}" + (f" ({w.hint})" if w.hint else ""))
     note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
 
 
