@@ -32,7 +32,7 @@ from ckpttools.errors import (
     UnsafePathError,
 )
 
-__version__ = "0.1.0"
+from ckpttools.io.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from ckpttools.formats.flavor import detect_flavor

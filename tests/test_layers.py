@@ -12,14 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "ckpttools"
 
 #: the layers, lowest first; a module may import its own layer and those below it
-LAYERS = ["errors", "schemas", "io", "formats", "vocab", "engines", "ops", "demo", "cli"]
+LAYERS = ["errors", "schemas", "io", "formats", "vocab", "engines", "ops", "demo", "cli", "root"]
 
 
 def _layer(module: str) -> str | None:
+    """The layer a module is in; the package root (``import ckpttools``, ``from ckpttools import
+    X``) is the top layer: it re-exports everything, so nothing inside may import it."""
     parts = module.split(".")
-    if parts[0] != "ckpttools" or len(parts) < 2:
+    if parts[0] != "ckpttools":
         return None
-    return parts[1]
+    return parts[1] if len(parts) >= 2 and parts[1] != "__main__" else "root"
 
 
 def _imports(path: Path) -> list[str]:

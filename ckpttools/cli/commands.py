@@ -10,6 +10,7 @@ Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadab
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -105,16 +106,25 @@ def _usage_error(e: click.UsageError) -> None:
 def _notes_to_stderr() -> None:
     """What the library said on the side (stale temporaries removed, ...) goes to stderr as a
     note, with each parameter it names written as the running command's flag."""
-    from ckpttools.errors import render_params
-    from ckpttools.io.fsutil import set_note_sink
+    import logging
 
-    def sink(msg: str) -> None:
+    log = logging.getLogger("ckpttools")
+    if not any(isinstance(h, _NoteHandler) for h in log.handlers):
+        log.addHandler(_NoteHandler())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+class _NoteHandler(logging.Handler):
+    """The library's log records as ``ckpt: note:`` lines, each parameter named as its flag."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from ckpttools.errors import render_params
+
         ctx = click.get_current_context(silent=True)
         root = ctx.find_root() if ctx is not None else None
         flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
-        click.echo(f"ckpt: note: {render_params(msg, flag)}", err=True)
-
-    set_note_sink(sink)
+        click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})

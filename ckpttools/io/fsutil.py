@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
@@ -27,7 +26,6 @@ __all__ = [
     "rename_noreplace",
     "rename_exchange",
     "kill_point",
-    "set_note_sink",
     "MAX_SIDE_FILE_BYTES",
 ]
 
@@ -144,25 +142,10 @@ def _remove(p: Path) -> None:
             pass
 
 
-_note_sink: Callable[[str], None] | None = None
-
-
-def set_note_sink(sink: Callable[[str], None] | None) -> None:
-    """Send notes (what a run cleaned up) to ``sink`` instead of the ``ckpttools`` logger.
-
-    The CLI points it at stderr; library users get the logger.
-    """
-    global _note_sink
-    _note_sink = sink
-
-
 def _note(msg: str) -> None:
-    if _note_sink is not None:
-        _note_sink(msg)
-        return
-    import logging  # only when there is something to say
+    import logging
 
-    logging.getLogger("ckpttools").warning(msg)
+    logging.getLogger("ckpttools").info(msg)
 
 
 def clean_stale_temporaries(dest: str | Path) -> list[str]:
@@ -265,5 +248,7 @@ def rename_exchange(a: str | Path, b: str | Path) -> bool:
 
 
 def note(msg: str) -> None:
-    """Say something on the side (the CLI prints it to stderr; library users get the logger)."""
+    """Say something on the side, through ``logging.getLogger("ckpttools")`` at INFO level (the
+    CLI installs a handler that prints it as ``ckpt: note: ...``; a library user configures
+    logging as they like)."""
     _note(msg)

@@ -61,7 +61,7 @@ def make_manifest(
         hashes: precomputed digests by path string (see :func:`file_digest`; computed
             here for the rest).
     """
-    from ckpttools import __version__
+    from ckpttools.io.version import __version__
 
     hashes = dict(hashes or {})
     files = {}

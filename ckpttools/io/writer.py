@@ -47,6 +47,7 @@ __all__ = [
     "CheckpointWriter",
     "parse_size",
     "copy_side_files",
+    "side_file_verdict",
     "WEIGHT_FILE_SUFFIXES",
 ]
 
@@ -494,21 +495,38 @@ class CheckpointWriter:
             raise
 
 
-#: files that hold weights (never copied as side files)
-WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+#: files that hold weights or pickles (never copied as side files: an output is weights in
+#: safetensors plus what an engine reads beside them, and nothing that unpickles)
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".msgpack", ".h5")
+
+
+def side_file_verdict(p: Path, root: Path) -> str | None:
+    """Why a file beside a checkpoint's weights is not copied into an output (None: it is copied).
+
+    The one rule for every writing operation: regular files only; not the config, index or
+    manifest (written anew); no weights or pickles (by suffix); no hidden files; and no link
+    that leads outside the checkpoint (a link the user made may point anywhere)."""
+    if p.name in ("config.json", MANIFEST_NAME) or p.name.endswith(".index.json"):
+        return "written anew"
+    if p.name.startswith("."):
+        return "hidden"
+    if p.name.lower().endswith(WEIGHT_FILE_SUFFIXES):
+        return "weights or a pickle"
+    if p.is_symlink():
+        real, top = Path(os.path.realpath(p)), Path(os.path.realpath(root))
+        blobs = top.parent.parent / "blobs" if top.parent.name == "snapshots" else None  # the Hub cache's layout
+        if not real.is_relative_to(top) and not (blobs is not None and real.is_relative_to(blobs)):
+            return "a link that leads outside the checkpoint"
+    if not p.is_file():
+        return "not a regular file"
+    return None
 
 
 def copy_side_files(ck: Checkpoint, w: CheckpointWriter) -> list[str]:
-    """Copy tokenizer and other non-weight files (not config.json, the index or a manifest)."""
+    """Copy tokenizer and other non-weight files, chosen by :func:`side_file_verdict`."""
     copied = []
     for p in sorted(ck.root.iterdir()):
-        if (
-            p.is_file()
-            and p.name not in ("config.json", MANIFEST_NAME)
-            and not p.name.endswith(WEIGHT_FILE_SUFFIXES)
-            and not p.name.endswith(".index.json")
-            and not p.name.startswith(".")
-        ):
+        if side_file_verdict(p, ck.root) is None:
             w.add_file(p.name, p)
             copied.append(p.name)
     return copied
