@@ -1320,6 +1320,12 @@ def verify_option_cases() -> list[Case]:
         Case("chat-template-not-string", chat, 2, _chat_tok([1, 2])),
         Case("chat-template-list-no-default", chat, 2, _chat_tok([{"name": "tool_use", "template": "x"}])),
         Case("chat-template-huge", chat, 2, _chat_tok("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}")),
+        Case(
+            "chat-template-endless",
+            chat,
+            2,
+            _chat_tok("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
+        ),
         Case("chat-template-unsafe", chat, 2, _chat_tok("{{ ''.__class__.__mro__[1].__subclasses__() }}")),
     ]
     return out

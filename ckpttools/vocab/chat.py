@@ -74,7 +74,7 @@ def load_chat_template(path: str | Path) -> Callable[[list[dict[str, str]]], str
     def render(messages: list[dict[str, str]]) -> str:
         try:
             with _deadline(_RENDER_SECONDS):
-                text = template.render(messages=messages, add_generation_prompt=True, **special)
+                text = _bounded_render(template, messages=messages, add_generation_prompt=True, **special)
         except TokenizerError:
             raise
         except _RenderTimeout:
@@ -85,7 +85,7 @@ def load_chat_template(path: str | Path) -> Callable[[list[dict[str, str]]], str
             raise TokenizerError(
                 f"{d}: the chat template failed on the messages ({e.__class__.__name__}: {str(e)[:200]})", path=d
             ) from None
-        if len(text) > _RENDER_MAX_CHARS:
+        if text is None:
             raise TokenizerError(f"{d}: the chat template rendered more than {_RENDER_MAX_CHARS} characters", path=d)
         return text
 
@@ -94,6 +94,17 @@ def load_chat_template(path: str | Path) -> Callable[[list[dict[str, str]]], str
 
 _RENDER_SECONDS = 10
 _RENDER_MAX_CHARS = 16 << 20
+
+
+def _bounded_render(template: Any, **kw: Any) -> str | None:
+    """The template's text, streamed (None past ``_RENDER_MAX_CHARS``: never held whole)."""
+    parts, n = [], 0
+    for chunk in template.generate(**kw):
+        n += len(chunk)
+        if n > _RENDER_MAX_CHARS:
+            return None
+        parts.append(chunk)
+    return "".join(parts)
 
 
 class _RenderTimeout(Exception):
