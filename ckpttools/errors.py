@@ -31,6 +31,7 @@ __all__ = [
     "HubError",
     "OutputExistsError",
     "ServerError",
+    "ImpossibleFiguresError",
 ]
 
 #: the command ran and found nothing wrong
@@ -177,3 +178,13 @@ class ServerError(CkptError, ConnectionError):
     """A serving engine could not be reached or answered badly."""
 
     default_hint = "check that the server is up and the URL is right"
+
+
+class ImpossibleFiguresError(ServerError):
+    """A server reported figures no run can produce (more verify steps than tokens, more
+    accepted drafts than proposed ones, NaN...). One such request makes the whole run an
+    error: its other figures cannot be trusted either."""
+
+    #: the run stops with this error (a failed request is otherwise kept apart and the run goes on)
+    fatal = True
+    default_hint = "the server's counters are broken: report it to the engine, and measure on another build"

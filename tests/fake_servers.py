@@ -123,6 +123,84 @@ def meta_0517(completion: int, verify: int, correct: int, steps: int = 3) -> dic
     }
 
 
+#: the transport misbehaviours a mode name can end with (``sg-trickle``, ``sg-info-gzip``, ...)
+HOSTILE = ("trickle", "endless", "redirect-loop", "gzip", "html", "truncated", "reset-once")
+
+
+def hostile_reply(h: Any, kind: str, state: dict[str, int] | None = None, key: str = "") -> bool:
+    """Answer the request the hostile way ``kind`` names; False when ``kind`` is none of them.
+
+    trickle: one byte per 0.5 s, for two minutes; endless: no Content-Length, bytes until the
+    client hangs up; redirect-loop: 302 to itself; gzip: Content-Encoding gzip over garbage;
+    html: a 200 login page; truncated: a Content-Length of 5000 and 40 bytes, then close;
+    reset-once: the first request of this key is answered 503 (a retry then succeeds).
+    """
+    try:
+        if kind == "trickle":
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", "1000000")
+            h.end_headers()
+            for _ in range(240):
+                h.wfile.write(b" ")
+                h.wfile.flush()
+                time.sleep(0.5)
+        elif kind == "endless":
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(b'{"meta_info": [')
+            chunk = b"1," * (32 << 10)
+            for _ in range(1 << 16):  # 4 GiB at most
+                h.wfile.write(chunk)
+        elif kind == "redirect-loop":
+            h.send_response(302)
+            h.send_header("Location", h.path)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        elif kind == "gzip":
+            body = b"\x1f\x8b\x08\x00 this is not gzip at all" * 4
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Encoding", "gzip")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        elif kind == "html":
+            body = b"<!DOCTYPE html><html><body>Please log in to the proxy</body></html>"
+            h.send_response(200)
+            h.send_header("Content-Type", "text/html")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        elif kind == "truncated":
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", "5000")
+            h.end_headers()
+            h.wfile.write(b'{"meta_info": {"completion_tokens": 8, "sp')
+            h.wfile.flush()
+            h.close_connection = True
+        elif kind == "reset-once" and state is not None and not state.get(key):
+            state[key] = 1
+            h.send_response(503)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        else:
+            return False
+    except (BrokenPipeError, ConnectionResetError):
+        h.close_connection = True
+    return True
+
+
+def _hostile_kind(mode: str, where: str) -> str | None:
+    """The hostile kind of ``mode`` for a request to ``where`` (``""``: the main request)."""
+    prefix = f"{mode.split('-', 1)[0]}-{where + '-' if where else ''}"
+    rest = mode.removeprefix(prefix) if mode.startswith(prefix) else None
+    return rest if rest in HOSTILE else None
+
+
 class MisbehavingServer:
     """One local server, many misbehaviours: the first path segment picks one.
 
@@ -139,6 +217,7 @@ class MisbehavingServer:
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
+        self.seen: dict[str, int] = {}
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -161,8 +240,18 @@ class MisbehavingServer:
 
             def do_GET(self) -> None:
                 mode, path = self._mode()
+                if _hostile_kind(mode, "") == "redirect-loop" and path in ("/generate", "/v1/completions"):
+                    hostile_reply(self, "redirect-loop")  # a redirected POST comes back as a GET
+                    return None
                 if mode.startswith("vl-"):
                     return outer.vllm_get(self, mode, path)
+                kind = _hostile_kind(mode, "info")
+                if (
+                    path in ("/server_info", "/get_server_info")
+                    and kind
+                    and hostile_reply(self, kind, outer.seen, mode)
+                ):
+                    return None
                 if path in ("/server_info", "/get_server_info"):
                     info: Any = {
                         "speculative_algorithm": "EAGLE3",
@@ -188,6 +277,9 @@ class MisbehavingServer:
                 if mode.startswith("vl-"):
                     return outer.vllm_post(self, mode, path)
                 meta: Any = dict(outer.GOOD_META)
+                kind = _hostile_kind(mode, "")
+                if kind and kind != "reset-once" and hostile_reply(self, kind):
+                    return None
                 if mode == "sg-500":
                     return self._send(500, '{"error": "boom"}')
                 if mode == "sg-timeout":
@@ -218,6 +310,19 @@ class MisbehavingServer:
                     meta["spec_accept_histogram"] = "x"
                 elif mode == "sg-bool":
                     meta["spec_verify_ct"] = True
+                elif mode == "sg-steps-gt-tokens":  # 9 verify steps for 8 tokens (accept length 1.44: in range)
+                    meta["spec_verify_ct"] = 9
+                elif mode == "sg-hist-long":  # 7 bins for 3 draft steps
+                    meta["spec_accept_histogram"] = [1, 1, 1, 1, 0, 0, 0]
+                elif mode == "sg-acc-gt-prop":
+                    meta["spec_num_proposed_drafts"] = 2
+                elif mode == "sg-zero-tokens":  # 4 verify steps that made no token
+                    meta["completion_tokens"] = 0
+                elif mode == "sg-nan":  # JSON has no infinity: 1e999 is refused as malformed
+                    body = json.dumps({"output_ids": [1] * 8, "meta_info": meta}).replace(
+                        '"spec_verify_ct": 4', '"spec_verify_ct": 1e999'
+                    )
+                    return self._send(200, body)
                 self._send(200, json.dumps({"output_ids": [1] * 8, "meta_info": meta}))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -225,6 +330,10 @@ class MisbehavingServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def vllm_get(self, h: Any, mode: str, path: str) -> None:
+        for where, p in (("models", "/v1/models"), ("metrics", "/metrics")):
+            kind = _hostile_kind(mode, where)
+            if path == p and kind and hostile_reply(h, kind, self.seen, mode):
+                return None
         if path == "/v1/models":
             return h._send(200, '{"data": []}' if mode == "vl-no-model" else '{"data": [{"id": "target"}]}')
         if path == "/metrics":
@@ -250,8 +359,19 @@ class MisbehavingServer:
         return h._send(404, "{}")
 
     def vllm_post(self, h: Any, mode: str, path: str) -> None:
+        kind = _hostile_kind(mode, "")
+        if kind and kind != "reset-once" and hostile_reply(h, kind):
+            return None
         self.counters[mode] = self.counters.get(mode, 0.0) + 4
         usage: Any = {"completion_tokens": 12}
+        spec = {"num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 8}
+        if mode in ("vl-steps-gt-tokens", "vl-acc-gt-prop", "vl-per-request-ok"):
+            if mode == "vl-steps-gt-tokens":
+                spec["num_spec_steps"] = 20
+            elif mode == "vl-acc-gt-prop":
+                spec["num_accepted_draft_tokens"] = 13
+            body = {"choices": [{"text": "x"}], "usage": usage, "metrics": {"speculative_decoding": spec}}
+            return h._send(200, json.dumps(body))
         if mode == "vl-usage-string":
             usage = {"completion_tokens": "twelve"}
         elif mode == "vl-usage-list":

@@ -37,6 +37,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from tests.fake_servers import hostile_reply
+
+
+#: hostile modes of a repo: ``listing-*`` break the file list (/api/models), ``range-*`` every
+#: range read of an LFS file, ``rows-*`` only range reads past the safetensors header (tensor rows)
+TRANSPORT = ("trickle", "endless", "redirect-loop", "gzip", "html", "truncated")
+MODES = (
+    *(f"listing-{k}" for k in (*TRANSPORT, "malformed", "bad-sha", "bad-size", "not-object", "reset-once")),
+    *(f"range-{k}" for k in (*TRANSPORT, "wrong-offset", "bad-header", "short", "ignored", "reset-once")),
+    *(f"rows-{k}" for k in ("wrong-offset", "short", "bad-header", "trickle")),
+)
+
 
 @dataclass
 class Repo:
@@ -46,6 +58,8 @@ class Repo:
     status: int = 200  # 401 (private) or 403 (gated) for every request
     token: str | None = None  # when set, a request without "Bearer <token>" gets 401
     missing: frozenset[str] = frozenset()  # listed by the API but answered 404 (deleted since)
+    #: a hostile way to answer (see MODES); "" answers as the Hub does
+    mode: str = ""
     _meta: dict[str, tuple[int, str, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +131,8 @@ class LocalHub:
     requests: list[str] = field(default_factory=list)
     #: every file body sent: (repo, path, first byte, length)
     reads: list[tuple[str, str, int, int]] = field(default_factory=list)
+    #: per-key state of the hostile modes (reset-once)
+    seen: dict[str, int] = field(default_factory=dict)
 
     def reset_counts(self) -> None:
         self.bytes_served = 0
@@ -238,6 +254,8 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(m[1], m[2])
             if repo is None:
                 return
+            if repo.mode.startswith("listing-") and self._listing_hostile(repo, repo.mode.removeprefix("listing-")):
+                return
             blobs = q.get("blobs", ["false"])[0].lower() == "true"
             siblings = []
             for f in sorted(repo.files):
@@ -248,6 +266,19 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
                         s["lfs"] = {"sha256": repo.sha256(f), "size": repo.size(f), "pointerSize": 134}
                 siblings.append(s)
             self._json({"id": m[1], "modelId": m[1], "sha": repo.commit, "private": False, "siblings": siblings})
+
+        def _listing_hostile(self, repo: Repo, kind: str) -> bool:
+            if kind == "malformed":
+                self._json({"id": "x", "sha": repo.commit, "siblings": "model.safetensors"})
+            elif kind == "bad-sha":
+                self._json({"id": "x", "sha": "main; rm -rf /", "siblings": []})
+            elif kind == "bad-size":
+                self._json({"sha": repo.commit, "siblings": [{"rfilename": "model.safetensors", "size": "big"}]})
+            elif kind == "not-object":
+                self._json([1, 2, 3])
+            else:
+                return hostile_reply(self, kind, hub.seen, f"listing {repo.commit}")
+            return True
 
         def _tree(self, m: re.Match, q: dict[str, list[str]]) -> None:
             repo = self._repo(m[1], m[2])
@@ -319,6 +350,8 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
             size = repo.size(name)
             rng = self.headers.get("Range")
             r = re.match(r"bytes=(\d+)-(\d*)$", rng or "")
+            if r and repo.mode and repo.is_lfs(name) and self.command == "GET" and self._range_hostile(repo, name, r):
+                return None
             if r and int(r[1]) < size:
                 a = int(r[1])
                 b = min(int(r[2]) if r[2] else size - 1, size - 1)
@@ -335,6 +368,31 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
             with hub._lock:
                 hub.reads.append((repo_id, name, 0, size))
             self._reply(200, repo.read(name, 0, size - 1), hdr)
+
+        def _range_hostile(self, repo: Repo, name: str, r: re.Match) -> bool:
+            """Answer a range read the hostile way the repo's mode says (False: answer it right)."""
+            group, _, kind = repo.mode.partition("-")
+            size = repo.size(name)
+            a = int(r[1])
+            b = min(int(r[2]) if r[2] else size - 1, size - 1)
+            if group == "rows":
+                head = repo.read(name, 0, 7)
+                if a < 8 + int.from_bytes(head, "little"):
+                    return False
+            elif group != "range":
+                return False
+            if kind == "wrong-offset":  # an honest Content-Range for the wrong bytes
+                a2, b2 = min(a + 16, size - 1), min(b + 16, size - 1)
+                body = repo.read(name, a2, b2)
+                return self._reply(206, body, {"Content-Range": f"bytes {a2}-{b2}/{size}"}) or True
+            if kind == "bad-header":
+                return self._reply(206, repo.read(name, a, b), {"Content-Range": f"bytes */{size}"}) or True
+            if kind == "short":  # the right Content-Range, half the bytes
+                body = repo.read(name, a, b)[: max(1, (b + 1 - a) // 2)]
+                return self._reply(206, body, {"Content-Range": f"bytes {a}-{b}/{size}"}) or True
+            if kind == "ignored":  # 200 with the whole file: allowed, read as far as needed
+                return self._reply(200, repo.read(name, 0, size - 1)) or True
+            return hostile_reply(self, kind, hub.seen, f"range {self.path}")
 
         def do_HEAD(self) -> None:
             self._route()

@@ -4,11 +4,14 @@ paths, from the case's own directory. One parametrized test per case, plus the t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
 from tests.corpus import Outcome, all_cases, build_base, run_case
+from tests.corpus_net import hub_repos
 from tests.fake_servers import MisbehavingServer
+from tests.local_hub import LocalHub
 
 CASES = all_cases()
 
@@ -18,10 +21,13 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     base = tmp_path_factory.mktemp("corpus-base")
     build_base(base)
     work = tmp_path_factory.mktemp("corpus-work")
-    with MisbehavingServer() as srv:
-        subst = {"{srv}": srv.url, "{srvhostport}": srv.url.removeprefix("http://")}
+    with MisbehavingServer() as srv, LocalHub(hub_repos(base)) as hub:
+        subst = {"{srv}": srv.url, "{srvhostport}": srv.url.removeprefix("http://"), "{hub}": hub.url}
+        home = str(tmp_path_factory.mktemp("hub-home"))
+        env = lambda c: {k: v.replace("{hub}", hub.url).replace("{hubhome}", home) for k, v in c.env.items()}  # noqa: E731
+        cases = [replace(c, env=env(c)) for c in CASES]
         with ThreadPoolExecutor(max_workers=4) as pool:
-            res = list(pool.map(lambda c: run_case(c, base, work, subst), CASES))
+            res = list(pool.map(lambda c: run_case(c, base, work, subst), cases))
     return {o.case.name: o for o in res}
 
 

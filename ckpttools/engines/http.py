@@ -5,13 +5,13 @@ and every result says which fields it was computed from.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpttools.errors import ServerError, opt
+from ckpttools.errors import CkptError, ImpossibleFiguresError, ServerError, opt
+from ckpttools.io.net import NetClient, NetResponse, parse_url
 
 __all__ = [
     "Prompt",
@@ -109,22 +109,57 @@ def _count(d: dict[str, Any], key: str) -> int | None:
 
 
 def check_figures(r: RequestResult, steps: int | None) -> None:
-    """Refuse figures no server can produce: accept length outside [1, steps + 1].
+    """Refuse figures no server can produce: accept length outside [1, steps + 1], more verify
+    steps than completion tokens, a histogram longer than steps + 1, more accepted drafts than
+    proposed ones, or a value that is not finite.
 
     The completion_tokens / spec_verify_ct fallback counts the prefill token too, so it
     may run one token over per request.
 
     Raises:
-        ServerError
+        ImpossibleFiguresError: one such request makes the whole run an error.
     """
+    _check_consistent(r, steps)
     if r.accept_length is None or r.verify_steps is None:
         return
     hi = None if steps is None else steps + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
     if r.accept_length < 1 or (hi is not None and r.accept_length > hi + 1e-9):
         limit = f"[1, {steps + 1}] for {steps} draft steps" if steps is not None else "at least 1"
-        raise ServerError(
+        raise ImpossibleFiguresError(
             f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) must lie in {limit}"
         )
+
+
+def _check_consistent(r: RequestResult, steps: int | None) -> None:
+    """The figures of one request agree with each other (counter deltas of a shared server excepted)."""
+
+    def bad(what: str) -> ImpossibleFiguresError:
+        return ImpossibleFiguresError(f"impossible figures from the server for request {r.index}: {what}")
+
+    for name in ("accept_length", "latency_s"):
+        v = getattr(r, name)
+        if v is not None and not math.isfinite(v):
+            raise bad(f"{name} is {v}, not a finite number")
+    per_request = "delta" not in r.source
+    if per_request and r.verify_steps is not None and r.verify_steps > r.completion_tokens:
+        raise bad(f"{r.verify_steps} verify steps for {r.completion_tokens} completion tokens (each step makes one)")
+    if r.histogram is not None and steps is not None and len(r.histogram) > steps + 1:
+        raise bad(f"an acceptance histogram of {len(r.histogram)} bins for {steps} draft steps (at most {steps + 1})")
+    if r.accepted_drafts is not None and r.proposed_drafts is not None and r.accepted_drafts > r.proposed_drafts:
+        raise bad(f"{r.accepted_drafts} accepted drafts of {r.proposed_drafts} proposed")
+
+
+def _net(client: Any) -> NetClient:
+    """The client to send through: ``client`` itself, or (for any other object) a shared default one."""
+    global _DEFAULT
+    if isinstance(client, NetClient):
+        return client
+    if _DEFAULT is None:
+        _DEFAULT = NetClient()
+    return _DEFAULT
+
+
+_DEFAULT: NetClient | None = None
 
 
 def _request(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
@@ -133,28 +168,13 @@ def _request(client: Any, method: str, url: str, what: str, body: dict[str, Any]
     resp = _send(client, method, url, what, body)
     if resp.status_code >= 400:
         raise ServerError(f"{url}: HTTP {resp.status_code} for {what}: {resp.text[:300]}", url=url)
-    try:
-        return resp.json()
-    except (json.JSONDecodeError, ValueError):
-        raise ServerError(f"{url}: {what} answered with malformed JSON: {resp.text[:120]!r}", url=url) from None
+    return resp.json()
 
 
-def _send(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Any:
-    """One HTTP request; every transport failure becomes a ServerError saying which."""
-    import httpx
-
-    try:
-        return client.request(method, url, json=body)
-    except httpx.ConnectError as e:
-        raise ServerError(
-            f"{url}: cannot connect ({e})", url=url, hint="is the server up, and is the URL right?"
-        ) from None
-    except httpx.TimeoutException:
-        raise ServerError(
-            f"{url}: {what} timed out", url=url, hint=f"raise {opt('timeout')} or lower {opt('max_new_tokens')}"
-        ) from None
-    except (httpx.HTTPError, httpx.InvalidURL) as e:  # closed mid-response, bad redirects, ...
-        raise ServerError(f"{url}: {what} failed ({e.__class__.__name__}: {e})", url=url) from None
+def _send(client: Any, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> NetResponse:
+    """One HTTP request through the network client (total deadline, capped answer); every
+    transport failure becomes one ServerError saying which."""
+    return _net(client).request(method, url, json=body, what=what, where=url)
 
 
 class SGLangClient:
@@ -174,10 +194,7 @@ class SGLangClient:
                 resp = _send(self.client, "GET", self.url + "/get_server_info", "/get_server_info")
             if resp.status_code >= 400:
                 raise ServerError(f"{self.url}/server_info: HTTP {resp.status_code}", url=self.url)
-            try:
-                info = resp.json()
-            except ValueError:
-                raise ServerError(f"{self.url}/server_info is not JSON", url=self.url) from None
+            info = resp.json()
             if not isinstance(info, dict) or not info:
                 raise ServerError(
                     f"{self.url}/server_info is {str(info)[:80]!r}, not an object of server settings", url=self.url
@@ -214,11 +231,9 @@ class SGLangClient:
         return nums[0] if nums else None
 
     def flush_cache(self) -> None:
-        import httpx
-
         try:
-            self.client.post(self.url + "/flush_cache")
-        except httpx.HTTPError:
+            _send(self.client, "POST", self.url + "/flush_cache", "/flush_cache")
+        except ServerError:
             pass  # best effort: a busy server refuses, and the measurement does not depend on it
 
     def run(self, i: int, p: Prompt, max_new_tokens: int, temperature: float, ignore_eos: bool) -> RequestResult:
@@ -355,8 +370,13 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
     Its histogram counts verify steps by accepted drafts, bonus token excluded."""
     steps, acc = _count(spec, "num_spec_steps"), _count(spec, "num_accepted_draft_tokens")
     hist = spec.get("acceptance_histogram")
-    if steps is None or acc is None or acc > (_count(spec, "num_draft_tokens") or 0):
-        raise ServerError("vLLM's metrics.speculative_decoding is incomplete or impossible")
+    if steps is None or acc is None:
+        raise ServerError("vLLM's metrics.speculative_decoding is incomplete")
+    if acc > (_count(spec, "num_draft_tokens") or 0):
+        raise ImpossibleFiguresError(
+            f"impossible figures from vLLM: {acc} accepted draft tokens of {_count(spec, 'num_draft_tokens') or 0} "
+            "proposed (metrics.speculative_decoding)"
+        )
     r.proposed_drafts = _count(spec, "num_draft_tokens")
     if steps > 0:
         r.verify_steps, r.accepted_drafts = steps, acc
@@ -373,14 +393,12 @@ def check_url(url: str) -> str:
     Raises:
         ServerError
     """
-    import httpx
-
     hint = "give the server's URL with its scheme, e.g. http://127.0.0.1:30000"
     try:
-        u = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError) as e:
+        scheme, host = parse_url(url)
+    except ValueError as e:
         raise ServerError(f"{url!r} is not a URL ({e})", url=url, hint=hint) from None
-    if u.scheme not in ("http", "https") or not u.host:
+    if scheme not in ("http", "https") or not host:
         raise ServerError(f"{url!r} is not an http(s) URL with a host", url=url, hint=hint)
     return url.rstrip("/")
 
@@ -395,7 +413,7 @@ def detect_engine(url: str, client: Any) -> str:
             try:
                 if isinstance(resp.json(), dict):
                     return "sglang"
-            except ValueError:
+            except CkptError:
                 pass
     resp = _send(client, "GET", base + "/metrics", "/metrics")
     if resp.status_code == 200 and "vllm:" in resp.text:

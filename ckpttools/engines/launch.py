@@ -147,8 +147,9 @@ class RunningServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RunningServer:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
+        from ckpttools.io.guard import open_log
+
+        log = open_log(self.log_path, [self.spec.target, self.spec.drafter])
         log.write(("$ " + " ".join(self.cmd) + "\n").encode())
         log.flush()
         self.proc = subprocess.Popen(
@@ -169,9 +170,13 @@ class RunningServer:
             return ""
 
     def wait_ready(self, client: Any) -> float:
-        """Poll /health until 200; raise ServerError with the log's tail if it dies or times out."""
-        import httpx
+        """Poll /health until 200; raise ServerError with the log's tail if it dies or times out.
 
+        ``client`` is a :class:`ckpttools.io.net.NetClient` (any other object: a fresh one is used)."""
+        from ckpttools.io.net import NetClient, Wording
+
+        net = client if isinstance(client, NetClient) else NetClient(retries=0)
+        quiet = Wording(connect="{where}: not up yet", timeout="{where}: no answer yet")
         t0 = time.monotonic()
         url = self.spec.url + "/health"
         while True:
@@ -183,9 +188,14 @@ class RunningServer:
                     hint=f"read {self.log_path}; check the engine is installed for {self.spec.python}",
                 )
             try:
-                if client.get(url, timeout=5).status_code == 200:
+                if (
+                    net.request(
+                        "GET", url, deadline=5.0, max_bytes=1 << 20, what="/health", wording=quiet, retries=0
+                    ).status
+                    == 200
+                ):
                     return time.monotonic() - t0
-            except httpx.HTTPError:
+            except ServerError:
                 pass
             if time.monotonic() - t0 > self.spec.ready_timeout:
                 raise ServerError(

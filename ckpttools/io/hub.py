@@ -5,9 +5,15 @@ when a command copies every byte (and then through huggingface_hub's cache too).
 What is honoured, as huggingface_hub itself does: ``HF_ENDPOINT``, ``HF_TOKEN`` and the
 stored login, ``HF_HUB_OFFLINE=1`` (only the caches), ``HF_HUB_DOWNLOAD_TIMEOUT``.
 
+Every request ckpttools itself makes (the file list, range reads) goes through
+:mod:`ckpttools.io.net`: each read waits at most ``HF_HUB_DOWNLOAD_TIMEOUT``, each request
+at most ``CKPT_HUB_DEADLINE`` seconds in all (default: ten times the read timeout), and a
+wrong Content-Range, a trickle, an endless or HTML body is one error (exit 2).
+
 Headers fetched once are kept in ckpttools' own cache (``$HF_HOME/ckpttools``, or
-``CKPT_CACHE``), keyed by each file's sha256 as the Hub states it, so a second run and an
-offline run read no header twice; the file list of each commit is kept beside them.
+``CKPT_CACHE``), keyed by repo, commit, path and each file's sha256 as the Hub states it,
+so a second run and an offline run read no header twice; the file list of each commit is
+kept beside them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ __all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
 _FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
 _WORKERS = 8  # range requests in flight at once
 _WHOLE_READ_LIMIT = 64 << 20  # a server that ignores Range is read this far at most
+_LISTING_LIMIT = 64 << 20  # the largest file list read from the Hub
+_HEADER_CACHE_LIMIT = 256 << 20  # the largest cached header read back (safetensors caps headers at 100 MB)
 
 
 def cache_dir() -> Path:
@@ -68,24 +76,33 @@ class HubRepo:
     # -- resolving --------------------------------------------------------------------
     @classmethod
     def resolve(cls, repo_id: str, revision: str | None = None) -> HubRepo:
-        """The commit a revision names, and its files: from the Hub, or offline from the cache."""
+        """The commit a revision names, and its files: from the Hub (one listing request through
+        :mod:`ckpttools.io.net`, with a total deadline), or offline from the cache."""
         from huggingface_hub import constants
+        from huggingface_hub.utils import build_hf_headers
+
+        from ckpttools.io.net import quote_segment
 
         if constants.HF_HUB_OFFLINE:
             return cls._from_cache(repo_id, revision)
-        from huggingface_hub import HfApi
-
+        what = f"{repo_id}{'@' + revision if revision else ''}"
+        url = f"{constants.ENDPOINT}/api/models/{repo_id}"
+        if revision:
+            url += f"/revision/{quote_segment(revision)}"
         with hub_errors(repo_id, revision):
-            timeout = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
-            info = HfApi().model_info(repo_id, revision=revision, files_metadata=True, timeout=timeout)
-        files = {}
-        for s in info.siblings or []:
-            lfs = getattr(s, "lfs", None)
-            sha = lfs.sha256 if lfs is not None else None
-            files[s.rfilename] = HubFile(s.rfilename, s.size, sha, s.blob_id)
-        if not info.sha:
-            raise HubError(f"{repo_id}: the Hub named no commit for {revision or 'main'}", url=repo_id)
-        repo = cls(repo_id, revision, info.sha, files)
+            resp = _client().get(
+                url + "?blobs=true",
+                headers=build_hf_headers(),
+                deadline=_deadline(),
+                max_bytes=_LISTING_LIMIT,
+                what="the file list",
+                where=what,
+                wording=_wording(),
+            )
+        if resp.status >= 400:
+            raise _status_error(resp, what, repo_id, revision)
+        commit, files = _parse_listing(resp.json(), what, repo_id)
+        repo = cls(repo_id, revision, commit, files)
         repo._remember()
         return repo
 
@@ -98,22 +115,23 @@ class HubRepo:
 
         d = self._record_dir()
         try:
-            (d / "refs").mkdir(parents=True, exist_ok=True)
             listing = {p: [f.size, f.sha256, f.blob_id] for p, f in self.files.items()}
             write_text(d / f"{self.commit}.json", json.dumps(listing))
             write_text(d / "refs" / _ref_name(self.revision), self.commit)
-        except OSError:  # a read-only cache costs only the offline reuse
+        except (OSError, CkptError):  # a read-only cache (or one inside an input) costs only the offline reuse
             pass
 
     @classmethod
     def _from_cache(cls, repo_id: str, revision: str | None) -> HubRepo:
         d = cache_dir() / "repos" / repo_id.replace("/", "--")
         commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
+        from ckpttools.io.inputs import read_json
+
         try:
             if commit is None:
                 commit = (d / "refs" / _ref_name(revision)).read_text().strip()
-            listing = json.loads((d / f"{commit}.json").read_text())
-        except (OSError, ValueError):
+            listing = _cached_listing(read_json(d / f"{commit}.json", "cache"))
+        except (OSError, ValueError, CkptError):
             from_hf = cls._from_hf_cache(repo_id, revision)
             if from_hf is not None:
                 return from_hf
@@ -123,8 +141,7 @@ class HubRepo:
                 path=repo_id,
                 hint="run the command once online (it caches configs and headers), or unset HF_HUB_OFFLINE",
             ) from None
-        files = {p: HubFile(p, v[0], v[1], v[2]) for p, v in listing.items()}
-        return cls(repo_id, revision, commit, files)
+        return cls(repo_id, revision, commit, listing)
 
     @classmethod
     def _from_hf_cache(cls, repo_id: str, revision: str | None) -> HubRepo | None:
@@ -163,10 +180,11 @@ class HubRepo:
 
     # -- byte ranges --------------------------------------------------------------------
     def fetch(self, path: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a file by one range request (206 expected; a server that
-        ignores the range is read only as far as needed, then the connection is closed)."""
+        """Bytes ``[start, end)`` of a file by one range request through :mod:`ckpttools.io.net`
+        (206 expected, its Content-Range and length checked; a server that ignores the range
+        is read only as far as needed, then the connection is closed)."""
         from huggingface_hub import constants, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, get_session
+        from huggingface_hub.utils import build_hf_headers
 
         if end <= start:
             return b""
@@ -177,39 +195,31 @@ class HubRepo:
                 hint="run the command once online, or unset HF_HUB_OFFLINE",
             )
         url = hf_hub_url(self.repo_id, path, revision=self.commit)
-        headers = {**build_hf_headers(), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
-        timeout = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        label = f"{self.repo_id}{'@' + self.revision if self.revision else ''}"
         with hub_errors(self.repo_id, self.revision, path):
-            with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    from huggingface_hub.utils import hf_raise_for_status
-
-                    hf_raise_for_status(r)
-                skip = start if r.status_code == 200 else 0  # the whole file came: read up to what is needed
-                if skip + (end - start) > _WHOLE_READ_LIMIT:
-                    raise HubError(
-                        f"{self.repo_id}: the server answered a range request for {path} with the whole file; "
-                        f"reading {size_text(skip + end - start)} of it to reach the bytes asked for was refused",
-                        url=self.repo_id,
-                        hint="check HF_ENDPOINT: a proxy or mirror in between may drop Range headers",
-                    )
-                buf = bytearray()
-                for chunk in r.iter_bytes():
-                    buf += chunk
-                    if len(buf) >= skip + (end - start):
-                        break
-        data = bytes(buf[skip : skip + (end - start)])
+            resp = _client().range_get(
+                url,
+                start,
+                end,
+                headers=build_hf_headers(),
+                deadline=_deadline(),
+                whole_limit=_WHOLE_READ_LIMIT,
+                what=f"{path} bytes {start}-{end - 1}",
+                where=label,
+                wording=_wording(),
+            )
+        if resp.status >= 400:
+            raise _status_error(resp, label, self.repo_id, self.revision, path)
         with self._lock:
-            self.bytes_fetched += len(buf)
+            self.bytes_fetched += resp.transferred
             self.requests += 1
-        if len(data) != end - start:
+        if len(resp.body) != end - start:
             raise CheckpointFormatError(
-                f"{self.repo_id}/{path}: asked for bytes {start}-{end - 1}, got {len(data)} bytes",
+                f"{self.repo_id}/{path}: asked for bytes {start}-{end - 1}, got {len(resp.body)} bytes",
                 path=f"{self.repo_id}/{path}",
                 hint="the file on the Hub is shorter than its header says: it is damaged",
             )
-        return data
+        return resp.body
 
     def fetch_many(self, path: str, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Several ranges of one file, ``_WORKERS`` requests in flight."""
@@ -263,22 +273,27 @@ class HubRepo:
         return h
 
     def _header_key(self, shard: str) -> Path | None:
+        """Where a shard's header is cached: keyed by repo, commit, path and the file's sha256
+        (its git blob id when the Hub gives no sha256), so no two files ever share an entry."""
+        import hashlib
+
         f = self.files.get(shard)
         if f is None or not (f.sha256 or f.blob_id):
             return None
-        key = f.sha256 or f"blob-{f.blob_id}"
-        if not re.fullmatch(r"[\w-]+", key):
-            return None
+        content = f.sha256 or f"blob-{f.blob_id}"
+        key = hashlib.sha256(json.dumps([self.repo_id, self.commit, shard, content]).encode()).hexdigest()
         return cache_dir() / "headers" / key[:2] / key
 
     def _cached_header(self, shard: str) -> ShardHeader | None:
+        from ckpttools.io.fsutil import read_regular_bytes
+
         key = self._header_key(shard)
         f = self.files.get(shard)
         if key is None or f is None or f.size is None:
             return None
         try:
-            raw = key.read_bytes()
-        except OSError:
+            raw = read_regular_bytes(key, _HEADER_CACHE_LIMIT)
+        except (OSError, CkptError):
             return None
         try:
             return parse_header(raw, f.size, self._label(shard), shard)
@@ -292,9 +307,8 @@ class HubRepo:
         if key is None:
             return
         try:
-            key.parent.mkdir(parents=True, exist_ok=True)
             write_bytes(key, raw)
-        except OSError:
+        except (OSError, CkptError):
             pass
 
     def describe(self) -> dict[str, Any]:
@@ -343,9 +357,11 @@ def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
         return None
     index = snap / "model.safetensors.index.json"
     if index.is_file():
+        from ckpttools.io.inputs import read_json
+
         try:
-            shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
-        except (OSError, ValueError, AttributeError):
+            shards = set(read_json(index, "index").get("weight_map", {}).values())
+        except (OSError, ValueError, AttributeError, TypeError, CkptError):
             return None
         return snap if shards and all((snap / s).is_file() for s in shards) else None
     return snap if any(snap.glob("*.safetensors")) else None
@@ -357,10 +373,12 @@ def _ref_name(revision: str | None) -> str:
 
 @contextmanager
 def hub_errors(repo_id: str, revision: str | None = None, path: str | None = None) -> Iterator[None]:
-    """huggingface_hub's and httpx's exceptions as ckpttools errors (exit 2), each with what to do."""
+    """huggingface_hub's and its HTTP client's exceptions as ckpttools errors (exit 2), each with what to do."""
     from huggingface_hub import errors as e
 
-    t, tr = _http_errors()
+    from ckpttools.io.net import transport_exceptions
+
+    t, tr = transport_exceptions()
     timeouts: tuple[type[BaseException], ...] = (*t, TimeoutError)
     transport: tuple[type[BaseException], ...] = (*tr, ConnectionError)
     what = f"{repo_id}{'@' + revision if revision else ''}"
@@ -409,24 +427,128 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
         ) from None
 
 
-def _http_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """Timeouts and other transport failures of the HTTP client huggingface_hub uses
-    (httpx2 in huggingface_hub 2.x, httpx in 1.x): whichever are installed."""
-    import importlib
-
-    timeouts: list[type[BaseException]] = []
-    transport: list[type[BaseException]] = []
-    for name in ("httpx2", "httpx"):
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        timeouts.append(mod.TimeoutException)
-        transport += [mod.TransportError, mod.InvalidURL]
-    return tuple(timeouts), tuple(transport)
-
-
 _OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
+
+_net_lock = threading.Lock()
+_nets: dict[float, Any] = {}
+
+
+def _client() -> Any:
+    """The process's network client for the Hub (one per read timeout: threads share its connections)."""
+    from huggingface_hub import constants
+
+    from ckpttools.io.net import NetClient
+
+    read = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    with _net_lock:
+        if read not in _nets:
+            _nets[read] = NetClient(timeout=_deadline(), connect=read, read_timeout=read, wording=_wording())
+        return _nets[read]
+
+
+def _deadline() -> float:
+    """The total deadline of one Hub request: ``CKPT_HUB_DEADLINE`` seconds, else ten times
+    ``HF_HUB_DOWNLOAD_TIMEOUT`` (which bounds each read)."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("CKPT_HUB_DEADLINE")
+    try:
+        if env:
+            v = float(env)
+            if v > 0 and v == v and v != float("inf"):
+                return v
+    except ValueError:
+        pass
+    return 10 * float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+
+
+def _wording() -> Any:
+    from ckpttools.io.net import Wording
+
+    return Wording(
+        error=HubError,
+        connect="{where}: cannot reach the Hub ({detail})",
+        connect_hint=_OFFLINE_HINT,
+        timeout="{where}: the Hub did not answer in time",
+        timeout_hint=_OFFLINE_HINT + " (or raise HF_HUB_DOWNLOAD_TIMEOUT, CKPT_HUB_DEADLINE)",
+        failed="{where}: {what}: {detail}",
+        failed_hint="check HF_ENDPOINT: a proxy or mirror in between may be mangling the Hub's answers",
+    )
+
+
+def _status_error(resp: Any, what: str, repo_id: str, revision: str | None, path: str | None = None) -> CkptError:
+    """An error answer of the Hub (401, 403, 404 with its X-Error-Code, ...) as one ckpttools error."""
+    status, code = resp.status, resp.headers.get("x-error-code", "")
+    if status == 401:
+        return _login(what, repo_id)
+    if status == 403:
+        return _denied(what, repo_id)
+    if status == 404 and code == "RevisionNotFound":
+        return CheckpointNotFoundError(
+            f"{what}: the Hub has no revision {revision!r} in {repo_id}",
+            path=repo_id,
+            hint="check the branch, tag or commit after @",
+        )
+    if status == 404 and (code == "EntryNotFound" or (path is not None and code != "RepoNotFound")):
+        return CheckpointNotFoundError(f"{what}: no file {path!r} in the repo", path=repo_id)
+    if status == 404:
+        return CheckpointNotFoundError(
+            f"{what}: no such repo on the Hub", path=repo_id, hint="check the repo id (org/name)"
+        )
+    lines = resp.text.strip().splitlines()
+    msg = resp.headers.get("x-error-message") or (lines[0][:160] if lines else "")
+    return HubError(f"{what}: the Hub answered {status}{': ' + msg if msg else ''}", url=repo_id)
+
+
+def _parse_listing(obj: Any, what: str, repo_id: str) -> tuple[str, dict[str, HubFile]]:
+    """The commit and the files of the Hub's model info (``?blobs=true``), every field checked."""
+
+    def bad(why: str) -> HubError:
+        return HubError(
+            f"{what}: the Hub's file list is malformed ({why})",
+            url=repo_id,
+            hint="check HF_ENDPOINT: it should be the Hub or a mirror that speaks its API",
+        )
+
+    if not isinstance(obj, dict):
+        raise bad(f"a {type(obj).__name__}, not an object")
+    sha, siblings = obj.get("sha"), obj.get("siblings")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise bad(f"the commit is {str(sha)[:60]!r}, not 40 hex digits")
+    if not isinstance(siblings, list):
+        raise bad("no list of files")
+    files: dict[str, HubFile] = {}
+    for s in siblings:
+        name = s.get("rfilename") if isinstance(s, dict) else None
+        if not isinstance(name, str) or not name:
+            raise bad(f"an entry without a file name: {str(s)[:60]!r}")
+        size, blob, lfs = s.get("size"), s.get("blobId"), s.get("lfs")
+        if size is not None and (type(size) is not int or size < 0):
+            raise bad(f"{name} has size {size!r}")
+        if blob is not None and not isinstance(blob, str):
+            raise bad(f"{name} has blob id {blob!r}")
+        sha256 = lfs.get("sha256") if isinstance(lfs, dict) else None
+        if lfs is not None and not (isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256)):
+            raise bad(f"{name} has LFS entry {str(lfs)[:60]!r}")
+        files[name] = HubFile(name, size, sha256, blob)
+    return sha, files
+
+
+def _cached_listing(obj: Any) -> dict[str, HubFile]:
+    """A commit's file list as cached by :meth:`HubRepo._remember`; ValueError when damaged."""
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    out = {}
+    for p, v in obj.items():
+        if not (isinstance(v, list) and len(v) == 3):
+            raise ValueError(f"entry {p!r}")
+        size, sha, blob = v
+        if (size is not None and type(size) is not int) or not all(
+            x is None or isinstance(x, str) for x in (sha, blob)
+        ):
+            raise ValueError(f"entry {p!r}")
+        out[p] = HubFile(p, size, sha, blob)
+    return out
 
 
 def _login(what: str, repo_id: str) -> HubError:

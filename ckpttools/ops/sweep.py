@@ -151,7 +151,7 @@ def _run_setting(spec: Any, s: dict[str, int], i: int, best: dict[str, Any] | No
 
 
 def _baseline_run(spec: Any, kw: dict[str, Any]) -> dict[str, Any]:
-    import httpx
+    from ckpttools.io.net import NetClient
 
     from ckpttools.engines.launch import RunningServer, free_port
     from ckpttools.ops.verify import _baseline, load_prompts
@@ -161,7 +161,7 @@ def _baseline_run(spec: Any, kw: dict[str, Any]) -> dict[str, Any]:
     c = kw["concurrency"] if isinstance(kw["concurrency"], int) else list(kw["concurrency"])[0]
     load_prompts(kw["prompts"], plist_n, kw.get("tokenizer"))  # refused here, before any server, if bad
     try:
-        with RunningServer(base) as srv, httpx.Client(timeout=httpx.Timeout(kw["timeout"], connect=10.0)) as client:
+        with RunningServer(base) as srv, NetClient(timeout=kw["timeout"], connect=10.0) as client:
             srv.wait_ready(client)
             return _baseline(
                 base.url,

@@ -398,6 +398,8 @@ def _measure(
             check_figures(r, steps)
             return r
         except ServerError as e:
+            if getattr(e, "fatal", False):  # impossible figures: the run is an error, never a mixed success
+                raise
             return RequestResult(i, p.category, error=str(e))
 
     def done(r: RequestResult) -> bool:
@@ -517,12 +519,12 @@ def verify(
         SpecOffError: the server runs without speculative decoding.
         ServerError: the server cannot be reached or answers badly.
     """
-    import httpx
+    from ckpttools.io.net import NetClient
 
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
     plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths), repeat)
     bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
-    client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
+    client = NetClient(timeout=timeout, connect=10.0)
     server = None
     try:
         if launch is not None:
