@@ -10,7 +10,6 @@ import pytest
 
 from ckpttools.engines.http import RequestResult, check_figures
 from ckpttools.errors import HubError, ImpossibleFiguresError, ServerError
-from ckpttools.io.fsutil import set_note_sink
 from ckpttools.io.net import NetClient, Wording
 
 from .fake_servers import MisbehavingServer
@@ -27,10 +26,22 @@ def srv():
 
 @pytest.fixture()
 def notes():
+    """The library's notes, as a library user receives them: records of the ckpttools logger."""
+    import logging
+
     got: list[str] = []
-    set_note_sink(got.append)
+
+    class H(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            got.append(record.getMessage())
+
+    log = logging.getLogger("ckpttools")
+    h, level = H(), log.level
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
     yield got
-    set_note_sink(None)
+    log.removeHandler(h)
+    log.setLevel(level)
 
 
 @pytest.fixture(scope="module")
