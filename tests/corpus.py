@@ -1394,6 +1394,39 @@ def flag_cases() -> list[Case]:
         Case("flag-demo-python-missing", ["demo", "--engine", "vllm", "--engine-python", "./nope"], 2),
         Case("flag-demo-workdir-file", ["demo", "--workdir", "f.txt"], 2, write("f.txt", "x")),
         Case(
+            "flag-diff-frequencies",
+            ["diff-vocab", "d", "m.safetensors", "--frequencies", "freq.npy"],
+            0,
+            both(dm, copy_in("freq.npy")),
+        ),
+        Case(
+            "flag-diff-frequencies-short",
+            ["diff-vocab", "d", "m.safetensors", "--frequencies", "f.npy"],
+            2,
+            both(dm, write("f.npy", b"\x93NUMPY")),
+        ),
+        Case(
+            "flag-remap-fill-target",
+            ["remap", "d", "--to", "m.safetensors", "--fill", "target", "--target", "t", "-o", "o"],
+            0,
+            both(dm, copy_in("t")),
+            out="o",
+        ),
+        Case(
+            "flag-remap-target-missing",
+            ["remap", "d", "--to", "m.safetensors", "--fill", "target", "--target", "nowhere", "-o", "o"],
+            2,
+            dm,
+            out="o",
+        ),
+        Case(
+            "flag-example-target-force",
+            ["example", "target", "o", "--force", "--num-layers", "4"],
+            0,
+            write("o/old.txt", "x"),
+            out="o",
+        ),
+        Case(
             "flag-example-target-ok",
             [
                 "example",

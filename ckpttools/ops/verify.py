@@ -540,7 +540,7 @@ def verify(
         kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
         kw |= {"min_accept_len": min_accept_len, "stop_if": stop_if}
         results = _measure_into(rep, eng, plist, concurrency=levels[0], progress=progress, **kw)
-        _check_alive(server)
+        _check_alive(server, rep.failed > 0)
         if rep.engine == "sglang":
             rep.server_avg_accept_length = eng.server_avg_accept_length()
         _more_levels(rep, eng, plist, levels, kw)
@@ -558,11 +558,20 @@ def verify(
         client.close()
 
 
-def _check_alive(server: Any) -> None:
+def _check_alive(server: Any, failures: bool) -> None:
     """A launched server that died during the run is said to have died, with its log's last
     lines (the log is kept), not read as requests that failed to connect."""
-    if server is None or server.proc is None or server.proc.poll() is None:
+    if server is None or server.proc is None:
         return
+    if server.proc.poll() is None:
+        if not failures:
+            return
+        import subprocess
+
+        try:  # a connection that broke as the server died: give its exit a moment to land
+            server.proc.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            return
     code = server.proc.returncode
     why = " (killed: out of memory?)" if code in (-9, 137) else ""
     tail = " | ".join(ln.strip() for ln in server.log_tail(4).splitlines() if ln.strip())
