@@ -26,9 +26,11 @@ class FakeSGLang:
         status: int = 200,
         raw: bytes | None = None,
         avg_accept: float | None = None,
+        version: str | None = None,
     ):
         self.meta_for, self.spec, self.old_info_path = meta_for, spec, old_info_path
         self.delay, self.status, self.raw, self.avg_accept = delay, status, raw, avg_accept
+        self.version = version  # what /server_info says (sglang/srt/entrypoints/http_server.py:800)
         self.requests: list[dict] = []
         self.flushed = 0
         outer = self
@@ -57,6 +59,8 @@ class FakeSGLang:
                         "speculative_draft_model_path": "/models/drafter",
                         "internal_states": [{"avg_spec_accept_length": outer.avg_accept}],
                     }
+                    if outer.version is not None:
+                        info["version"] = outer.version
                     self._send(200, json.dumps(info).encode())
                 elif self.path == "/health":
                     self._send(200, b"")
@@ -330,6 +334,8 @@ class MisbehavingServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def vllm_get(self, h: Any, mode: str, path: str) -> None:
+        if path == "/version" and mode.startswith("vl-version-"):  # vllm/entrypoints/serve/instrumentator/basic.py:53
+            return h._send(200, json.dumps({"version": mode.removeprefix("vl-version-")}))
         for where, p in (("models", "/v1/models"), ("metrics", "/metrics")):
             kind = _hostile_kind(mode, where)
             if path == p and kind and hostile_reply(h, kind, self.seen, mode):

@@ -419,3 +419,59 @@ def test_a_server_that_dies_is_said_to_have_died_and_its_log_kept(tmp_path, prom
     assert "the sglang server died during the run, exit code -9 (killed: out of memory?)" in r.stderr
     assert "CUDA out of memory" in r.stderr and "cannot connect" not in r.stderr
     assert "CUDA out of memory" in log.read_text()
+
+
+RESPONSES_0523 = REPO / "tests" / "data" / "sglang-0.5.23-responses"
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_each_sglang_release_read_with_its_own_table(prompts_file, version):
+    """The recorded 0.5.17 answers and the 0.5.23 answers (fields as 0.5.23 writes them) give the
+    same figures, each read with its release's table, which the report names."""
+    src = RESPONSES if version == "0.5.17" else RESPONSES_0523
+    if not src.is_dir():
+        pytest.skip(f"{src} not found")
+    got = {}
+    for name in ("generate-all-drafts-accepted.json", "generate-no-drafts-accepted.json"):
+        meta = json.loads((src / name).read_text())["meta_info"]
+        with FakeSGLang(lambda i, b: meta, version=version) as s:
+            r = verify(s.url, prompts=prompts_file, num_prompts=3)
+        assert r.server["engine_release"] == f"sglang=={version}"
+        assert r.server["engine_release_from"] == "the server's own version"
+        got[name] = (r.accept_length, r.per_position_acceptance, r.fields_used)
+    assert got["generate-all-drafts-accepted.json"][:2] == (4.0, [1.0, 1.0, 1.0])
+    assert got["generate-no-drafts-accepted.json"][:2] == (1.0, [0.0, 0.0, 0.0])
+
+
+def test_an_answer_with_no_field_the_release_knows_is_an_error_naming_what_it_saw(prompts_file):
+    old = {"completion_tokens": 64, "spec_verify_ct": 16, "spec_accepted_drafts": 48}  # 0.5.17's aliases only
+    with FakeSGLang(lambda i, b: {k: v for k, v in old.items() if k != "spec_verify_ct"}, version="0.5.23") as s:
+        r = verify(s.url, prompts=prompts_file, num_prompts=2)
+    assert r.accept_length is None and r.exit_code == 3
+    assert "carries none of the fields sglang==0.5.23 reports acceptance in" in r.errors[0]
+    assert "it has: completion_tokens, spec_accepted_drafts" in r.errors[0]
+    with FakeSGLang(lambda i, b: old) as s:  # no version reported: any known release's names
+        r = verify(s.url, prompts=prompts_file, num_prompts=2)
+    assert r.accept_length == 4.0 and r.server["engine_release"] is None
+    with FakeSGLang(lambda i, b: old) as s:  # pinned by the user
+        r = verify(s.url, engine="sglang==0.5.17", prompts=prompts_file, num_prompts=2)
+    assert r.accept_length == 4.0 and r.server["engine_release"] == "sglang==0.5.17"
+    assert r.server["engine_release_from"] == "given"
+
+
+def test_unknown_releases_are_refused_with_the_known_ones(prompts_file):
+    with FakeSGLang(lambda i, b: recorded("generate-all-drafts-accepted.json"), version="0.5.99") as s:
+        r = CliRunner().invoke(cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "2"])
+    assert r.exit_code == 2 and "0.5.17" in r.stderr and "0.5.23" in r.stderr, r.output
+    r = CliRunner().invoke(cli, ["verify", "--host", "http://127.0.0.1:9", "--engine", "sglang==0.4.0"])
+    assert r.exit_code == 2 and "sglang==0.5.23" in r.stderr and "Invalid value for --engine" in r.stderr
+
+
+def test_vllm_release_from_its_version_endpoint(prompts_file):
+    from .fake_servers import MisbehavingServer
+
+    with MisbehavingServer() as srv:
+        r = verify(srv.url + "/vl-version-0.33.0", engine="vllm", prompts=prompts_file, num_prompts=2)
+        assert r.server["engine_release"] == "vllm==0.33" and r.accept_length is not None
+        r = verify(srv.url + "/vl-plain", engine="vllm", prompts=prompts_file, num_prompts=2)
+        assert r.server["engine_release"] is None

@@ -480,7 +480,14 @@ def export_cmd(
 @cli.command("verify", epilog=EXIT_CODES_HELP)
 @click.argument("drafter_arg", required=False, metavar="[DRAFTER]")
 @click.option("--host", help="A running server's URL, e.g. http://127.0.0.1:30000.")
-@click.option("--engine", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True)
+@click.option(
+    "--engine",
+    default="auto",
+    show_default=True,
+    callback=lambda ctx, p, v: _engine_spec(v),
+    help="auto, torch, sglang or vllm, optionally with a release: sglang==0.5.23 (or sglang@0.5.23); without one, "
+    "the release the server (or --engine-python) reports.",
+)
 @click.option(
     "--prompts",
     default="builtin",
@@ -701,7 +708,9 @@ def _verify_offline(drafter: str | None, o: dict[str, Any]) -> Any:
 
 
 def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
-    engine = o["engine"]
+    from ckpttools.ops.verify import split_engine
+
+    engine = split_engine(o["engine"])[0]
     if not (o["target"] and drafter) or engine == "auto":
         raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
     from ckpttools.engines.launch import LaunchSpec, free_port
@@ -722,6 +731,18 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
         ready_timeout=o["ready_timeout"],
     )
     return spec
+
+
+def _engine_spec(value: str) -> str:
+    """verify's --engine: a name, or name==release of a known engine table."""
+    from ckpttools.errors import ConfigError
+    from ckpttools.ops.verify import split_engine
+
+    try:
+        split_engine(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--engine") from None
+    return value
 
 
 def _check_python(python: str | None, flag: str = "--engine-python") -> None:

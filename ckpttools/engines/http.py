@@ -54,25 +54,46 @@ class RequestResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# SGLang meta_info field names across releases (first present wins)
-_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-_HIST = ("spec_accept_histogram", "spec_correct_drafts_histogram")
+def _sglang_roles(release: Any) -> dict[str, tuple[str, ...]]:
+    """The meta_info field of each role for a release (the engine tables); for a server that
+    names no release, every name a known release uses, plus the late-2025 spellings."""
+    if release is not None and release.acceptance_roles.value:
+        return dict(release.acceptance_roles.value)
+    from ckpttools.engines.releases import ENGINES
+
+    roles: dict[str, tuple[str, ...]] = {"accepted": (), "proposed": (), "histogram": ()}
+    for rel in reversed(ENGINES["sglang"]):
+        for k, names in rel.acceptance_roles.value.items():
+            roles[k] = tuple(dict.fromkeys(roles.get(k, ()) + names))
+    roles["accepted"] += ("spec_accept_token_num",)
+    roles["proposed"] += ("spec_draft_token_num",)
+    return roles
 
 
-def parse_sglang_meta(meta: dict[str, Any], r: RequestResult) -> RequestResult:
-    """Fill ``r`` from a finished /generate response's meta_info.
+def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = None) -> RequestResult:
+    """Fill ``r`` from a finished /generate response's meta_info, read with ``release``'s field
+    names (:mod:`ckpttools.engines.releases`; None: any known release's).
 
     Tokens per verify step = 1 + accepted drafts / verify steps when the server reports
-    accepted drafts (0.5.x: spec_num_correct_drafts; late 2025: spec_accept_token_num);
-    otherwise completion_tokens / spec_verify_ct, which counts the token that prefill
-    produced and so runs slightly high on short outputs.
+    accepted drafts (0.5.17 and 0.5.23: spec_num_correct_drafts); otherwise completion_tokens
+    / spec_verify_ct, which counts the token that prefill produced and so runs slightly high.
+
+    Raises:
+        ServerError: the answer carries none of the fields the release reports acceptance in.
     """
+    roles = _sglang_roles(release)
+    known = {n for k, names in roles.items() if k != "tokens" for n in names}
+    if release is not None and not known & set(meta):
+        raise ServerError(
+            f"meta_info carries none of the fields {release.spec} reports acceptance in "
+            f"({', '.join(sorted(known))}); it has: {', '.join(sorted(map(str, meta))[:20]) or 'nothing'}",
+            hint=f"is the server another release? name it with {opt('engine')} sglang==VERSION",
+        )
     r.completion_tokens = _count(meta, "completion_tokens") or 0
     r.verify_steps = _count(meta, "spec_verify_ct")
-    acc_key = next((k for k in _ACCEPTED if meta.get(k) is not None), None)
-    prop_key = next((k for k in _PROPOSED if meta.get(k) is not None), None)
-    hist_key = next((k for k in _HIST if meta.get(k) is not None), None)
+    acc_key = next((k for k in roles["accepted"] if meta.get(k) is not None), None)
+    prop_key = next((k for k in roles["proposed"] if meta.get(k) is not None), None)
+    hist_key = next((k for k in roles["histogram"] if meta.get(k) is not None), None)
     if prop_key:
         r.proposed_drafts = _count(meta, prop_key)
     if hist_key:
@@ -182,10 +203,19 @@ class SGLangClient:
 
     name = "sglang"
 
-    def __init__(self, url: str, client: Any) -> None:
+    def __init__(self, url: str, client: Any, release: Any = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self._info: dict[str, Any] | None = None
+        self.release = release  # the engine table answers are read with (None: found from the server)
+
+    def server_release(self) -> Any:
+        """The table of the release the server reports (``version`` in /server_info), or None when it
+        reports none; a version no table knows is an error listing the known ones."""
+        from ckpttools.engines.releases import release_from_version_string
+
+        v = self.info().get("version")
+        return release_from_version_string("sglang", v) if isinstance(v, str) and v else None
 
     def info(self) -> dict[str, Any]:
         if self._info is None:
@@ -253,7 +283,7 @@ class SGLangClient:
         meta = out.get("meta_info") if isinstance(out, dict) else None
         if not isinstance(meta, dict):
             raise ServerError(f"{self.url}/generate: no meta_info in the response", url=self.url)
-        return parse_sglang_meta(meta, r)
+        return parse_sglang_meta(meta, r, self.release)
 
 
 # vLLM Prometheus counters (names without the _total suffix the text format adds)
@@ -306,10 +336,24 @@ class VLLMClient:
 
     name = "vllm"
 
-    def __init__(self, url: str, client: Any) -> None:
+    def __init__(self, url: str, client: Any, release: Any = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self._model: str | None = None
+        self.release = release
+
+    def server_release(self) -> Any:
+        """The table of the release /version names, or None when the server has no /version."""
+        from ckpttools.engines.releases import release_from_version_string
+
+        resp = _send(self.client, "GET", self.url + "/version", "/version")
+        if resp.status_code >= 400:
+            return None
+        try:
+            v = resp.json().get("version")
+        except (ServerError, AttributeError, ValueError):
+            return None
+        return release_from_version_string("vllm", v) if isinstance(v, str) and v else None
 
     def model(self) -> str:
         if self._model is None:

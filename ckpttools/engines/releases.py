@@ -133,6 +133,11 @@ class EngineRelease:
         default_factory=lambda: Cited(None, "not tabulated: the load plan's loader model holds the rules", False)
     )
     notes: tuple[str, ...] = ()
+    #: which response field plays which role in verify (first present wins): ``tokens``,
+    #: ``steps``, ``accepted``, ``proposed``, ``histogram``
+    acceptance_roles: Cited[Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: Cited({}, "none"))
+    #: where a running server says its version: (path, JSON key)
+    version_endpoint: Cited[tuple[str, str] | None] = field(default_factory=lambda: Cited(None, "none"))
 
     @property
     def spec(self) -> str:
@@ -286,6 +291,17 @@ SGLANG_0_5_17 = EngineRelease(
         "spec_accept_histogram at tokenizer_manager.py:2794-2810, marked 'remove in next release')",
     ),
     acceptance_fields_removed=Cited((), _SG + "managers/tokenizer_manager.py:2794-2810"),
+    acceptance_roles=Cited(
+        {
+            "tokens": ("completion_tokens",),
+            "steps": ("spec_verify_ct",),
+            "accepted": ("spec_num_correct_drafts", "spec_accepted_drafts"),
+            "proposed": ("spec_num_proposed_drafts", "spec_proposed_drafts"),
+            "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+        },
+        _SG + "managers/tokenizer_manager.py:2750-2810",
+    ),
+    version_endpoint=Cited(("/server_info", "version"), _SG + "entrypoints/http_server.py:781-800"),
     metrics=Cited(
         (
             "sglang:spec_accept_length",
@@ -399,6 +415,17 @@ SGLANG_0_5_23 = dataclasses.replace(
         ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
         _SG + "managers/tokenizer_manager.py:3164-3207 (absent); 0.5.17 tokenizer_manager.py:2794-2810",
     ),
+    acceptance_roles=Cited(
+        {
+            "tokens": ("completion_tokens",),
+            "steps": ("spec_verify_ct",),
+            "accepted": ("spec_num_correct_drafts",),
+            "proposed": ("spec_num_proposed_drafts",),
+            "histogram": ("spec_correct_drafts_histogram",),
+        },
+        _SG + "managers/tokenizer_manager.py:3150-3207",
+    ),
+    version_endpoint=Cited(("/server_info", "version"), _SG + "entrypoints/http_server.py:863-888"),
     metrics=dataclasses.replace(
         SGLANG_0_5_17.metrics, source=_SG + "observability/metrics_collector.py:512-542 and 1861-1866"
     ),
@@ -576,6 +603,16 @@ VLLM_0_32 = EngineRelease(
         "summary|detailed: config/observability.py:50)",
     ),
     acceptance_fields_removed=Cited((), "none"),
+    acceptance_roles=Cited(
+        {
+            "steps": ("num_spec_steps",),
+            "accepted": ("num_accepted_draft_tokens",),
+            "proposed": ("num_draft_tokens",),
+            "histogram": ("acceptance_histogram",),
+        },
+        _VL + "entrypoints/generate/base/protocol.py:100-129 (metrics.speculative_decoding of a completion)",
+    ),
+    version_endpoint=Cited(("/version", "version"), _VL + "entrypoints/serve/instrumentator/basic.py:53-56"),
     metrics=Cited(
         (
             "vllm:spec_decode_num_drafts_total",

@@ -531,9 +531,10 @@ def verify(
             from ckpttools.engines.launch import RunningServer
 
             _check_before_launch(launch, quiet=prechecked)
+            engine = engine if split_engine(engine)[1] is not None else _launch_release(launch)
             server = RunningServer(launch).start()
             server.wait_ready(client)
-            host, engine = launch.url, launch.engine
+            host = launch.url
         eng, rep = _connect(host, engine, client, len(plist), min_accept_len, repeat)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
@@ -556,6 +557,16 @@ def verify(
         if server is not None:
             server.stop()
         client.close()
+
+
+def _launch_release(spec: Any) -> str:
+    """The engine release that ``spec.python`` has installed, as ``name==version`` (its table), or
+    the bare engine name when the interpreter does not say."""
+    from ckpttools.engines.launch import installed_version
+    from ckpttools.engines.releases import release_from_version_string
+
+    v = installed_version(spec.python, spec.engine)
+    return release_from_version_string(spec.engine, v).spec if v else spec.engine
 
 
 def _check_alive(server: Any, failures: bool) -> None:
@@ -717,11 +728,17 @@ def _connect(
     """The engine's client, and a report that names the server; refuses a server with speculation off."""
     assert host is not None
     host = check_url(host)
+    engine, pinned = split_engine(engine)
     if engine == "auto":
         engine = detect_engine(host, client)
     eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
     rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len, repeat=repeat)
     rep.server = eng.spec_settings()
+    eng.release = pinned or eng.server_release()
+    rep.server["engine_release"] = eng.release.spec if eng.release is not None else None
+    rep.server["engine_release_from"] = (
+        "given" if pinned else "the server's own version" if eng.release else "not reported by the server"
+    )
     if not eng.spec_enabled():
         raise SpecOffError(
             f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
@@ -729,6 +746,22 @@ def _connect(
             url=host,
         )
     return eng, rep
+
+
+def split_engine(engine: str) -> tuple[str, Any]:
+    """``sglang==0.5.23`` (or ``sglang@0.5.23``) as (``sglang``, its table); a bare name as (name, None).
+
+    Raises:
+        ConfigError: a release no table knows (the message lists the known ones).
+    """
+    if engine in ("auto", "sglang", "vllm", "torch"):
+        return engine, None
+    from ckpttools.engines.releases import resolve
+
+    rel = resolve(engine)
+    if rel.name not in ("sglang", "vllm"):
+        raise ConfigError(f"{rel.spec}: verify measures through SGLang or vLLM servers", hint="give sglang or vllm")
+    return rel.name, rel
 
 
 def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any]) -> None:
