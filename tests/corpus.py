@@ -792,6 +792,7 @@ def ordinary_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
 
     cases = (
@@ -809,6 +810,7 @@ def all_cases() -> list[Case]:
         + verify_cases()
         + boundary_cases()
         + net_cases()
+        + logs_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

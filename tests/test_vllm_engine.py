@@ -570,3 +570,36 @@ def test_the_readme_vllm_demo_fits_a_24_gib_machine(tmp_path):
     assert m, r.stdout
     matched, naive, remapped, b = map(float, m.groups())
     assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1
+
+
+@pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
+def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkeypatch):
+    """A real vLLM 0.32 log, written by the server verify starts: `ckpt logs` merges its
+    SpecDecoding metrics windows from their counts and gives the constructed figure.
+    (Windows every second, so a short run logs some while busy, at INFO.)"""
+    monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "1")
+    (tp, dp), prompts = pairs[0][pair], pairs[1]
+    log = tmp_path / "vllm.log"
+    args = ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(dp)]
+    args += [
+        "--engine-python",
+        VLLM_PY,
+        "--prompts",
+        str(prompts),
+        "--num-prompts",
+        "6",
+        "--max-new-tokens",
+        "64",
+        "--ignore-eos",
+    ]
+    args += ["--steps", str(STEPS), "--log", str(log), "--quiet"] + [f"--engine-arg={a}" for a in ARGS]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output + log.read_text()[-3000:]
+    r = CliRunner().invoke(cli, ["logs", str(log), "--json"])
+    assert r.exit_code == 0, r.output + log.read_text()[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "vllm" and rep["release"] == "0.32.0" and rep["exact"] is True
+    assert rep["window_count"] >= 1, log.read_text()[-3000:]
+    assert rep["accept_length"] == pytest.approx(EXPECTED[pair], abs=1e-9)
+    assert rep["per_position_acceptance"] == pytest.approx(PER_POSITION[pair], abs=1e-9)
+    assert all(w["exact"] for w in rep["windows"])

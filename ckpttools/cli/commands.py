@@ -547,7 +547,12 @@ def export_cmd(
     help="Extra server argument (repeatable), e.g. --engine-arg=--dtype=bfloat16.",
 )
 @click.option("--engine-python", help="With --launch: the Python that has the engine installed.")
-@click.option("--log", "log_path", type=click.Path(), help="With --launch: the server log file.")
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(),
+    help="With --launch: the server log to write. With --host: the server's log to read (its lifetime figures).",
+)
 @click.option(
     "--ready-timeout",
     type=P.SECONDS,
@@ -673,7 +678,7 @@ def _check_verify_outputs(o: dict[str, Any]) -> None:
             param_hint="--min-accept-len",
         )
     if not ours:
-        unused = [k for k in ("log_path", "engine_args", "engine_python", "ready_timeout", "port", "tp", "topk")]
+        unused = [k for k in ("engine_args", "engine_python", "ready_timeout", "port", "tp", "topk")]
         unused += ["steps", "device", "target"]
         given = [k for k in unused if _given(k)]
         if given:
@@ -683,8 +688,12 @@ def _check_verify_outputs(o: dict[str, Any]) -> None:
                 f"{names}: used only when ckpttools starts the server (--launch) or runs offline (--engine torch); "
                 "a running server (--host) has its own settings"
             )
+    if o["log_path"] and not ours:  # with --host, --log names the server's log to read: an input, never written
+        from ckpttools.io.guard import declare_inputs
+
+        declare_inputs([o["log_path"]])
     for key in ("output_file", "plot_file", "log_path"):
-        if o[key]:
+        if o[key] and (key != "log_path" or ours):
             check_output(o[key])
 
 
@@ -772,7 +781,15 @@ def _verify_server(spec: Any, o: dict[str, Any], drafter: str | None) -> Any:
         bar = tqdm(total=o["num_prompts"], desc="verify", unit="req", file=sys.stderr, leave=False)
     try:
         progress = (lambda d, t: bar.update(d - bar.n)) if bar else None
-        return verify(o["host"], launch=spec, progress=progress, drafter=drafter, **{k: o[k] for k in _SERVER_OPTS})
+        server_log = o["log_path"] if spec is None else None  # with --host: the server's log, read
+        return verify(
+            o["host"],
+            launch=spec,
+            progress=progress,
+            drafter=drafter,
+            server_log=server_log,
+            **{k: o[k] for k in _SERVER_OPTS},
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -911,6 +928,65 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
 
     code = run_demo(workdir, echo=click.echo, engine=engine, engine_python=engine_python)
     sys.exit(code)
+
+
+# ---------------------------------------------------------------------------- logs
+@cli.command("logs", epilog=EXIT_CODES_HELP)
+@click.argument("files", nargs=-1, required=True)
+@click.option(
+    "--pattern",
+    metavar="REGEX",
+    help="A custom profiler's lines: named groups accept_len, or tokens and cycles, or accepted and drafts.",
+)
+@click.option(
+    "--convention",
+    type=click.Choice(["tokens-per-step", "accepted-per-step"]),
+    help="What --pattern's accept_len (or tokens/cycles) counts: bonus token included, or accepted drafts only.",
+)
+@click.option("--min-accept-len", type=P.ACCEPT_LEN, help="The bar (tokens per verify step); below it exit code 1.")
+@click.option("--show", type=P.SHOW, default=10, show_default=True, help="Windows listed at each end of the table.")
+@click.option("--plot", "plot_file", type=click.Path(), help="Also draw accept length over time, events marked (PNG).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report (schemas/logs-report.schema.json).")
+def logs_cmd(
+    files: tuple[str, ...],
+    pattern: str | None,
+    convention: str | None,
+    min_accept_len: float | None,
+    show: int,
+    plot_file: str | None,
+    as_json: bool,
+) -> None:
+    """Read SGLang and vLLM server logs: what they say about speculative decoding.
+
+    FILES are server logs (- for stdin; .gz read as it decompresses), oldest first.
+    Prints the engine and release, each logged window, the merged accept length (exact
+    from vLLM's counts or SGLang's request log, estimated from SGLang's decode lines), the
+    events (start, drafter class built, weight updates, restarts, warmup, the error that
+    ended the server) and a verdict. Exit codes as verify's.
+
+    \b
+    Examples:
+      ckpt logs sglang.log --min-accept-len 2.5
+      ckpt logs vllm.log.1.gz vllm.log --json
+      ckpt logs prof.log --pattern '\\((?P<cycles>\\d+) cycles, (?P<tokens>\\d+) tok' --convention accepted-per-step
+    """
+    if plot_file:
+        from ckpttools.io.guard import check_output
+
+        check_output(plot_file)
+    from ckpttools.cli.render import render_logs
+    from ckpttools.ops.logs import read_logs
+
+    rep = read_logs(list(files), pattern=pattern, convention=convention, min_accept_len=min_accept_len)
+    if plot_file:
+        from ckpttools.ops.plot import plot_logs
+
+        plot_logs(rep, plot_file)
+    _show(rep, as_json, lambda r: render_logs(r, show=show))
+    if rep.accept_length is None:
+        click.echo(f"ckpt: error: {rep.verdict}", err=True)
+        click.echo("ckpt: hint: give the server's own log (SGLang or vLLM), or --pattern for a custom line", err=True)
+    sys.exit(rep.exit_code)
 
 
 def main(argv: list[str] | None = None) -> None:

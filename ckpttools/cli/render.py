@@ -318,6 +318,15 @@ def render_verify(r: Any) -> str:
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
+    if getattr(r, "server_log", None):
+        sl = r.server_log
+        fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
+        out.append(
+            f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
+            f"({'exact' if sl.get('exact') else 'estimated'}, {sl.get('window_count', 0)} windows, {sl.get('source')})"
+        )
+        for e in sl.get("events", [])[:5]:
+            out.append(f"    {e['kind']} at {e.get('time') or '-'}: {e['text'][:100]}")
     if r.log_accept_lens:
         out.append(f"  server log 'accept len' lines: {len(r.log_accept_lens)}, last {r.log_accept_lens[-1]:.2f}")
     if r.output_tokens_per_s is not None:
@@ -483,5 +492,63 @@ def group_tensor_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "shard": next(iter(shards)) if len(shards) == 1 else f"{len(shards)} files",
                 "count": len(members),
             }
+        )
+    return out
+
+
+def render_logs(r: Any, show: int = 20) -> str:
+    """``ckpt logs``: engine and release, the windows (the first and last ``show``), events, totals, verdict."""
+    rel = r.release or "release not named"
+    out = [f"{r.engine or 'no engine recognised'} ({rel}; {r.release_source or '-'})"]
+    out.append(f"  read: {', '.join(r.files)}: {r.lines} lines, {human_bytes(r.bytes)}; {len(r.runs)} run(s)")
+    for run in r.runs:
+        out.append(
+            f"  run {run['index']} from {run.get('time') or '-'}: target {run.get('target_class') or '-'}, "
+            f"drafter {run.get('drafter_class') or '-'}, {run.get('window_count', 0)} windows, accept length "
+            f"{_f(run.get('accept_length'))}" + (f", ended by: {run['ended_by'][:120]}" if run.get("ended_by") else "")
+        )
+    out += _logs_windows(r, show)
+    if r.events:
+        out.append("  events:")
+        out += [f"    {e.get('time') or '-'}  {e['kind']:16s} {e['text'][:140]}" for e in r.events[: max(show, 1) * 2]]
+    out.append(f"  accept length: {r.convention}")
+    if r.accept_length is not None:
+        out.append(f"    overall: {r.accept_length:.3f} ({r.accepted_drafts_per_step:.3f} accepted drafts per step)")
+        out.append(f"    {r.weighting}")
+        if r.accept_length_ci95:
+            out.append(
+                f"    per-request 95% interval of the mean: [{r.accept_length_ci95[0]:.3f}, {r.accept_length_ci95[1]:.3f}]"
+            )
+        if r.windows_accept_length is not None and r.per_request:
+            out.append(f"    decode windows give {r.windows_accept_length:.3f} (estimated)")
+        if r.per_position_acceptance:
+            out.append(
+                "    acceptance by draft position: "
+                + "  ".join(f"{i + 1}: {a:.3f}" for i, a in enumerate(r.per_position_acceptance))
+            )
+    for k, v in r.skipped.items():
+        out.append(f"  skipped: {v} {k}")
+    out.append(f"verdict: {r.verdict}")
+    return "\n".join(out)
+
+
+def _logs_windows(r: Any, show: int) -> list[str]:
+    if not r.windows or show == 0:
+        return []
+    ws = r.windows
+    rows = ws if len(ws) <= 2 * show else ws[:show] + [None] + ws[-show:]
+    stride = f" (each row {r.window_stride} windows merged)" if r.window_stride > 1 else ""
+    out = [
+        f"  windows: {r.window_count}{stride}",
+        "    time                 accept len  rate   running  tok/s     per position",
+    ]
+    for w in rows:
+        if w is None:
+            out.append(f"    ... {len(ws) - 2 * show} more")
+            continue
+        pos = " ".join(f"{p:.2f}" for p in w["per_position"]) if w["per_position"] else ""
+        out.append(
+            f"    {w['time'] or '-':20s} {w['accept_length']:10.2f}  {_f(w['accept_rate']):5s}  "
+            f"{_f(w['running_requests'], '.0f'):7s}  {_f(w['throughput'], '.1f'):8s}  {pos}"
         )
     return out

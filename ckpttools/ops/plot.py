@@ -8,7 +8,7 @@ from typing import Any
 
 from ckpttools.errors import CkptError
 
-__all__ = ["plot_report", "panels"]
+__all__ = ["plot_report", "plot_logs", "panels"]
 
 
 def panels(rep: Any) -> list[tuple[str, list[str], list[float], dict[str, Any]]]:
@@ -104,3 +104,46 @@ def _draw(ax: Any, title: str, labels: list[str], values: list[float], marks: di
         if marks.get("baseline"):
             ax.axhline(marks["baseline"], linestyle=":", color="gray")
     ax.set_title(title, fontsize=9)
+
+
+def plot_logs(rep: Any, path: str | Path) -> Path:
+    """``ckpt logs --plot``: accept length of each window over the log, its events marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CkptError(
+            "drawing the log needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)"
+        ) from None
+    if not rep.windows:
+        raise CkptError("the log has no windows to plot (no accept length lines were read)")
+    xs = list(range(len(rep.windows)))
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    ax.plot(xs, [w["accept_length"] for w in rep.windows], marker="." if len(xs) < 200 else None, lw=1)
+    ax.set_ylabel("accept length\n(tokens per verify step)")
+    step = max(1, len(xs) // 8)
+    ax.set_xticks(xs[::step], [str(w["time"] or w["line"]) for w in rep.windows[::step]], rotation=20, fontsize=7)
+    where = {(w["file"], w["line"]): i for i, w in enumerate(rep.windows)}
+    lines = sorted(where)
+    for e in [e for e in rep.events if e["kind"] not in ("load", "ready")][:50]:
+        import bisect
+
+        j = bisect.bisect_left(lines, (e["file"], e["line"]))
+        x = where[lines[min(j, len(lines) - 1)]]
+        ax.axvline(x, color="red" if e["kind"] == "error" else "grey", ls="--", lw=0.8)
+        ax.text(x, ax.get_ylim()[1], e["kind"], rotation=90, va="top", fontsize=7)
+    if rep.accept_length is not None:
+        ax.axhline(rep.accept_length, color="green", lw=0.8, ls=":")
+    ax.set_title(f"ckpt logs: {rep.engine or 'custom'}, accept length {rep.accept_length or 0:.2f}", fontsize=10)
+    fig.tight_layout()
+    import io
+
+    from ckpttools.io.guard import write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes(path, buf.getvalue())
+    return Path(path)

@@ -98,6 +98,8 @@ class VerifyReport:
     fields_used: str = ""
     server_avg_accept_length: float | None = None
     log_accept_lens: list[float] | None = None
+    #: with a running server and its log (``server_log``): the log's lifetime figures (``ckpt logs``)
+    server_log: dict[str, Any] | None = None
     output_tokens: int = 0
     output_tokens_per_s: float | None = None
     latency_s: dict[str, float] | None = None
@@ -491,6 +493,7 @@ def verify(
     stop_if: Callable[[list[RequestResult]], str | None] | None = None,
     prechecked: bool = False,
     repeat: int = 1,
+    server_log: str | None = None,
 ) -> VerifyReport:
     """Measure acceptance through a running server (``host``) or one to start (``launch``).
 
@@ -511,6 +514,8 @@ def verify(
         stop_if: a further early stop: given the results so far, why to stop (None: go on).
         prechecked: the launch checks were done by the caller (a sweep).
         repeat: send each prompt this many times (intervals stay over distinct prompts).
+        server_log: with ``host``, the running server's log: read after the run (``ckpt logs``),
+            its lifetime figures placed beside the run's own in ``server_log``.
 
     Returns:
         a :class:`VerifyReport` (partial results are kept when requests fail).
@@ -524,17 +529,10 @@ def verify(
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
     plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths), repeat)
     bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
-    client = NetClient(timeout=timeout, connect=10.0)
-    server = None
+    client, server = NetClient(timeout=timeout, connect=10.0), None
     try:
         if launch is not None:
-            from ckpttools.engines.launch import RunningServer
-
-            _check_before_launch(launch, quiet=prechecked)
-            engine = engine if split_engine(engine)[1] is not None else _launch_release(launch)
-            server = RunningServer(launch).start()
-            server.wait_ready(client)
-            host = launch.url
+            server, host, engine = _start(launch, engine, client, prechecked)
         eng, rep = _connect(host, engine, client, len(plist), min_accept_len, repeat)
         if rep.engine == "sglang" and flush_cache:
             eng.flush_cache()
@@ -551,12 +549,27 @@ def verify(
             rep.baseline = _baseline(
                 baseline_host, client, plist[: len(results)], max_new_tokens, temperature, ignore_eos, levels[0]
             )
-        _conclude(rep, server)
+        _conclude(rep, server, server_log if launch is None else None)
         return rep
     finally:
         if server is not None:
             server.stop()
         client.close()
+
+
+def _start(launch: Any, engine: str, client: Any, prechecked: bool) -> tuple[Any, str, str]:
+    """Check, then start the server and wait for it: (the server, its URL, the engine release)."""
+    from ckpttools.engines.launch import RunningServer
+
+    _check_before_launch(launch, quiet=prechecked)
+    engine = engine if split_engine(engine)[1] is not None else _launch_release(launch)
+    server = RunningServer(launch).start()
+    try:
+        server.wait_ready(client)
+    except BaseException:
+        server.stop()
+        raise
+    return server, launch.url, engine
 
 
 def _launch_release(spec: Any) -> str:
@@ -567,6 +580,20 @@ def _launch_release(spec: Any) -> str:
 
     v = installed_version(spec.python, spec.engine)
     return release_from_version_string(spec.engine, v).spec if v else spec.engine
+
+
+def _read_server_log(rep: VerifyReport, path: str) -> None:
+    """The running server's log, read as ``ckpt logs`` reads it; a log of another engine is refused."""
+    from ckpttools.ops.logs import read_logs
+
+    lr = read_logs([path])
+    if lr.engine is not None and lr.engine != rep.engine:
+        raise ConfigError(
+            f"{path} is a {lr.engine} log, but the server at {rep.url} is {rep.engine}",
+            path=path,
+            hint="give the log of the server measured",
+        )
+    rep.server_log = lr.summary()
 
 
 def _check_alive(server: Any, failures: bool) -> None:
@@ -709,8 +736,11 @@ def _allowed_at_launch(f: Any, spec: Any) -> bool:
     return False
 
 
-def _conclude(rep: VerifyReport, server: Any) -> None:
-    """Speedup, pass/fail, the launched server's own log figures, and the verdict."""
+def _conclude(rep: VerifyReport, server: Any, server_log: str | None = None) -> None:
+    """Speedup, pass/fail, the server's own log figures (launched: its accept len lines; running:
+    the log given, read as ``ckpt logs`` reads it), and the verdict."""
+    if server_log is not None:
+        _read_server_log(rep, server_log)
     if rep.baseline and rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
         rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
     if rep.min_accept_len is not None:

@@ -1,0 +1,69 @@
+"""`ckpt logs` on a synthetic SGLang log of about 1 GB: the rate (MB/s) and peak RSS.
+
+The log mixes what a busy SGLang 0.5.17 server writes: Decode batch lines (every window
+with a different accept length), Prefill batch lines, HTTP access lines, and now and then
+an event (weight update). Whole process, timed from start to exit.
+
+    python benchmarks/bench_logs.py [--size-mb 1024] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_peak_rss  # noqa: E402
+
+
+def _block(i: int) -> bytes:
+    t = f"2026-11-30 1{i % 10}:{i % 60:02d}:{(i * 7) % 60:02d}"
+    lines = []
+    for j in range(40):
+        al = 1.0 + ((i * 40 + j) % 300) / 100
+        lines.append(
+            f"[{t} DP0 TP0] Decode batch, #running-req: {1 + j % 32}, #token: {1000 + j}, token usage: 0.01, "
+            f"accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, cuda graph: True, gen throughput (token/s): "
+            f"{100 + j:.2f}, #queue-req: 0"
+        )
+        lines.append(
+            f"[{t} DP0 TP0] Prefill batch, #new-seq: 1, #new-token: 8, #cached-token: 0, token usage: 0.00, "
+            "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 3.11"
+        )
+        lines.append(f'[{t}] INFO:     127.0.0.1:{40000 + j} - "POST /generate HTTP/1.1" 200 OK')
+    lines.append(f"[{t}] Start update_weights. Load format=auto")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def build(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        written, i = 0, 0
+        while written < size:
+            b = b"".join(_block(i + k) for k in range(50))
+            f.write(b)
+            written += len(b)
+            i += 50
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--workdir")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=a.workdir) as d:
+        log = Path(d) / "sglang.log"
+        build(log, a.size_mb << 20)
+        size = log.stat().st_size
+        import shlex
+
+        cmd = shlex.join([sys.executable, "-m", "ckpttools", "logs", str(log), "--json", "--show", "0"])
+        wall, rss = run_peak_rss(["sh", "-c", cmd + " > /dev/null"])
+        print(
+            f"ckpt logs: {size / 1e6:.0f} MB in {wall:.2f} s = {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,945 @@
+"""``ckpt logs``: what SGLang and vLLM server logs say about speculative decoding.
+
+The line formats, each with the engine source line that writes it, are listed in
+:mod:`ckpttools.ops.logs_formats`.
+
+Conventions, labelled as verify labels them: accept length = tokens per verify step =
+accepted drafts + 1 (SGLang's "accept len", vLLM's "Mean acceptance length"); accepted
+drafts per step = accept length - 1.
+
+How windows merge:
+
+- vLLM's ``SpecDecoding metrics`` lines carry counts (accepted and drafted tokens; the
+  drafts are drafted tokens over the per-position list's length), so the total is exact:
+  1 + sum(accepted) / sum(drafts).
+- SGLang's ``Decode batch`` lines carry a ratio only. Each is the accepted tokens over the
+  verify steps of every running request during the last decode_log_interval forward
+  passes, so a window holds about interval x batch size verify steps; the merge weights each
+  window by its ``#running-req`` (at least 1), the one batch size the line gives. It is an
+  estimate, labelled so.
+- SGLang's ``--log-requests-format json`` lines carry each request's counts: those give the
+  exact pooled figure and a 95% interval over requests, as verify computes them (warmup
+  requests left out).
+- ``--pattern`` lines: with counts (tokens and cycles, accepted and drafts) exact; with
+  ``accept_len`` only, an estimate weighting each line alike.
+
+A log is untrusted: it is read streaming in chunks (memory bounded by the chunk, the
+longest line kept and the windows kept), lines over :data:`MAX_LINE` bytes are skipped,
+invalid UTF-8 is replaced, and figures no server can write (accept length outside [1, 65],
+negative counts, more accepted than drafted, NaN) are skipped, each counted under its reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, opt
+from ckpttools.ops import logs_formats as F
+
+__all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "CONVENTIONS"]
+
+#: a line longer than this is skipped (counted), never held whole
+MAX_LINE = 1 << 20
+#: the windows kept in the report; beyond, neighbours are merged (``window_stride`` says how many)
+MAX_WINDOWS = 4096
+#: the most accept length a server can report (64 draft steps, as the CLI bounds them, + 1)
+MAX_ACCEPT_LEN = 65.0
+_CHUNK = 4 << 20
+CONVENTIONS = ("tokens-per-step", "accepted-per-step")
+LABEL = "tokens per verify step (accepted drafts + 1), the engines' convention"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class LogsReport:
+    """What ``ckpt logs`` read; ``to_dict`` is the JSON output (schemas/logs-report.schema.json)."""
+
+    files: list[str]
+    engine: str | None = None
+    release: str | None = None
+    release_source: str | None = None
+    convention: str = LABEL
+    source: str | None = None
+    accept_length: float | None = None
+    accepted_drafts_per_step: float | None = None
+    exact: bool = False
+    weighting: str | None = None
+    accept_length_ci95: list[float] | None = None
+    per_request: dict[str, Any] | None = None
+    windows_accept_length: float | None = None
+    per_position_acceptance: list[float] | None = None
+    window_count: int = 0
+    window_stride: int = 1
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[str] = field(default_factory=list)
+    lines: int = 0
+    bytes: int = 0
+    min_accept_len: float | None = None
+    passed: bool | None = None
+    verdict: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def exit_code(self) -> int:
+        if self.accept_length is None:
+            return EXIT_UNMEASURED
+        return EXIT_FINDINGS if self.passed is False else 0
+
+    def summary(self) -> dict[str, Any]:
+        """The lifetime figures verify places beside its own (``VerifyReport.server_log``)."""
+        keys: tuple[str, ...] = (
+            "files",
+            "engine",
+            "release",
+            "source",
+            "accept_length",
+            "accepted_drafts_per_step",
+            "exact",
+        )
+        keys += ("weighting", "accept_length_ci95", "window_count", "per_position_acceptance", "skipped", "verdict")
+        out = {k: getattr(self, k) for k in keys}
+        out["events"] = [e for e in self.events if e["kind"] in ("error", "restart", "warmup", "weight_update")][:20]
+        return out
+
+
+# ----------------------------------------------------------------------------- reading
+def _open(path: str) -> tuple[IO[bytes], str]:
+    """A binary stream of the log (``-``: stdin; ``.gz``: decompressed as read)."""
+    if path == "-":
+        return sys.stdin.buffer, "<stdin>"
+    from ckpttools.io.fsutil import open_regular
+
+    p = Path(path)
+    if not os.path.lexists(p):
+        raise ConfigError(f"{p}: no such log file", path=p, hint="give a server log file, or - for stdin")
+    fd = open_regular(p)
+    raw = os.fdopen(fd, "rb")
+    if p.suffix == ".gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb"), str(p)  # type: ignore[return-value]
+    return raw, str(p)
+
+
+def _chunks(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[bytes]:
+    """The stream in chunks; a damaged gzip is one error, a truncated one the end of the log."""
+    while True:
+        try:
+            b = f.read1(_CHUNK) if hasattr(f, "read1") else f.read(_CHUNK)
+        except EOFError:
+            _skip(rep, "gzip stream truncated (the rest of the file)", f"{where}: compressed data ends early")
+            return
+        except (gzip.BadGzipFile, zlib.error, OSError) as e:
+            raise ConfigError(
+                f"{where}: damaged gzip data after {rep.bytes} bytes ({e})",
+                path=where,
+                hint="give the log uncompressed, or a whole .gz",
+            ) from None
+        if not b:
+            return
+        rep.bytes += len(b)
+        yield b
+
+
+def _lines(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[tuple[int, list[bytes]]]:
+    """(first line number, whole lines) per chunk; a line over MAX_LINE is skipped, never held."""
+    carry, long_line, n = b"", False, 1
+    for chunk in _chunks(f, where, rep):
+        parts = chunk.split(b"\n")
+        if long_line:
+            if len(parts) == 1:
+                continue
+            parts[0], long_line = b"", False
+            _skip(rep, f"line longer than {MAX_LINE} bytes", f"{where}:{n}")
+            n += 1
+            parts = parts[1:]
+            carry = b""
+        parts[0] = carry + parts[0]
+        carry = parts.pop()
+        if len(carry) > MAX_LINE:
+            carry, long_line = b"", True
+        if parts and max(map(len, parts)) > MAX_LINE:
+            for i, part in enumerate(parts):
+                if len(part) > MAX_LINE:
+                    _skip(rep, f"line longer than {MAX_LINE} bytes", f"{where}:{n + i}")
+                    parts[i] = b""
+        if parts:
+            yield n, parts
+            n += len(parts)
+    if long_line:
+        _skip(rep, f"line longer than {MAX_LINE} bytes", f"{where}:{n}")
+    elif carry:
+        yield n, [carry]
+        n += 1
+    rep.lines += n - 1
+
+
+def _skip(rep: LogsReport, why: str, example: str) -> None:
+    rep.skipped[why] = rep.skipped.get(why, 0) + 1
+    if len(rep.skipped_examples) < 20:
+        rep.skipped_examples.append(f"{example}: {why}")
+
+
+def _text(b: bytes, limit: int = 300) -> str:
+    s = b.decode("utf-8", errors="replace").strip()
+    s = "".join(c if c.isprintable() else "\ufffd" for c in s)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _num(b: bytes) -> float | None:
+    try:
+        v = float(b)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+# ----------------------------------------------------------------------------- time
+_DAYS: dict[bytes, int] = {}
+
+
+def _day(date: bytes) -> int:
+    """Days since 2000-01-01 of YYYY-MM-DD (or MM-DD, placed in 2000: vLLM writes no year)."""
+    d = _DAYS.get(date)
+    if d is None:
+        import datetime as dt
+
+        text = date.decode()
+        y, m, dd = (int(x) for x in (text if len(text) > 5 else "2000-" + text).split("-"))
+        try:
+            d = (dt.date(y, m, dd) - dt.date(2000, 1, 1)).days
+        except ValueError:
+            d = 0
+        if len(_DAYS) < 100_000:
+            _DAYS[date] = d
+    return d
+
+
+def _seconds(stamp: bytes) -> int:
+    date, _, hms = stamp.partition(b" ")
+    return _day(date) * 86400 + int(hms[0:2]) * 3600 + int(hms[3:5]) * 60 + int(hms[6:8])
+
+
+# ----------------------------------------------------------------------------- windows
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two neighbouring windows as one (the kept list is full): weighted by their verify steps."""
+    w = a["weight"] + b["weight"]
+
+    def mean(k: str, by: str = "weight") -> Any:
+        if a[k] is None or b[k] is None:
+            return a[k] if b[k] is None else b[k]
+        return (a[k] * a[by] + b[k] * b[by]) / (a[by] + b[by])
+
+    out = dict(a)
+    out.update(weight=w, n=a["n"] + b["n"], exact=a["exact"] and b["exact"], time_end=b["time_end"] or b["time"])
+    out["accept_length"] = mean("accept_length")
+    out["accepted_drafts_per_step"] = out["accept_length"] - 1
+    out["accept_rate"] = mean("accept_rate")
+    out["running_requests"] = mean("running_requests", "n")
+    out["throughput"] = mean("throughput", "n")
+    for k in ("accepted", "drafted"):
+        out[k] = None if a[k] is None or b[k] is None else a[k] + b[k]
+    pa, pb = a["per_position"], b["per_position"]
+    if pa and pb and len(pa) == len(pb):
+        out["per_position"] = [(x * a["weight"] + y * b["weight"]) / w for x, y in zip(pa, pb)]
+    else:
+        out["per_position"] = None
+    return out
+
+
+class _Kept:
+    """The windows kept for the report, in file order, at most MAX_WINDOWS: when full, pairs are
+    merged and each later entry stands for ``stride`` logged windows."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.stride = 1
+        self.pending: dict[str, Any] | None = None
+
+    def add(self, w: dict[str, Any]) -> None:
+        self.pending = w if self.pending is None else _merge(self.pending, w)
+        if self.pending["n"] < self.stride:
+            return
+        self.items.append(self.pending)
+        self.pending = None
+        if len(self.items) >= MAX_WINDOWS:
+            it = self.items
+            self.items = [_merge(it[i], it[i + 1]) if i + 1 < len(it) else it[i] for i in range(0, len(it), 2)]
+            self.stride *= 2
+
+    def done(self) -> list[dict[str, Any]]:
+        if self.pending is not None:
+            self.items.append(self.pending)
+            self.pending = None
+        return self.items
+
+
+class _Sums:
+    """Weighted sums of windows: the merged figure is sum(weight x accept length) / sum(weight)."""
+
+    def __init__(self) -> None:
+        self.w = self.wal = 0.0
+        self.n = 0
+        self.exact = True
+        self.pos: list[float] | None = None
+        self.pos_w = 0.0
+
+    def add(self, win: dict[str, Any]) -> None:
+        self.n += 1
+        self.w += win["weight"]
+        self.wal += win["weight"] * win["accept_length"]
+        self.exact = self.exact and win["exact"]
+        p = win["per_position"]
+        if p is not None and (self.pos is None or len(self.pos) == len(p)):
+            self.pos = [a + b * win["weight"] for a, b in zip(self.pos or [0.0] * len(p), p)]
+            self.pos_w += win["weight"]
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.wal / self.w if self.w > 0 else None
+
+    @property
+    def per_position(self) -> list[float] | None:
+        return [x / self.pos_w for x in self.pos] if self.pos and self.pos_w > 0 else None
+
+
+class _Requests:
+    """Per-request figures (SGLang's request log): pooled counts, Welford mean and variance for
+    the interval, a bounded sample for the percentiles, the acceptance histogram."""
+
+    SAMPLE = 100_000
+
+    def __init__(self) -> None:
+        self.n, self.mean, self.m2, self.acc, self.steps = 0, 0.0, 0.0, 0, 0
+        self.sample: list[float] = []
+        self.hist: list[int] = []
+        self.fields: set[str] = set()
+
+    def add(self, r: Any) -> None:
+        self.n += 1
+        d = r.accept_length - self.mean
+        self.mean += d / self.n
+        self.m2 += d * (r.accept_length - self.mean)
+        self.acc += r.accepted_drafts or 0
+        self.steps += r.verify_steps or 0
+        self.fields.add(r.source)
+        if len(self.sample) < self.SAMPLE:
+            self.sample.append(r.accept_length)
+        else:  # a reservoir: every request equally likely to be in the sample
+            import random
+
+            j = random.Random(self.n).randrange(self.n)
+            if j < self.SAMPLE:
+                self.sample[j] = r.accept_length
+        for i, c in enumerate(r.histogram or []):
+            if i >= len(self.hist):
+                self.hist.append(0)
+            self.hist[i] += c
+
+    def summary(self) -> tuple[float, list[float] | None, dict[str, Any]]:
+        from ckpttools.ops.verify import _T95, _pct
+
+        ci = None
+        if self.n >= 2:
+            t = _T95[self.n - 2] if self.n - 1 <= len(_T95) else 1.96
+            h = t * math.sqrt(self.m2 / (self.n - 1)) / math.sqrt(self.n)
+            ci = [self.mean - h, self.mean + h]
+        s = self.sample
+        per = {"n": self.n, "mean": self.mean, "min": min(s), "p25": _pct(s, 0.25), "median": _pct(s, 0.5)}
+        per |= {"p75": _pct(s, 0.75), "max": max(s), "sampled": len(s) < self.n}
+        return 1 + self.acc / self.steps, ci, per
+
+
+# ----------------------------------------------------------------------------- the parser
+_KEYWORDS: dict[bytes, str] = {
+    b"server_args=ServerArgs(": "_start",
+    b"vLLM server version ": "_start",
+    b"Initializing a V1 LLM engine": "_start",
+    b"version": "_release",
+    b"Load weight end": "_load",
+    b"Resolved architecture: ": "_load",
+    b"fired up and ready to roll": "_ready",
+    b"Starting vLLM server on": "_ready",
+    b"Start update_weights": "_weights",
+    b"Update engine weights": "_weights",
+    b"Update weights end": "_weights",
+    b"is greater than the derived context_length": "_context",
+    b"Overriding the draft model's max_position_embeddings": "_context",
+    b"Traceback (most recent call last)": "_traceback",
+    b"out of memory": "_oom",
+    b"Received sigquit": "_died",
+    b"EngineCore encountered a fatal error": "_died",
+    b"EngineCore failed to start": "_died",
+    b"hit an exception": "_died",
+    b"Avg generation throughput": "_vllm_stats",
+}
+_EVENTS = re.compile(b"|".join(re.escape(k) for k in sorted(_KEYWORDS, key=len, reverse=True)))
+#: the most events kept (later ones are counted as skipped)
+MAX_EVENTS = 2000
+
+
+class _Run:
+    def __init__(self, index: int, where: str, line: int, time: str | None) -> None:
+        self.info: dict[str, Any] = {"index": index, "file": where, "line": line, "time": time}
+        self.info |= {"engine": None, "target_class": None, "drafter_class": None, "ended_by": None}
+        self.starts: set[str] = set()
+        self.sums = _Sums()
+        self.loads = 0
+        self.load_rank: str | None = None
+        self.ready = False
+        self.prefill_at: dict[str, Any] | None = None
+        self.held: list[Any] = []
+        self.last_exc: int | None = None
+        self.alive_after = True
+        self.pids: set[str] = set()
+        self.last_t: int | None = None
+        self.back = 0
+
+
+class _Parser:
+    """One pass over the logs' lines, keeping sums, a bounded list of windows, events and runs."""
+
+    def __init__(self, rep: LogsReport, pattern: re.Pattern[bytes] | None, kind: str, convention: str | None):
+        self.rep, self.pattern, self.kind, self.convention = rep, pattern, kind, convention
+        self.kept = _Kept()
+        self.total = _Sums()
+        self.req = _Requests()
+        self.engines: set[str] = set()
+        self.where = ""
+        self.runs: list[_Run] = []
+        self.run = self._new_run(0, None)
+        self.in_tb = False
+        self.time: str | None = None
+        self.vstats: tuple[str | None, float | None, float | None, float | None] | None = None
+        self.warmup_requests = 0
+        self.n = 0
+
+    # ---- bookkeeping
+    def _new_run(self, line: int, time: str | None) -> _Run:
+        r = _Run(len(self.runs), self.where, line, time)
+        self.runs.append(r)
+        return r
+
+    def _event(self, kind: str, n: int, text: str, **extra: Any) -> int | None:
+        if len(self.rep.events) >= MAX_EVENTS:
+            _skip(self.rep, f"events beyond the first {MAX_EVENTS}", f"{self.where}:{n}")
+            return None
+        ev = {"kind": kind, "time": self.time, "file": self.where, "line": n, "run": self.run.info["index"]}
+        self.rep.events.append(ev | {"text": text} | extra)
+        return len(self.rep.events) - 1
+
+    def _stamp(self, line: bytes) -> tuple[str | None, str, str | None]:
+        """(engine whose prefix the line has, rank tags or process, level) and the time it sets."""
+        m = F.SGL_PREFIX.match(line)
+        if m:
+            self._clock(m.group(1))
+            return "sglang", m.group(2).decode().strip(), None
+        m = F.VLLM_PREFIX.match(line)
+        if m:
+            self._clock(m.group(4))
+            return "vllm", f"{(m.group(1) or b'').decode()} {(m.group(2) or b'').decode()}".strip(), m.group(3).decode()
+        return None, "", None
+
+    def _clock(self, stamp: bytes) -> None:
+        self.time = stamp.decode()
+        try:
+            t = _seconds(stamp)
+        except ValueError:
+            return
+        r = self.run
+        if r.last_t is not None and t < r.last_t - 1:
+            r.back += 1
+            if r.back == 1:
+                self._event(
+                    "interleaved", self.n, "time goes backwards: lines of several servers interleave, or a clock moved"
+                )
+        r.last_t = t if r.last_t is None else max(t, r.last_t)
+
+    # ---- dispatch
+    def feed(self, n: int, line: bytes) -> None:
+        self.n = n
+        if self.in_tb and self._tb_line(n, line):
+            return
+        if self.pattern is not None:
+            m = self.pattern.search(line)
+            if m is not None:
+                self._custom(n, line, m)
+                return
+        if b"Decode batch" in line:
+            self._decode(n, line)
+        elif b"SpecDecoding metrics" in line:
+            self._spec(n, line)
+        elif b"Prefill batch" in line:
+            if self.run.prefill_at is None and not self.run.ready and self.run.starts:
+                self._stamp(line)
+                self.run.prefill_at = {"time": self.time, "line": n}
+        elif b'"request.finished"' in line:
+            self._request(n, line)
+        else:
+            m = _EVENTS.search(line)
+            if m is not None:
+                getattr(self, _KEYWORDS[m.group(0)])(n, line, m.group(0))
+
+    # ---- windows
+    def _window(self, n: int, engine: str | None, rank: str, **fig: Any) -> None:
+        """One window, checked: skipped (counted) when its figures cannot be."""
+        al = fig["accept_length"]
+        if al is None or not 1.0 <= al <= MAX_ACCEPT_LEN:
+            _skip(self.rep, "impossible figures (accept length outside [1, 65], or not a number)", f"{self.where}:{n}")
+            return
+        if engine is not None:
+            self.engines.add(engine)
+            self.run.info["engine"] = self.run.info["engine"] or engine
+        w = {"time": self.time, "time_end": None, "file": self.where, "line": n, "run": self.run.info["index"]}
+        w |= {"rank": rank or None, "accept_length": al, "accepted_drafts_per_step": al - 1}
+        for k in ("accept_rate", "running_requests", "queued_requests", "throughput", "per_position"):
+            w[k] = fig.get(k)
+        w |= {"accepted": fig.get("accepted"), "drafted": fig.get("drafted"), "weight": fig["weight"]}
+        w |= {"exact": fig["exact"], "level": fig.get("level"), "n": 1}
+        self.kept.add(w)
+        self.total.add(w)
+        self.run.sums.add(w)
+        self.run.alive_after = True
+
+    def _decode(self, n: int, line: bytes) -> None:
+        engine, rank, _ = self._stamp(line)
+        m = F.DECODE.search(line)
+        if m is None:
+            if b"accept len" in line:
+                _skip(self.rep, "Decode batch line not in SGLang's format", f"{self.where}:{n}")
+            return
+        running, al, rate, _, tput, queued = (_num(g) for g in m.groups())
+        if running is None or running < 0 or rate is None or not 0 <= rate <= 1 or (tput is not None and tput < 0):
+            _skip(
+                self.rep,
+                "impossible figures (negative count, accept rate outside [0, 1], or not a number)",
+                f"{self.where}:{n}",
+            )
+            return
+        if self.run.load_rank is not None and rank and rank != self.run.load_rank and "DP" not in rank:
+            return  # another tensor-parallel rank's copy of the same window
+        self._window(n, engine or "sglang", rank, accept_length=al, accept_rate=rate, running_requests=running,
+                     queued_requests=queued, throughput=tput, weight=max(running, 1.0), exact=False)  # fmt: skip
+
+    def _spec(self, n: int, line: bytes) -> None:
+        engine, proc, level = self._stamp(line)
+        m = F.SPEC.search(line)
+        if m is None:
+            _skip(self.rep, "SpecDecoding metrics line not in vLLM's format", f"{self.where}:{n}")
+            return
+        mean, _, _, acc, drafted = (_num(g) for g in m.groups()[:5])
+        pos = [_num(x) for x in m.group(6).split(b",") if x.strip()]
+        bad = mean is None or acc is None or drafted is None or acc < 0 or drafted < 0 or acc > drafted
+        if bad or not pos or any(p is None or not 0 <= p <= 1 for p in pos):
+            _skip(
+                self.rep,
+                "impossible figures (negative counts, more accepted than drafted, or not a number)",
+                f"{self.where}:{n}",
+            )
+            return
+        drafts, exact = self._drafts(mean, acc, drafted, pos)  # type: ignore[arg-type]
+        if not drafts:
+            _skip(self.rep, "a window with no drafts", f"{self.where}:{n}")
+            return
+        self._pid(proc)
+        st = self.vstats if self.vstats and self.vstats[0] == self.time else None
+        self._window(n, engine or "vllm", proc, accept_length=1 + acc / drafts, accept_rate=acc / drafted if drafted else None,  # type: ignore[operator]
+                     running_requests=st[2] if st else None, queued_requests=st[3] if st else None,
+                     throughput=st[1] if st else None, per_position=pos, accepted=int(acc), drafted=int(drafted),  # type: ignore[arg-type]
+                     weight=drafts, exact=exact, level=(level or "").lower() or None)  # fmt: skip
+
+    @staticmethod
+    def _drafts(mean: float, acc: float, drafted: float, pos: list[float]) -> tuple[float, bool]:
+        """The window's drafts: drafted tokens over the drafts' length (the per-position list's),
+        exact when that agrees with the logged mean; else accepted over the per-position sum."""
+        k = len(pos)
+        d = drafted / k
+        if d > 0 and d.is_integer() and abs(1 + acc / d - mean) <= 0.0051:
+            return d, True
+        s = sum(pos)
+        return (acc / s, False) if s > 0 else (d, False)
+
+    def _pid(self, proc: str) -> None:
+        if not proc:
+            return
+        self.run.pids.add(proc)
+        if len(self.run.pids) == 2:
+            self._event(
+                "interleaved", self.n, f"windows from two processes in one run ({', '.join(sorted(self.run.pids))})"
+            )
+
+    def _vllm_stats(self, n: int, line: bytes, _: bytes) -> None:
+        self._stamp(line)
+        m = F.VLLM_STATS.search(line)
+        if m is not None:
+            tput, running, waiting = (_num(g) for g in m.groups())
+            self.vstats = (self.time, tput, running, waiting)
+
+    # ---- per-request lines and custom lines
+    def _request(self, n: int, line: bytes) -> None:
+        """A finished request of SGLang's --log-requests-format json: its meta_info's counts."""
+        from ckpttools.engines.http import RequestResult, check_figures, parse_sglang_meta
+        from ckpttools.errors import CkptError
+        from ckpttools.io.inputs import loads_json
+
+        engine, _, _ = self._stamp(line)
+        start = line.find(b"{")
+        try:
+            obj = loads_json(line[start:] if start >= 0 else line, f"{self.where}:{n}")
+            meta = obj.get("out", {}).get("meta_info") if isinstance(obj, dict) else None
+            if not isinstance(obj, dict) or obj.get("event") != "request.finished" or not isinstance(meta, dict):
+                raise ConfigError("no out.meta_info")
+            r = parse_sglang_meta(meta, RequestResult(index=self.req.n, category="log"))
+            if r.accept_length is not None:
+                check_figures(r, None)
+        except CkptError:
+            _skip(self.rep, "request line unreadable or with impossible figures", f"{self.where}:{n}")
+            return
+        if r.accept_length is None:
+            _skip(self.rep, "request without speculative figures (no spec_verify_ct)", f"{self.where}:{n}")
+            return
+        self.engines.add(engine or "sglang")
+        if self.run.starts and not self.run.ready and len(self.run.held) < 16:
+            self.run.held.append(r)  # warmup, if the ready line follows
+        else:
+            self.req.add(r)
+
+    def _custom(self, n: int, line: bytes, m: re.Match[bytes]) -> None:
+        """A line of the user's --pattern, in the convention they stated."""
+        self._stamp(line)
+        g = m.groupdict()
+        bad = "impossible figures in a pattern line (negative, zero steps, or not a number)"
+        if self.kind == "accept_len":
+            v, steps, exact = _num(g["accept_len"] or b""), 1.0, False
+        else:
+            a, b = ("tokens", "cycles") if self.kind == "tokens" else ("accepted", "drafts")
+            top, st = _num(g[a] or b""), _num(g[b] or b"")
+            if top is None or st is None or top < 0 or st <= 0:
+                _skip(self.rep, bad, f"{self.where}:{n}")
+                return
+            v, steps, exact = top / st, st, True
+        if v is None or v < 0:
+            _skip(self.rep, bad, f"{self.where}:{n}")
+            return
+        al = v + 1 if self.kind == "accepted" or self.convention == "accepted-per-step" else v
+        self._window(n, None, "", accept_length=al, weight=steps, exact=exact)
+
+    # ---- events
+    def _start(self, n: int, line: bytes, key: bytes) -> None:
+        engine, _, _ = self._stamp(line)
+        eng, kind = F.START_LINES[key]
+        self._begin(n, eng, kind, _text(line, 200))
+        self._release(n, line, key)
+
+    def _begin(self, n: int, engine: str, kind: str, text: str) -> None:
+        """A start line: the run's first, or (a kind seen already in this run) the next run."""
+        r = self.run
+        if kind in r.starts or (r.starts and engine != r.info["engine"]):
+            self._close_run()
+            self.run = r = self._new_run(n, self.time)
+            self._event("restart", n, f"{engine} server started again (run {r.info['index'] + 1})")
+        elif not r.starts:
+            r.info.update(line=n, time=self.time, file=self.where)
+            self._event("start", n, f"{engine} server started")
+        r.starts.add(kind)
+        r.info["engine"] = engine
+        self.engines.add(engine)
+
+    def _release(self, n: int, line: bytes, _: bytes) -> None:
+        for engine, rx, src in F.RELEASE_LINES:
+            m = rx.search(line)
+            if m is not None:
+                self._stamp(line)
+                self.rep.release = self.rep.release or m.group(1).decode(errors="replace")[:40]
+                self.rep.release_source = self.rep.release_source or f"{self.where}:{n} ({src})"
+                if "api_utils" in src and "version" not in self.run.starts:
+                    self._begin(n, engine, "version", f"vLLM {m.group(1).decode(errors='replace')[:40]} server started")
+                return
+
+    def _load(self, n: int, line: bytes, key: bytes) -> None:
+        """A model class built: the run's first is the target, its second the drafter (one rank's lines)."""
+        _, rank, _ = self._stamp(line)
+        rx = F.LOAD if key.startswith(b"Load") else re.compile(rb"Resolved architecture: (\S+)")
+        m = rx.search(line)
+        if m is None:
+            return
+        r = self.run
+        if r.load_rank is None:
+            r.load_rank = rank
+        elif rank != r.load_rank:
+            return
+        cls = _text(m.group(1), 120)
+        r.loads += 1
+        role = "target" if r.loads == 1 else "drafter" if r.loads == 2 else "model"
+        if role != "model":
+            r.info[f"{role}_class"] = cls
+        self._event(
+            "load",
+            n,
+            f"{role} class {cls} built" + (" (the drafter actually built)" if role == "drafter" else ""),
+            model_class=cls,
+            role=role,
+        )
+
+    def _ready(self, n: int, line: bytes, _: bytes) -> None:
+        self._stamp(line)
+        r = self.run
+        if r.prefill_at is not None and not r.ready and b"fired up" in line:
+            self._event("warmup", r.prefill_at["line"], "warmup request before the server was ready: SGLang counts its "
+                        "verify steps in the next decode window and in its lifetime average", time=r.prefill_at["time"])  # fmt: skip
+            self.warmup_requests += len(r.held)
+            r.held.clear()
+        r.ready = True
+        r.alive_after = True
+        self._event("ready", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 120))
+
+    def _weights(self, n: int, line: bytes, _: bytes) -> None:
+        self._stamp(line)
+        self._event("weight_update", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 200))
+
+    def _context(self, n: int, line: bytes, _: bytes) -> None:
+        self._stamp(line)
+        self._event("context_override", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 240))
+
+    def _traceback(self, n: int, line: bytes, _: bytes) -> None:
+        self._stamp(line)
+        self.in_tb = True
+
+    def _tb_line(self, n: int, line: bytes) -> bool:
+        """Inside a traceback: frames are passed over; its exception line is an event. False: the
+        line is a new log record (the traceback ended without one)."""
+        body = line.rstrip(b"\r")
+        if body[:1] in (b" ", b"\t", b"") or body.startswith(
+            (b"During handling", b"The above exception", b"Traceback")
+        ):
+            return True
+        m = F.EXC_LINE.match(body)
+        self.in_tb = False
+        if m is None:
+            return False
+        self._exception(n, _text(body[body.find(b") ") + 2 :] if m.group(1) else body, 400))
+        return True
+
+    def _exception(self, n: int, text: str) -> None:
+        idx = self._event("exception", n, text)
+        self.run.last_exc, self.run.alive_after = idx, False
+
+    def _oom(self, n: int, line: bytes, _: bytes) -> None:
+        if b"CUDA" in line or b"OutOfMemory" in line:
+            self._stamp(line)
+            self._exception(n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 400))
+
+    def _died(self, n: int, line: bytes, key: bytes) -> None:
+        self._stamp(line)
+        idx = self._event(
+            "crash_message", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :].split(b"Traceback")[0], 200)
+        )
+        if self.run.last_exc is None or self.run.alive_after:
+            self.run.last_exc = idx
+        self.run.alive_after = False
+        if b"Traceback" in line:
+            self.in_tb = True
+
+    # ---- the end
+    def _close_run(self) -> None:
+        r = self.run
+        for q in r.held:  # no ready line followed: not warmup
+            self.req.add(q)
+        r.held.clear()
+        if r.last_exc is not None and not r.alive_after:
+            ev = self.rep.events[r.last_exc]
+            ev["kind"] = "error"
+            r.info["ended_by"] = ev["text"]
+        s = r.sums
+        r.info |= {"window_count": s.n, "accept_length": s.accept_length, "exact": s.exact if s.n else None}
+        if r.back:
+            r.info["time_went_back"] = r.back
+
+    def end_file(self) -> None:
+        self.in_tb = False
+
+    def finish(self) -> None:
+        self._close_run()
+        self.rep.runs = [r.info for r in self.runs if r.starts or r.sums.n or r.info["index"] == 0]
+        if len(self.engines - {None}) > 1:
+            raise ConfigError(
+                f"{', '.join(self.rep.files)}: the logs hold both SGLang and vLLM lines; their figures do not merge",
+                hint="read each engine's logs on their own",
+            )
+        rep = self.rep
+        rep.engine = next(iter(self.engines), None)
+        if rep.release is None and rep.engine is not None:
+            rep.release_source = "not in the log: " + F.NO_RELEASE_LINE[rep.engine]
+        elif rep.release is not None and rep.engine is not None and (rep.engine, rep.release) not in F.KNOWN_RELEASES:
+            rep.release_source = f"{rep.release_source}; a release whose line formats ckpttools was not read from"
+        rep.windows = self.kept.done()
+        rep.window_stride = self.kept.stride
+        rep.window_count = self.total.n
+        rep.windows_accept_length = self.total.accept_length
+        rep.per_position_acceptance = self.total.per_position
+        rep.events.sort(key=lambda e: (rep.files.index(e["file"]) if e["file"] in rep.files else 0, e["line"]))
+        if self.warmup_requests:
+            rep.skipped["warmup requests (left out of the per-request figures)"] = self.warmup_requests
+
+
+# ----------------------------------------------------------------------------- the API
+def _compile(pattern: str | None, convention: str | None) -> tuple[re.Pattern[bytes] | None, str]:
+    """The user's --pattern, its kind (which named groups it has), checked against the convention."""
+    if convention is not None and convention not in CONVENTIONS:
+        raise ConfigError(f"convention {convention!r}: give one of {', '.join(CONVENTIONS)}")
+    if pattern is None:
+        return None, ""
+    hint = (
+        f"{opt('pattern')} takes a Python regular expression with named groups: (?P<accept_len>...), or "
+        "(?P<tokens>...) and (?P<cycles>...), or (?P<accepted>...) and (?P<drafts>...)"
+    )
+    try:
+        rx = re.compile(pattern.encode("utf-8", errors="surrogateescape"))
+    except (re.error, OverflowError, RecursionError) as e:
+        raise ConfigError(f"{opt('pattern')} {pattern[:80]!r} is not a regular expression ({e})", hint=hint) from None
+    groups = set(rx.groupindex)
+    kind = next((k for k, need in _KINDS if need <= groups), "")
+    if not kind:
+        raise ConfigError(f"{opt('pattern')} {pattern[:80]!r} lacks the named groups it needs", hint=hint)
+    if kind != "accepted" and convention is None:
+        raise ConfigError(
+            f"{opt('pattern')} gives a per-step figure in an unstated convention",
+            hint=f"say which with {opt('convention')} tokens-per-step (bonus token counted) or accepted-per-step",
+        )
+    if kind == "accepted" and convention == "tokens-per-step":
+        raise ConfigError(
+            f"{opt('pattern')}'s accepted and drafts groups count accepted drafts per step, not tokens per step",
+            hint=f"leave out {opt('convention')}, or use (?P<tokens>...) and (?P<cycles>...)",
+        )
+    return rx, kind
+
+
+_KINDS = (("accept_len", {"accept_len"}), ("tokens", {"tokens", "cycles"}), ("accepted", {"accepted", "drafts"}))
+
+
+def read_logs(
+    paths: list[str] | tuple[str, ...],
+    *,
+    pattern: str | None = None,
+    convention: str | None = None,
+    min_accept_len: float | None = None,
+) -> LogsReport:
+    """Read server logs (files, ``-`` for stdin, ``.gz``) and say what they hold about speculation.
+
+    Args:
+        paths: the logs, read in order (a rotated log's parts oldest first).
+        pattern: a regular expression for a custom profiler's lines, with named groups
+            ``accept_len``, or ``tokens`` and ``cycles``, or ``accepted`` and ``drafts``.
+        convention: what ``accept_len`` or tokens / cycles count: ``tokens-per-step`` (the
+            bonus token counted, as SGLang and vLLM) or ``accepted-per-step``.
+        min_accept_len: the bar (tokens per verify step); below it the report fails (exit 1).
+
+    Returns:
+        a :class:`LogsReport`; ``exit_code`` is verify's (0 ok, 1 below the bar, 3 nothing measured).
+
+    Raises:
+        ConfigError: a log cannot be read (missing, not a regular file, damaged gzip), or the
+            pattern is not usable.
+    """
+    from ckpttools.io.inputs import check_number
+
+    if not paths:
+        raise ConfigError("no log given", hint="give one or more server log files, or - for stdin")
+    if min_accept_len is not None:
+        try:
+            min_accept_len = float(check_number(min_accept_len, opt("min_accept_len"), lo=1, hi=MAX_ACCEPT_LEN))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    rx, kind = _compile(pattern, convention)
+    rep = LogsReport(files=[], min_accept_len=min_accept_len)
+    if convention is not None:
+        rep.convention = f"{LABEL}; the pattern's lines read as {convention}"
+    p = _Parser(rep, rx, kind, convention)
+    for path in paths:
+        _read_one(p, path)
+    p.finish()
+    _conclude(rep, p)
+    return rep
+
+
+def _read_one(p: _Parser, path: str) -> None:
+    f, where = _open(path)
+    p.rep.files.append(where)
+    p.where = where
+    try:
+        for first, lines in _lines(f, where, p.rep):
+            for i, line in enumerate(lines):
+                p.feed(first + i, line)
+    finally:
+        p.end_file()
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _conclude(rep: LogsReport, p: _Parser) -> None:
+    """The overall figure (per-request counts first, then the windows), the bar, the verdict."""
+    if p.req.n:
+        rep.accept_length, rep.accept_length_ci95, rep.per_request = p.req.summary()
+        rep.per_request["fields_used"] = "; ".join(sorted(p.req.fields))
+        rep.exact, rep.source = True, "sglang request log (log_requests_format json): each request's counts"
+        rep.weighting = "pooled counts: 1 + sum(accepted drafts) / sum(verify steps); interval over requests"
+    elif p.total.n:
+        rep.accept_length, rep.exact = p.total.accept_length, p.total.exact
+        rep.source, rep.weighting = _source(rep, p)
+    if rep.accept_length is not None:
+        rep.accepted_drafts_per_step = rep.accept_length - 1
+    if rep.min_accept_len is not None:
+        rep.passed = rep.accept_length is not None and rep.accept_length >= rep.min_accept_len
+    rep.verdict = verdict_line(rep)
+
+
+def _source(rep: LogsReport, p: _Parser) -> tuple[str, str]:
+    if p.pattern is not None:
+        if p.kind == "accept_len":
+            return "pattern lines (accept_len)", "an estimate: every line weighted alike (the lines carry no counts)"
+        return f"pattern lines ({p.kind})", "exact: summed counts (each line weighted by its steps)"
+    if rep.engine == "vllm":
+        return (
+            "vllm SpecDecoding metrics lines",
+            "exact: 1 + sum(accepted tokens) / sum(drafts), drafts = drafted tokens / draft length",
+        )
+    return "sglang Decode batch lines", (
+        "an estimate: each window weighted by its #running-req (a window is decode_log_interval passes over the "
+        "running batch; the line gives no counts)"
+    )
+
+
+def verdict_line(rep: LogsReport) -> str:
+    """One line, as verify's: the figure in both conventions, how it was merged, the bar."""
+    if rep.accept_length is None:
+        why = f"{rep.lines} line(s) read, no speculative-decoding figures"
+        if rep.skipped:
+            why += f"; skipped: {', '.join(f'{v} {k}' for k, v in list(rep.skipped.items())[:3])}"
+        return f"accept length could not be read from the log ({why})"
+    how = "exact" if rep.exact else "estimated"
+    parts = [
+        f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} accepted "
+        f"drafts per step), {how}, from {rep.source}"
+    ]
+    if rep.min_accept_len is not None:
+        ok = bool(rep.passed)
+        parts.append(
+            f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}"
+        )
+    died = [e for e in rep.events if e["kind"] == "error"]
+    if died:
+        parts.append(f"the server died: {died[-1]['text'][:160]}")
+    return "; ".join(parts)

