@@ -59,6 +59,9 @@ def render_inspect(r: Any, all_tensors: bool = False) -> str:
     out += [f"    - {e}" for e in r.evidence]
     out += hub_line(r.hub)
     out += _inspect_config(r)
+    if getattr(r, "config_file", False):
+        out.insert(1, "  a config file (no weights read)")
+        return "\n".join(out + [f"note: {n}" for n in r.notes])
     out.append(
         f"weights: {r.num_tensors} tensors, {human_count(r.total_params)} params, "
         f"{human_bytes(r.total_bytes)} in {len(r.files)} file(s)"

@@ -22,7 +22,13 @@ __all__ = [
     "config_problems",
     "require_valid_config",
     "INT_BOUNDS",
+    "MLA_BOUNDS",
     "MAX_VOCAB_SIZE",
+    "weight_problems",
+    "canonical_shapes",
+    "default_context",
+    "default_num_layers",
+    "DEEPSEEK_V3_TYPES",
 ]
 
 #: the largest vocabulary (and so the largest token id + 1) any reader accepts: real ones are
@@ -43,6 +49,22 @@ INT_BOUNDS: dict[str, int] = {
     "head_dim": 1 << 14,
     "max_position_embeddings": 1 << 34,
 }
+#: MLA attention sizes (DeepSeek-V2/V3, Kimi-K2): the largest plausible value of each; q_lora_rank
+#: may be null (no q down-projection: vLLM 0.32 vllm/model_executor/models/deepseek_v2.py:1051 and
+#: deepseek_eagle3.py:76 take it; SGLang 0.5.17's MLA drafter refuses it, which validate reports)
+MLA_BOUNDS: dict[str, int] = {
+    "kv_lora_rank": 1 << 16,
+    "q_lora_rank": 1 << 16,
+    "qk_rope_head_dim": 1 << 14,
+    "qk_nope_head_dim": 1 << 14,
+    "v_head_dim": 1 << 14,
+}
+#: the most aux hidden states any drafter concatenates (EAGLE-3 uses 3)
+MAX_AUX_STATES = 64
+#: EAGLE-3.1 switches: true, false or null (absent); a string "false" would read as on
+_FLAG_FIELDS = ("fc_norm", "use_aux_norm", "norm_before_fc", "norm_output", "norm_before_residual")
+#: fields that hold a sub-config: each must be a JSON object when present
+_OBJECT_FIELDS = ("eagle_config", "transformer_layer_config", "speculators_config", "text_config")
 _NUMBER_FIELDS = ("rope_theta",)
 _STRING_FIELDS = ("model_type", "hidden_act")
 
@@ -73,6 +95,18 @@ def _bad_int(v: Any, key: str) -> str | None:
         return f"is {v!r}; expected an integer"
     if not 0 < v <= bound:
         return f"is {v}; expected an integer from 1 to {bound:,}"
+    return None
+
+
+def _bad_mla(v: Any, key: str) -> str | None:
+    if v is None and key == "q_lora_rank":
+        return None
+    bound = MLA_BOUNDS[key]
+    if type(v) is not int or not 0 < v <= bound:
+        null = " or null" if key == "q_lora_rank" else ""
+        return f"is {v!r}; expected an integer from 1 to {bound:,}{null}"
+    if key == "qk_rope_head_dim" and v % 2:
+        return f"is {v}; expected an even number (rotary embeddings rotate pairs of dimensions)"
     return None
 
 
@@ -135,16 +169,100 @@ def config_problems(cfg: dict[str, Any] | None) -> dict[str, str]:
     ids, where = _raw_aux_ids(cfg)
     if where and ids is not None and (why := _bad_ids(ids)):
         out[where] = why
+    return out | _eagle_field_problems(cfg)
+
+
+def _eagle_field_problems(cfg: dict[str, Any]) -> dict[str, str]:
+    """The sub-config holders, the MLA sizes, and the EAGLE-3.1 fields."""
+    out: dict[str, str] = {}
+    for key in _OBJECT_FIELDS:
+        if key in cfg and not isinstance(cfg[key], dict):
+            out[f"$.{key}"] = f"is {_short(cfg[key])}; expected an object"
+    for key in MLA_BOUNDS:
+        v, where = lookup(cfg, key)
+        if where and (why := _bad_mla(v, key)):
+            out[where] = why
+    n = cfg.get("num_aux_hidden_states")
+    if n is not None and (type(n) is not int or not 0 < n <= MAX_AUX_STATES):
+        out["$.num_aux_hidden_states"] = f"is {_short(n)}; expected an integer from 1 to {MAX_AUX_STATES}"
+    got = cfg.get("eagle_config")
+    eagle: dict[str, Any] = got if isinstance(got, dict) else {}
+    for holder, prefix in ((cfg, "$"), (eagle, "$.eagle_config")):
+        for key in _FLAG_FIELDS:
+            v = holder.get(key)
+            if v is not None and type(v) is not bool:
+                out[f"{prefix}.{key}"] = f"is {_short(v)}; expected true or false"
     return out
 
 
-def require_valid_config(cfg: dict[str, Any] | None, source: str) -> None:
-    """Raise ConfigError (exit 2) naming the first unusable field, for commands that write.
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Config fields that the weights contradict: num_hidden_layers against the layers present,
+    num_aux_hidden_states against fc's input width, and fc_norm.N present exactly when the flag
+    (``fc_norm``, or SGLang's legacy ``use_aux_norm``) says.
+
+    Args:
+        shapes: {canonical tensor name: shape} (names as :func:`canonical_name` gives them).
+
+    Returns:
+        {JSON path: what is wrong}; empty when the weights agree (or a field is absent or unusable).
+    """
+    from ckpttools.formats.aux_rules import fc_options
+    from ckpttools.formats.names import layer_index
+
+    out: dict[str, str] = {}
+    if not cfg or not shapes or config_problems(cfg):
+        return out
+    layers = sorted({i for i in map(layer_index, shapes) if i is not None})
+    n_layers, where = lookup(cfg, "num_hidden_layers")
+    if where and layers and n_layers != layers[-1] + 1:
+        out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
+    n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
+    ht = lookup(cfg, "target_hidden_size")[0] or lookup(cfg, "hidden_size")[0]
+    if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
+        out["$.num_aux_hidden_states"] = (
+            f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
+        )
+    flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
+    num = fc_options(cfg, "sglang").num_aux
+    want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
+    have = {k for k in shapes if k.startswith("fc_norm.")}
+    if want != have:
+        extra, missing = sorted(have - want), sorted(want - have)
+        what = f"the weights lack {', '.join(missing)}" if missing else f"the weights have {', '.join(extra)}"
+        out[f"$.{flag}"] = f"is {bool(cfg.get(flag))} for {num} aux states but {what}"
+    return out
+
+
+def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """{canonical name: shape} of an EAGLE-3 drafter's tensors (``Checkpoint.tensors``), for
+    :func:`weight_problems`; empty for any other kind (an MTP head's layer is the target's last + 1)."""
+    from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.formats.names import canonical_name
+
+    if not detect_flavor(cfg, list(tensors)).is_plain_eagle3:
+        return {}
+    return {canonical_name(n)[0]: tuple(t.shape) for n, t in tensors.items()}
+
+
+def _span(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else str(ids)
+
+
+def require_valid_config(
+    cfg: dict[str, Any] | None, source: str, shapes: dict[str, tuple[int, ...]] | None = None
+) -> None:
+    """Raise ConfigError (exit 2) naming the first unusable field, for commands that write;
+    with ``shapes`` ({canonical tensor name: shape}) also a field the weights contradict.
 
     Raises:
         ConfigError
     """
-    probs = config_problems(cfg)
+    probs = config_problems(cfg) or weight_problems(cfg, shapes or {})
     if probs:
         where, why = next(iter(probs.items()))
         more = f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""
@@ -221,7 +339,29 @@ def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
         if val is not None:
             how = key if factor == 1 else f"{key} x rope_scaling.factor {factor}"
             return int(factor * val), how
+    return default_context(text)
+
+
+#: model types whose transformers config class is DeepseekV3Config, default max_position_embeddings
+#: 4096 (transformers 5.12.1, models/deepseek_v3/configuration_deepseek_v3.py:92); SGLang 0.5.17
+#: registers kimi_k2 (the MLA drafters' type), deepseek_v32 and deepseek_v4 as that class
+#: (sglang/srt/utils/hf_transformers/common.py:139-155)
+DEEPSEEK_V3_TYPES = ("deepseek_v3", "kimi_k2", "deepseek_v32", "deepseek_v4")
+
+
+def default_context(cfg: dict[str, Any]) -> tuple[int, str]:
+    """The context SGLang 0.5.17 derives when a config sets no context key: the default of the
+    config class transformers builds for its model_type (Llama and DeepSeek-V2: 2048; DeepSeek-V3,
+    hence kimi_k2: 4096), else get_context_length's own 2048 (utils/hf_transformers/common.py:463-481)."""
+    if cfg.get("model_type") in DEEPSEEK_V3_TYPES:
+        return 4096, f"the default of DeepSeek-V3's config class, which SGLang uses for {cfg['model_type']}"
     return 2048, "SGLang's default (no context key set)"
+
+
+def default_num_layers(cfg: dict[str, Any]) -> int:
+    """num_hidden_layers when a config leaves it out: 61 for DeepSeek-V3's config class
+    (configuration_deepseek_v3.py:75), 32 for Llama's and DeepSeek-V2's."""
+    return 61 if cfg.get("model_type") in DEEPSEEK_V3_TYPES else 32
 
 
 @dataclass

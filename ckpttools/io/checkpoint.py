@@ -15,7 +15,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 
 from ckpttools.errors import (
     CheckpointFormatError,
@@ -31,7 +30,14 @@ from ckpttools.io.safetensors_header import ShardHeader, TensorInfo, read_header
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Checkpoint", "open_checkpoint", "numpy_dtype", "load_config", "PICKLE_SUFFIXES"]
+__all__ = [
+    "Checkpoint",
+    "open_checkpoint",
+    "numpy_dtype",
+    "load_config",
+    "PICKLE_SUFFIXES",
+    "leads_inside",
+]
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"
@@ -77,12 +83,9 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
 
 def load_config(path: Path) -> dict[str, Any]:
     """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
-    from ckpttools.io.fsutil import read_regular_bytes
+    from ckpttools.io.inputs import read_json
 
-    try:
-        cfg = orjson.loads(read_regular_bytes(path))
-    except orjson.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})", path=path) from None
+    cfg = read_json(path, "config")
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: not a JSON object", path=path)
     return cfg
@@ -99,25 +102,39 @@ def hub_blobs(root: Path) -> Path | None:
 def _inside(root: Path, rel: str) -> tuple[str, Path]:
     """Check a shard name from an index and return (its normalized name, its path).
 
-    The name must stay inside the checkpoint (no absolute path, no ``..`` out of it).
-    A shard that is a symbolic link must lead inside the checkpoint too, or into the
-    Hugging Face cache's own ``blobs/`` folder, where snapshot files point.
+    The name must stay inside the checkpoint (no absolute path, no ``..`` out of it). A shard
+    that is a symbolic link is followed wherever it leads: the links in a checkpoint directory
+    are the user's (a directory of links to a 1 TB target's shards is how one reuses them), and
+    reading follows them. Only what the index itself names is held to the directory. In a
+    Hugging Face cache snapshot the links are huggingface_hub's, and lead into the cache's own
+    ``blobs/``: one that leads elsewhere is a tampered cache, and refused.
     """
     norm = os.path.normpath(rel) if rel else ""
     if not rel or "\0" in rel or os.path.isabs(rel) or norm == ".." or norm.startswith("../") or norm == ".":
-        raise UnsafePathError(f"index names shard {rel!r}, which is outside {root}", path=rel)
+        raise UnsafePathError(
+            f"index names shard {rel!r}, which is outside {root}",
+            path=rel,
+            hint="an index names its shards by file names inside the checkpoint directory; fix or regenerate it",
+        )
     p = root / norm
-    real = Path(os.path.realpath(p))
-    real_root = Path(os.path.realpath(root))
-    if not real.is_relative_to(real_root):
-        blobs = hub_blobs(root)
-        if blobs is None or not real.is_relative_to(blobs):
-            raise UnsafePathError(
-                f"index names shard {rel!r}, which is a link to {real}, outside {root}",
-                path=rel,
-                hint="copy the shard into the checkpoint directory instead of linking it",
-            )
+    if hub_blobs(root) is not None and not leads_inside(root, p):
+        raise UnsafePathError(
+            f"index names shard {rel!r}, which is a link to {os.path.realpath(p)}, outside the Hugging Face "
+            f"cache snapshot {root} and its blobs/",
+            path=rel,
+            hint="the cache's links lead into its blobs/ folder: download the repo again",
+        )
     return norm, p
+
+
+def leads_inside(root: Path, p: Path) -> bool:
+    """Whether ``p`` (a link or not) resolves inside ``root``, or into the Hugging Face cache's own
+    ``blobs/`` folder, where a snapshot's files point."""
+    real = Path(os.path.realpath(p))
+    if real.is_relative_to(Path(os.path.realpath(root))):
+        return True
+    blobs = hub_blobs(root)
+    return blobs is not None and real.is_relative_to(blobs)
 
 
 @contextmanager
@@ -403,12 +420,11 @@ def _check_index(ck: Checkpoint, weight_map: dict[str, str], index_name: str, wh
 
 def _read_index(index_path: Path) -> dict[str, str]:
     """The weight_map of a sharded checkpoint's index: tensor name -> shard file name."""
-    from ckpttools.io.fsutil import read_regular_bytes
+    from ckpttools.io.inputs import read_json
 
-    try:
-        index = orjson.loads(read_regular_bytes(index_path))
-    except orjson.JSONDecodeError:
-        index = None
+    index = read_json(
+        index_path, "index", error=CheckpointFormatError, hint="the index is damaged: fix or regenerate it"
+    )
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise CheckpointFormatError(

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
-from ckpttools.formats.config import aux_layer_ids, context_length, essentials, require_valid_config
+from ckpttools.formats.config import canonical_shapes, aux_layer_ids, context_length, essentials, require_valid_config
 from ckpttools.formats.aux_rules import (
     LATER_LAYER_NORM,
     capture_rule,
@@ -297,7 +297,7 @@ def export(
     ck = open_checkpoint(src, download=True)
     hashes: BackgroundDigests | None = None
     try:
-        require_valid_config(ck.config, str(src))
+        require_valid_config(ck.config, str(src), canonical_shapes(ck.config, ck.tensors))
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)

@@ -16,11 +16,9 @@ from ckpttools.formats.names import canonical_name, layer_index, suggest_rename
 from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
 from ckpttools.io.manifest import MANIFEST_NAME, make_manifest
 from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files
-from ckpttools.ops.validate import ValidationReport, validate
+from ckpttools.ops.validate import FIXABLE_ARCHS, ValidationReport, fix_repairs, validate
 
 __all__ = ["FixResult", "fix"]
-
-FIXABLE_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM")
 
 
 @dataclass
@@ -50,7 +48,8 @@ def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | N
     changes: list[str] = []
     unfixed: list[str] = []
     archs = cfg.get("architectures") or []
-    if archs and archs[0] in FIXABLE_ARCHS:
+    arch_fixable = any(f.id == "config.architectures" and fix_repairs(f) for f in report.findings)
+    if archs and archs[0] in FIXABLE_ARCHS and arch_fixable:
         cfg["architectures"] = ["LlamaForCausalLMEagle3"]
         changes.append(f"config: architectures {archs} -> ['LlamaForCausalLMEagle3']")
     if tcfg is not None:
@@ -82,16 +81,8 @@ def _plan_fix(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | N
             if new and new not in ck.tensors:
                 renames[f.location] = new
                 changes.append(f"tensor: {f.location} -> {new}")
-    fixable = {
-        "config.architectures",
-        "target.context_length",
-        "config.num_hidden_layers",
-        "config.draft_vocab_size",
-        "config.torch_dtype",
-        "tensors.dropped",
-    }
     for f in report.errors:
-        if f.id not in fixable or (f.id == "config.architectures" and not (archs and archs[0] in FIXABLE_ARCHS)):
+        if not fix_repairs(f):
             unfixed.append(f"{f.id} at {f.location}: {f.message}")
     return cfg, renames, changes, unfixed
 

@@ -39,6 +39,8 @@ class InspectReport:
     notes: list[str] = field(default_factory=list)
     #: for a Hub repo: the repo, the revision asked for, the commit read, and what was transferred
     hub: dict[str, Any] | None = None
+    #: the source was a config file alone (config.json, X.config.json): described, no weights read
+    config_file: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -63,6 +65,8 @@ class InspectReport:
             d["tensors"] = self.tensors
         if self.hub is not None:
             d["hub"] = self.hub
+        if self.config_file:
+            d["config_file"] = True
         return d
 
 
@@ -109,8 +113,62 @@ def inspect(
     """
     if isinstance(source, Checkpoint):
         return _inspect(source, tensors, filter)
+    if _is_config_file(source):
+        return _inspect_config_file(Path(str(source)).expanduser(), tensors)
     with open_checkpoint(source, revision) as ck:
         return _inspect(ck, tensors, filter)
+
+
+#: keys one of which every model config has (a JSON file with none of them is some other file)
+_CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "text_config", "transformer_layer_config")
+
+
+def _is_config_file(source: str | Path) -> bool:
+    """A JSON file that is not a safetensors index: a model config (config.json, X.config.json), or
+    some other JSON file, which inspect refuses by name."""
+    text = str(source)
+    if not text or "\0" in text:
+        return False
+    p = Path(text).expanduser()
+    return p.suffix == ".json" and not p.name.endswith(".index.json") and p.is_file()
+
+
+def _inspect_config_file(p: Path, tensors: bool) -> InspectReport:
+    """A config file on its own: what it describes, its essentials and context; no weights."""
+    from ckpttools.errors import ConfigError
+    from ckpttools.io.inputs import read_json
+
+    cfg = read_json(p, "config")
+    if not isinstance(cfg, dict) or not any(k in cfg for k in _CONFIG_KEYS):
+        raise ConfigError(
+            f"{p}: a JSON file, but not a model config (no {', '.join(_CONFIG_KEYS[:3])})",
+            path=p,
+            hint="inspect reads a checkpoint directory, a .safetensors file, an index, or a config.json",
+        )
+    flavor = detect_flavor(cfg, [])
+    ess = essentials(cfg)
+    notes = [f"config {where} {why}: ignored" for where, why in ess.invalid.items()]
+    notes.append(f"a config file alone: no weights read (inspect {p.parent} for the checkpoint around it)")
+    ctx, how = context_length(cfg)
+    return InspectReport(
+        source=str(p),
+        root=str(p.parent),
+        kind=flavor.kind,
+        kind_description=flavor.description,
+        evidence=[e for e in flavor.evidence if "in the weights" not in e] + ["no weights read: a config file"],
+        config=ess.to_dict(),
+        context_length=ctx,
+        files=[],
+        num_tensors=0,
+        total_params=0,
+        total_bytes=0,
+        by_dtype={},
+        metadata={},
+        vocab_mapping=None,
+        tensors=[] if tensors else None,
+        notes=notes + ([f"context length {ctx}: {how}"] if ctx and "default" in how else []),
+        config_file=True,
+    )
 
 
 def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import MappingError, opt
-from ckpttools.formats.config import essentials, require_valid_config
+from ckpttools.formats.config import canonical_shapes, essentials, require_valid_config
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.guard import check_output
@@ -326,7 +326,7 @@ def remap(
     req.check()
     ck = open_checkpoint(drafter, download=True)
     try:
-        require_valid_config(ck.config, str(drafter))
+        require_valid_config(ck.config, str(drafter), canonical_shapes(ck.config, ck.tensors))
         check_output(out, [ck.root, *req.inputs()])
     except BaseException:
         ck.close()

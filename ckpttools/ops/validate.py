@@ -17,8 +17,10 @@ from ckpttools.formats.config import (
     aux_layer_ids,
     config_problems,
     context_length,
+    default_num_layers,
     essentials,
     lookup,
+    weight_problems,
 )
 from ckpttools.formats.aux_rules import (
     FC_OPTION_SOURCES,
@@ -57,6 +59,25 @@ VLLM_ARCHS = (
     "Eagle3Speculator",
 )
 ENGINES = ("sglang", "vllm")
+#: the classes ``validate --fix`` renames to LlamaForCausalLMEagle3
+FIXABLE_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM")
+#: the errors ``validate --fix`` repairs (architectures only for FIXABLE_ARCHS; the fields only when missing)
+FIX_REPAIRS = {
+    "config.architectures",
+    "target.context_length",
+    "config.num_hidden_layers",
+    "config.draft_vocab_size",
+    "config.torch_dtype",
+    "tensors.dropped",
+}
+#: hint text naming --fix, and what it says when --fix would leave other errors (export repairs more)
+_FIX_TEXTS = {
+    "(ckpt validate --fix does it)": "(ckpt export does it)",
+    "(ckpt validate --fix does)": "(ckpt export does)",
+    " (ckpt export --target TARGET does; so does ckpt validate --fix --target TARGET)": (
+        " (ckpt export --target TARGET does)"
+    ),
+}
 ARCH_MESSAGES = {
     "LlamaForCausalLM": (
         "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
@@ -125,6 +146,32 @@ def schema(name: str) -> dict[str, Any]:
     return load_schema(name)
 
 
+def fix_repairs(f: Finding) -> bool:
+    """Whether ``validate --fix`` repairs this error (ops/fix.py)."""
+    if f.id not in FIX_REPAIRS:
+        return False
+    if f.id == "config.architectures":
+        fixable = any(f.message.startswith(m) for a, m in ARCH_MESSAGES.items() if a in FIXABLE_ARCHS)
+        return fixable and not f.message.endswith(_VLLM_LATER_NORMS)
+    if f.id in ("config.num_hidden_layers", "config.draft_vocab_size", "config.torch_dtype"):
+        return "is missing" in f.message
+    return True
+
+
+def route_fix_hints(findings: list[Finding]) -> list[Finding]:
+    """Hints name ``validate --fix`` only when its output would validate, that is when it repairs every
+    error; otherwise they name ``ckpt export``, which rewrites the whole drafter."""
+    if all(fix_repairs(f) for f in findings if f.severity == "error"):
+        return findings
+    out = []
+    for f in findings:
+        hint = f.hint
+        for old, new in _FIX_TEXTS.items():
+            hint = hint.replace(old, new) if hint else hint
+        out.append(Finding(f.id, f.severity, f.location, f.message, hint))
+    return out
+
+
 def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
     if isinstance(drafter, Checkpoint):
         return drafter.config, drafter, str(drafter.source)
@@ -162,7 +209,7 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     out += _type_findings(cfg, "config.type", "", {f.location for f in out})
     out += _draft_vocab_finding(essentials(cfg))
     out += _architecture_findings(cfg, engine)
-    out += _field_findings(cfg)
+    out += _field_findings(cfg, engine)
     out += _dtype_findings(essentials(cfg))
     return out
 
@@ -175,7 +222,22 @@ def _schema_findings(cfg: dict[str, Any], schema_name: str, fid: str, prefix: st
 
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
-    return [Finding(fid, "error", e.json_path, prefix + e.message, fix) for e in errors]
+    return [Finding(fid, "error", e.json_path, prefix + e.message, fix) for e in _explained(errors, cfg)]
+
+
+def _explained(errors: list[Any], cfg: dict[str, Any]) -> list[Any]:
+    """A top-level anyOf (the flat layout, or the speculators one with the layer fields nested under
+    transformer_layer_config) as the errors of the layout this config follows, not one opaque line."""
+    out = []
+    for e in errors:
+        if e.validator != "anyOf" or list(e.absolute_path) or not e.context:
+            out.append(e)
+            continue
+        nested = 1 if "transformer_layer_config" in cfg and "speculators_config" in cfg else 0
+        if isinstance(cfg.get("text_config"), dict):  # a multimodal wrapper: the target schema's layout
+            nested = max(c.schema_path[0] for c in e.context)
+        out += [c for c in e.context if c.schema_path[0] == nested] or [e]
+    return out
 
 
 def _draft_vocab_finding(ess: Any) -> list[Finding]:
@@ -211,8 +273,12 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     if arch in SGLANG_ARCHS:
         return []
     msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
-    fix = "ckpt validate --fix" if arch in ("LlamaForCausalLM", "Eagle3LlamaForCausalLM") else "ckpt export"
+    fix = "ckpt validate --fix" if arch in FIXABLE_ARCHS else "ckpt export"
     want = "LlamaForCausalLMEagle3"
+    n = lookup(cfg, "num_hidden_layers")[0]
+    if arch == "Eagle3LlamaForCausalLM" and type(n) is int and n > 1:
+        msg += _VLLM_LATER_NORMS
+        fix = "ckpt export"
     if _is_mla(cfg):  # a training-side name for an MLA drafter (e.g. TorchSpec's DeepSeekForCausalLMEagle3)
         msg += " (the config has MLA fields, kv_lora_rank and qk_rope_head_dim: SGLang's MLA drafter class is "
         msg += "Eagle3DeepseekV2ForCausalLM, sglang/srt/models/kimi_k25_eagle3.py:314 and 520)"
@@ -230,6 +296,14 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     ]
 
 
+#: a vLLM-layout drafter of several layers: renaming its class alone serves the wrong norm in layers 1+
+_VLLM_LATER_NORMS = (
+    "; its layers after the first keep vLLM's norm (input_layernorm) where SGLang reads hidden_norm "
+    f"({LATER_LAYER_NORM['sglang'][1]}): renaming the class alone loads without a warning and drafts "
+    "garbage (seen on 0.5.17); ckpt export moves the norms"
+)
+
+
 def _is_mla(cfg: dict[str, Any]) -> bool:
     """An MLA drafter: SGLang's class by name, or a config with MLA attention fields."""
     archs = cfg.get("architectures")
@@ -238,7 +312,52 @@ def _is_mla(cfg: dict[str, Any]) -> bool:
     return "kv_lora_rank" in cfg and "qk_rope_head_dim" in cfg
 
 
-def _field_findings(cfg: dict[str, Any]) -> list[Finding]:
+def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
+    """What SGLang 0.5.17's MLA drafter class refuses at load (sglang/srt/models/kimi_k25_eagle3.py)."""
+    archs = cfg.get("architectures")
+    if engine != "sglang" or not (isinstance(archs, list) and archs[:1] == ["Eagle3DeepseekV2ForCausalLM"]):
+        return []
+    out: list[Finding] = []
+    q, where = lookup(cfg, "q_lora_rank")
+    if where is not None and q is None:
+        out.append(
+            Finding(
+                "config.q_lora_rank",
+                "error",
+                where,
+                "q_lora_rank is null: SGLang 0.5.17's MLA drafter widens the q down-projection and refuses to "
+                'load without one ("Eagle3 MLA layer requires q_lora_rank in the draft config", '
+                "kimi_k25_eagle3.py:113-116); vLLM 0.32 takes null (deepseek_eagle3.py:76)",
+                "set q_lora_rank to the q down-projection's width (q_a_proj's rows)",
+            )
+        )
+    elif where is None:
+        out.append(
+            Finding(
+                "config.q_lora_rank",
+                "warning",
+                "$.q_lora_rank",
+                "q_lora_rank is missing: SGLang reads the config class's default, 1536 (transformers 5.12.1 "
+                "configuration_deepseek_v3.py:82), which must be q_a_proj's rows",
+                "write q_lora_rank explicitly",
+            )
+        )
+    n, where = lookup(cfg, "num_hidden_layers")
+    if type(n) is int and n != 1:
+        out.append(
+            Finding(
+                "config.mla_num_hidden_layers",
+                "error",
+                where or "$.num_hidden_layers",
+                f"num_hidden_layers is {n}: SGLang 0.5.17's MLA drafter has one layer and refuses any other count "
+                '("EAGLE3 currently only supports 1 layer", kimi_k25_eagle3.py:242-243)',
+                "an MLA drafter has one decoder layer: set num_hidden_layers to 1",
+            )
+        )
+    return out
+
+
+def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
     out: list[Finding] = []
     if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
@@ -273,16 +392,19 @@ def _field_findings(cfg: dict[str, Any]) -> list[Finding]:
                 )
             )
     if lookup(cfg, "num_hidden_layers")[1] is None:
+        n = default_num_layers(cfg)
         out.append(
             Finding(
                 "config.num_hidden_layers",
                 "error",
                 "$.num_hidden_layers",
-                "num_hidden_layers is missing: transformers' default (32) makes SGLang build 32 layers, "
-                "31 of them random",
+                f"num_hidden_layers is missing: transformers' default ({n}, for model_type "
+                f"{cfg.get('model_type')!r}) makes SGLang build {n} layers, {n - 1} of them untrained"
+                + (" (its MLA drafter refuses any count but 1: kimi_k25_eagle3.py:242-243)" if _is_mla(cfg) else ""),
                 "set it to the number of decoder layers in the weights (usually 1)",
             )
         )
+    out += _mla_findings(cfg, engine)
     act, where = lookup(cfg, "hidden_act")
     if where and act != "silu" and isinstance(act, str):
         out.append(
@@ -401,7 +523,9 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sgl
     if cfg is None:
         return out
     shapes = _shape_findings(cfg, canon, engine)
-    return out + shapes + _option_findings(cfg, canon, engine) + _mapping_findings(cfg, canon, ck)
+    options = _option_findings(cfg, canon, engine)
+    fields = _weight_field_findings(cfg, canon, {f.id for f in options})
+    return out + shapes + options + fields + _mapping_findings(cfg, canon, ck)
 
 
 def _name_findings(
@@ -487,7 +611,7 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                         "tensors.missing",
                         "error",
                         name,
-                        "expected tensor is missing: SGLang leaves it at random init"
+                        _sglang_missing(name)
                         if engine == "sglang"
                         else "expected tensor is missing: vLLM 0.32 serves without it and no error (observed), "
                         "the weight left at its initial value",
@@ -504,6 +628,43 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                     "check hidden_size, target_hidden_size, the aux layer count and draft_vocab_size",
                 )
             )
+    return out
+
+
+def _sglang_missing(name: str) -> str:
+    """What SGLang 0.5.17 serves in place of a tensor it does not find (load_weights skips it)."""
+    if name.endswith("norm.weight"):
+        return (
+            "expected tensor is missing: SGLang 0.5.17 starts this norm at ones (RMSNorm's initial weight, "
+            "sglang/srt/layers/layernorm.py:376), not the trained values, and says nothing"
+        )
+    if name == "fc.weight":
+        return "expected tensor is missing: SGLang 0.5.17 keeps torch.nn.Linear's random init (llama_eagle3.py:155)"
+    return (
+        "expected tensor is missing: SGLang 0.5.17 leaves the weight as allocated, uninitialised memory "
+        "(torch.empty, sglang/srt/layers/quantization/unquant.py:141-160), and says nothing"
+    )
+
+
+def _weight_field_findings(cfg: dict[str, Any], canon: dict[str, Any], seen: set[str]) -> list[Finding]:
+    """Config fields the weights contradict (formats/config.py weight_problems); not those already said."""
+    shapes = {n: tuple(t.shape) for n, t in canon.items()}
+    out = []
+    for where, why in weight_problems(cfg, shapes).items():
+        field_ = where.rsplit(".", 1)[-1]
+        fid = {"fc_norm": "config.fc_norm", "use_aux_norm": "config.fc_norm"}.get(field_, f"config.{field_}")
+        fid = "config.layers_present" if field_ == "num_hidden_layers" else fid
+        if fid in seen:
+            continue
+        out.append(
+            Finding(
+                fid,
+                "error",
+                where,
+                f"{field_} {why}",
+                "make config.json say what the weights hold (export and remap refuse it until then)",
+            )
+        )
     return out
 
 
@@ -631,7 +792,8 @@ def check_target(
     out += _target_hidden_findings(d, t)
     out += _aux_id_findings(cfg, t, engine)
     out += _target_dtype_findings(d, t, engine)
-    out += _target_context_findings(cfg, tcfg, d, t)
+    out += _target_context_findings(cfg, tcfg, d, t, engine)
+    out += _draft_kv_findings(cfg, tcfg, d, t, engine)
     return out
 
 
@@ -732,9 +894,7 @@ def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
                 "target.aux_layer_ids",
                 "error",
                 where or "$",
-                f"aux layer id(s) {bad} are out of reach for a {L}-layer {arch or 'target'}: {engine} "
-                f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, so the drafter's fc gets "
-                "fewer states than it was trained on",
+                _out_of_reach(bad, ids, L, arch, rule, engine),
                 f"use the ids the drafter was trained with, in {engine}'s reading for this target "
                 f"(read from {rule.source})",
             )
@@ -754,6 +914,19 @@ def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
     return out
 
 
+def _out_of_reach(bad: list[int], ids: list[int], L: int, arch: Any, rule: Any, engine: str) -> str:
+    msg = (
+        f"aux layer id(s) {bad} are out of reach for a {L}-layer {arch or 'target'}: {engine} "
+        f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, "
+    )
+    if engine == "sglang":
+        return msg + (
+            f'so SGLang 0.5.17 crashes on the first forward ("captured {len(ids) - len(bad)} of {len(ids)} aux '
+            'hidden states", sglang/srt/layers/aux_hidden_states.py:44-48; seen on the GPU)'
+        )
+    return msg + "so the drafter's fc never gets the states it was trained on"
+
+
 def _rule_differs(ids: list[int], where: str | None, arch: Any, rule: Any, engine: str, L: int) -> list[Finding]:
     """A class whose rule reads these ids otherwise than Llama's: say which layers are captured."""
     out: list[Finding] = []
@@ -767,10 +940,20 @@ def _rule_differs(ids: list[int], where: str | None, arch: Any, rule: Any, engin
                 where or "$",
                 f"for {arch} targets SGLang {rule.describe()}: ids {ids} capture the inputs of layers {got}, "
                 f"not {llama} as for a Llama target; right only if the drafter was trained on those",
-                f"ids written for a Llama-rule engine become {rule.ids_for(llama, L)} here (read from {rule.source})",
+                _rule_fix(rule, llama, L),
             )
         )
     return out
+
+
+def _rule_fix(rule: Any, llama: list[int], L: int) -> str:
+    ids = rule.ids_for(llama, L)
+    if ids is None:
+        return (
+            f"no ids make SGLang capture the inputs of layers {llama} on this target: only a drafter trained on "
+            f"what SGLang captures here serves well (read from {rule.source})"
+        )
+    return f"ids written for a Llama-rule engine become {ids} here (read from {rule.source})"
 
 
 def _served(dt: str | None) -> str | None:
@@ -797,23 +980,41 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
     return out
 
 
-def _target_context_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any) -> list[Finding]:
+def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str) -> Finding:
+    covers = f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} ({thow}): "
+    if engine == "vllm":
+        return Finding(
+            "target.context_length",
+            "warning",
+            "$.max_position_embeddings",
+            covers + "vLLM 0.32 raises the drafter's max_position_embeddings to the target's max_model_len "
+            "itself (vllm/config/speculative.py:1677-1709) and launches, but past "
+            f"{dctx:,} tokens the drafter runs beyond the positions it was trained on and acceptance drops",
+            f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does)",
+        )
+    return Finding(
+        "target.context_length",
+        "error",
+        "$.max_position_embeddings",
+        covers + f"SGLang 0.5.17 refuses to launch (\"Target model's context_length ({tctx}) is greater than "
+        f'the derived context_length ({dctx})", sglang/srt/configs/model_config.py:771-791), and past '
+        f"{dctx:,} tokens acceptance drops",
+        f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does; so does ckpt validate "
+        "--fix --target TARGET); or launch with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, SGLang's own "
+        "override, which raises the drafter's max_position_embeddings to the target's at load "
+        "(model_config.py:778-787)",
+    )
+
+
+def _target_context_findings(
+    cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str = "sglang"
+) -> list[Finding]:
     """Context length and rope against the target's."""
     out: list[Finding] = []
     dctx, dhow = context_length(cfg)
     tctx, thow = context_length(tcfg)
     if dctx is not None and tctx is not None and dctx < tctx:
-        out.append(
-            Finding(
-                "target.context_length",
-                "error",
-                "$.max_position_embeddings",
-                f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} "
-                f"({thow}): SGLang refuses to launch (\"Target model's context_length ({tctx}) is greater "
-                f'than the derived context_length ({dctx})"), and past {dctx:,} tokens acceptance drops',
-                f"raise max_position_embeddings to {tctx} (ckpt validate --fix --target does)",
-            )
-        )
+        out.append(_context_finding(dctx, dhow, tctx, thow, engine))
     if d.rope_theta is not None and t.rope_theta is not None and float(d.rope_theta) != float(t.rope_theta):
         out.append(
             Finding(
@@ -957,6 +1158,7 @@ def validate(
         ck = _local_for_deep(ck, max_download)
         findings += check_deep(ck)
     order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings = route_fix_hints(findings)
     findings.sort(key=lambda f: order[f.severity])
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
@@ -1012,3 +1214,83 @@ def _local_for_deep(ck: Checkpoint, max_download: int | str) -> Checkpoint:
 
 def _hub_of(ck: Checkpoint | None) -> dict[str, Any] | None:
     return ck.hub.describe() if ck is not None and ck.hub is not None else None
+
+
+#: where SGLang 0.5.17 sizes the KV pools (sglang/srt/...)
+KV_POOL_SOURCES = (
+    "sglang 0.5.17: model_executor/pool_configurator.py:147-163 (the target's per-token KV scaled by "
+    "1 + draft layers / target layers, assuming equal per-layer KV), 200-212 (MLA: kv_lora_rank + "
+    "qk_rope_head_dim per layer), 290-296 (MHA: kv heads x (head_dim + v_head_dim) per layer); "
+    "mem_cache/kv_cache_configurator.py:241-245 (the draft worker reuses the target's token count), "
+    "1690-1705 (--max-total-tokens caps it)"
+)
+_KV_BYTES = 2  # --kv-cache-dtype auto: the model's bf16/fp16
+
+
+def _kv_per_layer(cfg: dict[str, Any], e: Any) -> tuple[int, str] | None:
+    """Bytes of KV cache per token per layer as SGLang 0.5.17 allocates them, and how."""
+    kv, rope = lookup(cfg, "kv_lora_rank")[0], lookup(cfg, "qk_rope_head_dim")[0]
+    if type(kv) is int and type(rope) is int:
+        return (kv + rope) * _KV_BYTES, f"MLA: kv_lora_rank {kv} + qk_rope_head_dim {rope}, x {_KV_BYTES} bytes"
+    heads, H = e.num_attention_heads, e.hidden_size
+    kvh = e.num_key_value_heads or heads
+    hd = e.head_dim or (H // heads if isinstance(heads, int) and isinstance(H, int) and heads else None)
+    if not (isinstance(kvh, int) and isinstance(hd, int)):
+        return None
+    return kvh * 2 * hd * _KV_BYTES, f"{kvh} KV heads x head_dim {hd} x 2 (K and V) x {_KV_BYTES} bytes"
+
+
+def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, Any] | None:
+    """How SGLang 0.5.17 sizes the draft KV pool behind this target (:data:`KV_POOL_SOURCES`).
+
+    SGLang budgets one token count N = M / (Tl x (Lt + Ld)) for both pools (M: the KV memory it
+    sets aside; Tl: the target's KV bytes per token per layer; Lt, Ld: target and draft layers),
+    then allocates the draft pool at N x Dl x Ld (Dl: the drafter's own per-layer KV). Per GiB of
+    M, the pools take ``factor`` = (Lt + Ld x Dl / Tl) / (Lt + Ld) GiB.
+
+    Returns:
+        the figures, or None when a size is unknown.
+    """
+    d, t = essentials(cfg), essentials(tcfg)
+    dk, tk = _kv_per_layer(cfg, d), _kv_per_layer(tcfg, t)
+    Lt, Ld = t.num_hidden_layers, d.num_hidden_layers if isinstance(d.num_hidden_layers, int) else 1
+    if dk is None or tk is None or not isinstance(Lt, int):
+        return None
+    (Dl, dhow), (Tl, thow) = dk, tk
+    return {
+        "draft_per_layer": Dl,
+        "draft_how": dhow,
+        "target_per_layer": Tl,
+        "target_how": thow,
+        "target_layers": Lt,
+        "draft_layers": Ld,
+        "draft_share": Dl * Ld / (Tl * (Lt + Ld)),
+        "factor": (Lt + Ld * Dl / Tl) / (Lt + Ld),
+        "per_token": Tl * Lt + Dl * Ld,
+    }
+
+
+def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str) -> list[Finding]:
+    """A drafter whose per-layer KV outgrows the target's (a Llama layer behind an MLA target): SGLang's
+    draft pool is then sized for the target's KV and allocates past its budget at load."""
+    est = draft_kv_estimate(cfg, tcfg) if engine == "sglang" else None
+    if est is None or est["factor"] <= 1.05:
+        return []
+    gib = 1 << 30
+    ctx = context_length(tcfg)[0] or 4096
+    return [
+        Finding(
+            "target.draft_kv_memory",
+            "warning",
+            "$.num_key_value_heads",
+            f"the drafter's KV cache is {est['draft_per_layer']:,} bytes per token per layer ({est['draft_how']}), the "
+            f"target's {est['target_per_layer']:,} ({est['target_how']}, {est['target_layers']} layers). SGLang "
+            "0.5.17 sizes one token count for both pools from the target's per-layer KV, so the draft pool takes "
+            f"{est['draft_share']:.2f} x the KV memory SGLang sets aside (planned: {est['draft_layers']}/"
+            f"{est['target_layers'] + est['draft_layers']}), and the two pools {est['factor']:.2f} x it: with "
+            f"100 GiB set aside, {100 * est['draft_share']:.0f} GiB for the drafter and {100 * est['factor']:.0f} "
+            f"GiB in all; the launch dies allocating it (seen on an H200: 79 GiB) ({KV_POOL_SOURCES})",
+            f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two "
+            f"pools (N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB)",
+        )
+    ]
