@@ -1,0 +1,213 @@
+"""SGLang 0.5.17 on the GPU machine (marker gpu): the load plan against the engine's real
+parameters, and server logs recorded for ``ckpt logs`` (healthy, nothing accepted, refused at
+start, died on its first request), each beside the meta_info of the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckpttools.demo.tiny import build_drafter, build_known_pair, known_prompts
+from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.engines.load_plan import load_plan
+from ckpttools.engines.releases import SGLANG_0_5_17
+from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.ops.logs import read_logs
+from ckpttools.ops.verify import verify
+
+pytestmark = pytest.mark.gpu
+SGL_ARGS = [
+    "--attention-backend=triton",
+    "--sampling-backend=pytorch",
+    "--grammar-backend=none",
+    "--disable-cuda-graph",
+    "--skip-tokenizer-init",
+    "--mem-fraction-static=0.3",
+]
+LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spec(target: Path, drafter: Path, log: str, *extra: str, env: dict | None = None) -> LaunchSpec:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    return LaunchSpec(
+        "sglang",
+        str(target),
+        str(drafter),
+        port=free_port(),
+        steps=3,
+        engine_args=[*SGL_ARGS, *extra],
+        python=sys.executable,
+        log_path=str(LOGS / log),
+        ready_timeout=400,
+        env={"PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}", **(env or {})},
+    )
+
+
+def _prompts(tmp: Path) -> str:
+    p = tmp / "prompts.jsonl"
+    p.write_text("\n".join(json.dumps({"input_ids": x}) for x in known_prompts(6)))
+    return str(p)
+
+
+def _dump(url: str) -> None:
+    """Ask the running server to call tests.gpu_dump.dump_params on its models (no tensors)."""
+    import httpx
+    from sglang.srt.utils import MultiprocessingSerializer
+    from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+
+    monkey_patch_torch_reductions()
+    payload = MultiprocessingSerializer.serialize([], output_str=True)
+    body = {"serialized_named_tensors": [payload], "load_format": "tests.gpu_dump.dump_params", "flush_cache": True}
+    r = httpx.post(url + "/update_weights_from_tensor", json=body, timeout=120)
+    print("update_weights_from_tensor:", r.status_code, r.text[:200])
+
+
+def _file_sums(drafter: Path) -> dict[str, float]:
+    with open_checkpoint(drafter) as ck:
+        return {n: float(np.asarray(ck.read(n), dtype=np.float64).sum()) for n in ck.tensors}
+
+
+def _compare(drafter: Path, dump: dict) -> list[str]:
+    """Where the engine's parameters differ from the plan's prediction (empty: none)."""
+    with open_checkpoint(drafter) as ck:
+        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+        cfg = dict(ck.config or {})
+    plan = load_plan(heads, cfg, SGLANG_0_5_17).to_dict()
+    got, want = dump["params"], {p["name"]: p for p in plan["params"]}
+    bad = [f"class {dump['class']} vs plan {plan['class']}"] if dump["class"] != plan["class"] else []
+    bad += [f"engine has {n}, the plan does not" for n in sorted(set(got) - set(want))]
+    bad += [f"the plan has {n}, the engine does not" for n in sorted(set(want) - set(got))]
+    sums = _file_sums(drafter)
+    into: dict[str, float] = {}
+    for t in plan["tensors"]:
+        if t["fate"] in ("loaded", "renamed") and t.get("param"):
+            into[t["param"]] = into.get(t["param"], 0.0) + sums[t["name"]]
+    for n, p in want.items():
+        g = got.get(n)
+        if g is None:
+            continue
+        if p["source"] == "init" and p.get("init") == "ones" and not g["all_ones"]:
+            bad.append(f"{n}: the plan says it starts at ones; the engine's is not all ones")
+        if p["source"] == "file" and n in into and not np.isclose(g["sum"], into[n], rtol=2e-2, atol=1e-2):
+            bad.append(f"{n}: engine sum {g['sum']:.4f}, the file's {into[n]:.4f}")
+    return bad
+
+
+def _mislabelled(root: Path) -> tuple[Path, Path]:
+    """A 2-layer SGLang-layout drafter whose layer 1 kept vLLM's norm name (input_layernorm)."""
+    tp, dp = build_known_pair(root, drafter_layers=2)
+    from ckpttools.demo.tiny import write_tensors
+
+    with open_checkpoint(dp) as ck:
+        ts = {n: ck.read(n).copy() for n in ck.tensors}
+        cfg = dict(ck.config or {})
+    ts["layers.1.input_layernorm.weight"] = ts.pop("layers.1.hidden_norm.weight") * 0 + 0.5
+    bad = root / "mislabelled"
+    write_tensors(bad, ts, cfg)
+    return tp, bad
+
+
+def test_load_plan_equals_sglang_parameters_and_logs_are_recorded(tmp_path):
+    prompts = _prompts(tmp_path)
+    cases = {
+        "healthy": build_known_pair(tmp_path / "h"),
+        "eagle31": build_known_pair(tmp_path / "e31", fc_norm=True, norm_output=True),
+        "mislabelled": _mislabelled(tmp_path / "ml"),
+    }
+    report = {}
+    for name, (tp, dp) in cases.items():
+        dump = tmp_path / f"{name}.dump.json"
+        extra = ["--custom-weight-loader", "tests.gpu_dump.dump_params", "--log-requests", "--log-requests-level", "2"]
+        extra += ["--log-requests-format", "json", "--decode-log-interval", "8"]
+        spec = _spec(tp, dp, f"sglang-{name}.log", *extra, env={"CKPT_DUMP": str(dump)})
+        with RunningServer(spec) as srv:
+            srv.wait_ready(None)
+            rep = verify(spec.url, engine="sglang", prompts=prompts, num_prompts=6, max_new_tokens=32, ignore_eos=True)
+            _dump(spec.url)
+            time.sleep(1)
+        logs = read_logs([spec.log_path])
+        diff = _compare(dp, json.loads(dump.read_text())) if dump.is_file() else ["no dump written"]
+        report[name] = {
+            "verify": rep.accept_length,
+            "logs": logs.accept_length,
+            "exact": logs.exact,
+            "plan_vs_engine": diff,
+        }
+        print(
+            f"\n{name}: verify {rep.accept_length} | ckpt logs {logs.accept_length} (exact {logs.exact}) | "
+            f"plan vs engine: {diff or 'equal'}"
+        )
+    print(json.dumps(report, indent=1))
+    assert report["healthy"]["verify"] == 4.0 and report["healthy"]["logs"] == pytest.approx(4.0)
+    assert not report["healthy"]["plan_vs_engine"] and not report["eagle31"]["plan_vs_engine"]
+    assert not report["mislabelled"]["plan_vs_engine"]
+
+
+def test_logs_of_servers_that_accept_nothing_refuse_at_start_or_die_on_the_first_request(tmp_path):
+    prompts = _prompts(tmp_path)
+    # nothing accepted: the swapping drafter behind the repeat target (1.0)
+    tp, dp = build_known_pair(tmp_path / "none", drafter="swap")
+    spec = _spec(
+        tp,
+        dp,
+        "sglang-none-accepted.log",
+        "--log-requests",
+        "--log-requests-level",
+        "2",
+        "--log-requests-format",
+        "json",
+        "--decode-log-interval",
+        "8",
+    )
+    with RunningServer(spec) as srv:
+        srv.wait_ready(None)
+        rep = verify(spec.url, engine="sglang", prompts=prompts, num_prompts=6, max_new_tokens=32, ignore_eos=True)
+    lr = read_logs([spec.log_path])
+    print(f"\nnone accepted: verify {rep.accept_length} | ckpt logs {lr.accept_length} (exact {lr.exact})")
+    # refused at start: the drafter's context (2048) below the target's (8192), no override
+    t2, d2 = build_known_pair(tmp_path / "ctx")
+    cfg = json.loads((t2 / "config.json").read_text())
+    cfg["max_position_embeddings"] = 8192
+    (t2 / "config.json").write_text(json.dumps(cfg))
+    dcfg = json.loads((d2 / "config.json").read_text())
+    dcfg["max_position_embeddings"] = 2048
+    (d2 / "config.json").write_text(json.dumps(dcfg))
+    spec = _spec(t2, d2, "sglang-context-refused.log")
+    with RunningServer(spec) as srv:
+        with pytest.raises(Exception) as e:
+            srv.wait_ready(None)
+    print("context refused:", str(e.value)[:300])
+    lr_ctx = read_logs([spec.log_path])
+    # dies on its first request: aux ids past the target's layers
+    t3, _ = build_known_pair(tmp_path / "aux")
+    d3 = build_drafter(
+        tmp_path / "aux" / "bad", vocab_size=256, draft_vocab_size=128, aux_layer_ids=(1, 3, 20)
+    )
+    spec = _spec(t3, d3, "sglang-died-first-request.log")
+    with RunningServer(spec) as srv:
+        srv.wait_ready(None)
+        try:
+            verify(spec.url, engine="sglang", prompts=prompts, num_prompts=1, max_new_tokens=8)
+        except Exception as ex:  # noqa: BLE001 - the server dies: any error is the point
+            print("first request:", str(ex)[:300])
+        time.sleep(3)
+    lr_aux = read_logs([spec.log_path])
+    for n, r in (("context", lr_ctx), ("aux", lr_aux)):
+        print(
+            n, [(ev["kind"], ev["text"][:120]) for ev in r.to_dict()["events"] if ev["kind"] in ("error", "exception")]
+        )
+    out = os.environ.get("OUT")
+    if out:
+        for p in LOGS.glob("sglang-*.log"):
+            shutil.copy(p, Path(out) / p.name)
+    assert rep.accept_length == 1.0 and lr.accept_length == pytest.approx(1.0, abs=0.02)
+    assert any(ev["kind"] == "error" for ev in lr_ctx.to_dict()["events"])
+    assert any(ev["kind"] == "error" for ev in lr_aux.to_dict()["events"])
