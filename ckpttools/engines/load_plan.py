@@ -70,6 +70,10 @@ class ParamPlan:
         return d
 
 
+#: what a plan tracks like a parameter though the engine holds it as a plain tensor attribute
+_ATTRIBUTES = frozenset({"hot_token_id"})
+
+
 @dataclass
 class LoadPlan:
     engine: str
@@ -91,7 +95,11 @@ class LoadPlan:
             "class_source": self.cls_source,
             "verified": self.verified,
             "tensors": [t.to_dict() for t in self.tensors],
-            "params": [p.to_dict() for p in self.params],
+            "params": [p.to_dict() for p in self.params if p.name not in _ATTRIBUTES],
+            # held by the model but not among its named parameters (seen on SGLang 0.5.17, H200: the
+            # draft model's named_parameters() has no hot_token_id; load_weights sets it as a tensor
+            # attribute, llama_eagle3.py:314-367)
+            "attributes": [p.to_dict() for p in self.params if p.name in _ATTRIBUTES],
             "casts": list(self.casts),
             "switches": list(self.switches),
             "refused": list(self.refused),
