@@ -64,3 +64,33 @@ def with_live_attention(drafter: Path, o_std: float = 0.05, qk_std: float = 0.3,
         ):
             t[k] = (1 + rng.normal(0, 0.3, t[k].shape)).astype(t[k].dtype)  # later layers' norms too
     save_file(t, str(f), metadata={"format": "pt"})
+
+
+def compare_plan(drafter: Path, dump: dict, release: Any) -> list[str]:
+    """Where an engine's real draft-model parameters (``dump``: {"class", "params": {name: {shape,
+    sum, all_ones}}}, read from the running engine) differ from the load plan's prediction for
+    ``release``; empty when they agree on names, class, file sums and the norms left at ones."""
+    from ckpttools.engines.load_plan import load_plan
+
+    with open_checkpoint(drafter) as ck:
+        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+        cfg = dict(ck.config or {})
+        sums = {n: float(np.asarray(ck.read(n), dtype=np.float64).sum()) for n in ck.tensors}
+    plan = load_plan(heads, cfg, release).to_dict()
+    got, want = dump["params"], {p["name"]: p for p in plan["params"]}
+    bad = [f"class {dump['class']} vs plan {plan['class']}"] if dump["class"] != plan["class"] else []
+    bad += [f"engine has {n}, the plan does not" for n in sorted(set(got) - set(want))]
+    bad += [f"the plan has {n}, the engine does not" for n in sorted(set(want) - set(got))]
+    into: dict[str, float] = {}
+    for t in plan["tensors"]:
+        if t["fate"] in ("loaded", "renamed") and t.get("param") in want:
+            into[t["param"]] = into.get(t["param"], 0.0) + sums[t["name"]]
+    for n, p in want.items():
+        g = got.get(n)
+        if g is None:
+            continue
+        if p["source"] == "init" and p.get("init") == "ones" and not g["all_ones"]:
+            bad.append(f"{n}: the plan says it starts at ones; the engine's is not all ones")
+        if p["source"] == "file" and n in into and not np.isclose(g["sum"], into[n], rtol=2e-2, atol=1e-2):
+            bad.append(f"{n}: engine sum {g['sum']:.4f}, the file's {into[n]:.4f}")
+    return bad

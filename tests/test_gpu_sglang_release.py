@@ -10,16 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ckpttools.demo.tiny import build_drafter, build_known_pair, known_prompts
 from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
-from ckpttools.engines.load_plan import load_plan
 from ckpttools.engines.releases import SGLANG_0_5_17
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.logs import read_logs
 from ckpttools.ops.verify import verify
+
+from .helpers import compare_plan
 
 pytestmark = pytest.mark.gpu
 SGL_ARGS = [
@@ -69,37 +69,6 @@ def _dump(url: str) -> None:
     print("update_weights_from_tensor:", r.status_code, r.text[:200])
 
 
-def _file_sums(drafter: Path) -> dict[str, float]:
-    with open_checkpoint(drafter) as ck:
-        return {n: float(np.asarray(ck.read(n), dtype=np.float64).sum()) for n in ck.tensors}
-
-
-def _compare(drafter: Path, dump: dict) -> list[str]:
-    """Where the engine's parameters differ from the plan's prediction (empty: none)."""
-    with open_checkpoint(drafter) as ck:
-        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-        cfg = dict(ck.config or {})
-    plan = load_plan(heads, cfg, SGLANG_0_5_17).to_dict()
-    got, want = dump["params"], {p["name"]: p for p in plan["params"]}
-    bad = [f"class {dump['class']} vs plan {plan['class']}"] if dump["class"] != plan["class"] else []
-    bad += [f"engine has {n}, the plan does not" for n in sorted(set(got) - set(want))]
-    bad += [f"the plan has {n}, the engine does not" for n in sorted(set(want) - set(got))]
-    sums = _file_sums(drafter)
-    into: dict[str, float] = {}
-    for t in plan["tensors"]:
-        if t["fate"] in ("loaded", "renamed") and t.get("param"):
-            into[t["param"]] = into.get(t["param"], 0.0) + sums[t["name"]]
-    for n, p in want.items():
-        g = got.get(n)
-        if g is None:
-            continue
-        if p["source"] == "init" and p.get("init") == "ones" and not g["all_ones"]:
-            bad.append(f"{n}: the plan says it starts at ones; the engine's is not all ones")
-        if p["source"] == "file" and n in into and not np.isclose(g["sum"], into[n], rtol=2e-2, atol=1e-2):
-            bad.append(f"{n}: engine sum {g['sum']:.4f}, the file's {into[n]:.4f}")
-    return bad
-
-
 def _mislabelled(root: Path) -> tuple[Path, Path]:
     """A 2-layer SGLang-layout drafter whose layer 1 kept vLLM's norm name (input_layernorm)."""
     tp, dp = build_known_pair(root, drafter_layers=2)
@@ -133,7 +102,7 @@ def test_load_plan_equals_sglang_parameters_and_logs_are_recorded(tmp_path):
             _dump(spec.url)
             time.sleep(1)
         logs = read_logs([spec.log_path])
-        diff = _compare(dp, json.loads(dump.read_text())) if dump.is_file() else ["no dump written"]
+        diff = compare_plan(dp, json.loads(dump.read_text()), SGLANG_0_5_17) if dump.is_file() else ["no dump"]
         report[name] = {
             "verify": rep.accept_length,
             "logs": logs.accept_length,

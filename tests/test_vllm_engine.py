@@ -603,3 +603,77 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
     assert rep["accept_length"] == pytest.approx(EXPECTED[pair], abs=1e-9)
     assert rep["per_position_acceptance"] == pytest.approx(PER_POSITION[pair], abs=1e-9)
     assert all(w["exact"] for w in rep["windows"])
+
+
+def _vllm_draft_state(tp: Path, vp: Path, prompts: Path) -> dict:
+    """The running vLLM's draft-model parameters, through the worker extension tests/vllm_ext.py."""
+    import httpx
+
+    spec = LaunchSpec(
+        "vllm",
+        str(tp),
+        str(vp),
+        port=free_port(),
+        steps=STEPS,
+        engine_args=[*ARGS, "--worker-extension-cls=tests.vllm_ext.DraftState"],
+        python=VLLM_PY,
+        ready_timeout=600,
+        env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(REPO)},
+    )
+    with RunningServer(spec) as srv:
+        srv.wait_ready(None)
+        r = httpx.post(spec.url + "/collective_rpc", json={"method": "draft_state"}, timeout=120)
+        r.raise_for_status()
+        return r.json()["results"][0]
+
+
+@pytest.mark.parametrize("family", ["llama", "eagle31", "two-layer", "qwen3", "extra-tensor"])
+def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
+    """For each drafter family, the parameters vLLM 0.32 really built (names, class, the sums of
+    what it loaded from the file, norms left at ones) equal what `ckpt validate --load-plan`
+    predicts; a tensor the engine drops is named as dropped by the plan."""
+    from ckpttools.engines.load_plan import load_plan
+    from ckpttools.engines.releases import VLLM_0_32
+
+    from .helpers import compare_plan
+
+    opts = {
+        "eagle31": {"fc_norm": True, "norm_output": True},
+        "two-layer": {"drafter_layers": 2},
+        "qwen3": {"qk_norm": True},
+    }.get(family, {})
+    tp, dp = build_known_pair(tmp_path / family, **opts)
+    vp = Path(export(dp, tmp_path / f"{family}-vllm", format="vllm", target=tp).output)
+    if family == "extra-tensor":  # a bias vLLM's loader skips (vllm/model_executor/models/utils.py:376-448)
+        vp = _with_extra_bias(vp, tmp_path / "extra")
+    state = _vllm_draft_state(tp, vp, pairs[1])
+    diff = compare_plan(vp, state, VLLM_0_32)
+    print(
+        f"\n{family}: vLLM built {state['class']} with {len(state['params'])} parameters; plan vs engine: "
+        f"{diff or 'equal'}"
+    )
+    assert not diff
+    if family == "extra-tensor":
+        from ckpttools.io.checkpoint import open_checkpoint
+
+        with open_checkpoint(vp) as ck:
+            plan = load_plan(
+                {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}, dict(ck.config or {}), VLLM_0_32
+            ).to_dict()
+        fate = {t["name"]: t["fate"] for t in plan["tensors"]}
+        assert fate["layers.0.self_attn.o_proj.bias"] == "dropped"
+
+
+def _with_extra_bias(src: Path, dst: Path) -> Path:
+    import numpy as np
+
+    from ckpttools.demo.tiny import write_tensors
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    with open_checkpoint(src) as ck:
+        ts = {n: ck.read(n).copy() for n in ck.tensors}
+        cfg = dict(ck.config or {})
+    w = ts["layers.0.self_attn.o_proj.weight"]
+    ts["layers.0.self_attn.o_proj.bias"] = np.zeros(w.shape[0], w.dtype)
+    write_tensors(dst, ts, cfg)
+    return dst

@@ -265,10 +265,18 @@ def vocab_build_cmd(
 )
 @click.option(
     "--engine",
-    type=click.Choice(["sglang", "vllm"]),
     default="sglang",
     show_default=True,
-    help="Whose class names and aux-id reading to check against.",
+    callback=lambda ctx, p, v: _release_spec(v),
+    help="Whose reading to check against: sglang or vllm, optionally a release (sglang==0.5.23); "
+    "without one, the newest known release (the report names it).",
+)
+@click.option(
+    "--load-plan",
+    "show_plan",
+    is_flag=True,
+    help="Also show what that release builds: each tensor loaded, renamed or dropped; each parameter from "
+    "the file, shared, initialized or overwritten.",
 )
 @click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
 @click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
@@ -281,6 +289,7 @@ def validate_cmd(
     deep: bool,
     max_download: str,
     engine: str,
+    show_plan: bool,
     do_fix: bool,
     out: str | None,
     in_place: bool,
@@ -318,7 +327,7 @@ def validate_cmd(
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
 
-    r = validate(drafter, target, deep=deep, max_download=max_download, engine=engine)
+    r = validate(drafter, target, deep=deep, max_download=max_download, engine=engine, load_plan=show_plan)
     _show(r, as_json, render_validation)
     sys.exit(0 if r.ok else 1)
 
@@ -740,6 +749,20 @@ def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
         ready_timeout=o["ready_timeout"],
     )
     return spec
+
+
+def _release_spec(value: str) -> str:
+    """validate's --engine: sglang or vllm, or name==release of a known engine table."""
+    from ckpttools.engines.releases import resolve
+    from ckpttools.errors import ConfigError
+
+    try:
+        rel = resolve(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--engine") from None
+    if rel.name not in ("sglang", "vllm"):
+        raise click.BadParameter(f"{rel.spec}: validate checks sglang or vllm", param_hint="--engine")
+    return value
 
 
 def _engine_spec(value: str) -> str:

@@ -198,6 +198,10 @@ def render_validation(r: Any) -> str:
     c = r.counts()
     head = f"{r.drafter}" + (f" against {r.target}" if r.target else "") + f" (checked: {', '.join(r.checked)})"
     out = [head, *hub_line(getattr(r, "hub", None))]
+    if getattr(r, "engine_release", None):
+        out.append(f"engine: {r.engine_release} ({r.engine_release_from})")
+    if getattr(r, "load_plan", None):
+        out += render_load_plan(r.load_plan)
     for sev in ("error", "warning", "info"):
         items = [f for f in r.findings if f.severity == sev]
         if not items:
@@ -210,6 +214,22 @@ def render_validation(r: Any) -> str:
     verdict = "OK: no errors" if r.ok else f"FAILED: {c['error']} error(s)"
     out.append(f"{verdict}, {c['warning']} warning(s), {c['info']} note(s)")
     return "\n".join(out)
+
+
+def render_load_plan(plan: dict[str, Any]) -> list[str]:
+    """The load plan as a reader checks it: the class, then each tensor's fate, then each parameter's
+    source (those not from the file first)."""
+    e = plan["engine"]
+    out = [f"load plan ({e['name']}=={e['release']}): builds {plan['class'] or 'nothing'} ({plan['class_source']})"]
+    for t in plan["tensors"]:
+        where = f" -> {t['param']}" if t.get("param") and t.get("param") != t["name"] else ""
+        why = f"  ({t['reason']})" if t.get("reason") else ""
+        out.append(f"  tensor  {t['fate']:<8} {t['name']}{where}{why}")
+    for p in sorted(plan["params"], key=lambda p: (p["source"] == "file", p["name"])):
+        init = f" = {p['init']}" if p.get("init") else ""
+        out.append(f"  param   {p['source']:<11} {p['name']}{init}" + ("" if p.get("used", True) else "  (never read)"))
+    out += [f"  cast    {c}" for c in plan.get("casts", [])] + [f"  switch  {s}" for s in plan.get("switches", [])]
+    return out
 
 
 def render_fix(r: Any) -> str:

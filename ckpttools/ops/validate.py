@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import MappingError, NoWeightsError
+from ckpttools.errors import ConfigError, MappingError, NoWeightsError
 from ckpttools.formats.config import (
     aux_layer_ids,
     config_problems,
@@ -112,6 +112,11 @@ class ValidationReport:
     findings: list[Finding] = field(default_factory=list)
     #: for a Hub drafter: the repo, revision, commit and bytes transferred (``describe()``)
     hub: dict[str, Any] | None = None
+    #: the engine release whose reading was checked (``name==version``), and how it was chosen
+    engine_release: str | None = None
+    engine_release_from: str | None = None
+    #: what that release builds from the drafter (engines.load_plan), when asked for
+    load_plan: dict[str, Any] | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -133,6 +138,9 @@ class ValidationReport:
             "counts": self.counts(),
             "findings": [asdict(f) for f in self.findings],
             **({"hub": self.hub} if self.hub is not None else {}),
+            "engine_release": self.engine_release,
+            "engine_release_from": self.engine_release_from,
+            **({"load_plan": self.load_plan} if self.load_plan is not None else {}),
         }
 
 
@@ -1099,6 +1107,7 @@ def validate(
     deep: bool = False,
     engine: str = "sglang",
     max_download: int | str = DEFAULT_MAX_DOWNLOAD,
+    load_plan: bool = False,
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -1106,11 +1115,13 @@ def validate(
         drafter: a drafter checkpoint, a directory with config.json, or a config.json.
         target: the target's checkpoint, directory, repo id, or config.json.
         deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
-        engine: ``sglang`` (default) or ``vllm``: whose class names and aux-layer-id
-            convention to check against (SGLang captures the output of layer id; vLLM
-            the input of layer id).
+        engine: ``sglang`` (default) or ``vllm``, optionally with a release (``sglang==0.5.23``,
+            :mod:`ckpttools.engines.releases`; without one, the newest known release): whose class
+            names and aux-layer-id convention to check against.
         max_download: with ``deep`` on a Hub repo, the most it may download (bytes, or
             e.g. ``"50GB"``); a larger repo is refused before anything is fetched.
+        load_plan: also say what that release builds from the drafter, tensor by tensor and
+            parameter by parameter (``report.load_plan``), with a finding for each silent outcome.
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -1122,6 +1133,45 @@ def validate(
         >>> r = validate("./drafter", target="./target/config.json")  # doctest: +SKIP
         >>> [f.id for f in r.errors]
     """
+    from ckpttools.engines.releases import resolve
+
+    release = resolve(engine)
+    if release.name not in ENGINES:
+        raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
+    rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
+    rep.engine_release = release.spec
+    rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
+    if load_plan:
+        _add_load_plan(rep, drafter, release)
+    return rep
+
+
+def _add_load_plan(rep: ValidationReport, drafter: Any, release: Any) -> None:
+    """The release's load plan of the drafter, and its silent outcomes as findings."""
+    from ckpttools.engines.load_plan import load_plan, plan_findings
+
+    cfg, ck, name = _open_drafter(drafter)
+    if ck is None:
+        return
+    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+    plan = load_plan(heads, cfg or {}, release)
+    rep.load_plan = plan.to_dict()
+    for f in plan_findings(plan):
+        sev = f["severity"] if f["severity"] in SEVERITIES else "warning"
+        where = f.get("name") or f.get("param") or f.get("tensor") or "load plan"
+        rep.findings.append(Finding(f"load_plan.{f['code']}", sev, str(where), f["message"], f.get("consequence")))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    rep.findings.sort(key=lambda f: order[f.severity])
+
+
+def _validate(
+    drafter: str | Path | Checkpoint,
+    target: str | Path | Checkpoint | None,
+    *,
+    deep: bool,
+    engine: str,
+    max_download: int | str,
+) -> ValidationReport:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     cfg, ck, name = _open_drafter(drafter)
