@@ -36,6 +36,7 @@ INSPECT_MODES = {
     **{f"range-{k}": 2 for k in ("wrong-offset", "bad-header", "short")},
     "range-ignored": 0,
     "range-reset-once": 0,
+    **{f"small-{k}": 2 for k in ("trickle", "endless", "html", "truncated")},
 }
 
 

@@ -47,6 +47,7 @@ MODES = (
     *(f"listing-{k}" for k in (*TRANSPORT, "malformed", "bad-sha", "bad-size", "not-object", "reset-once")),
     *(f"range-{k}" for k in (*TRANSPORT, "wrong-offset", "bad-header", "short", "ignored", "reset-once")),
     *(f"rows-{k}" for k in ("wrong-offset", "short", "bad-header", "trickle")),
+    *(f"small-{k}" for k in ("trickle", "endless", "html", "truncated")),  # config.json and other small files
 )
 
 
@@ -352,6 +353,9 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
             r = re.match(r"bytes=(\d+)-(\d*)$", rng or "")
             if r and repo.mode and repo.is_lfs(name) and self.command == "GET" and self._range_hostile(repo, name, r):
                 return None
+            if repo.mode.startswith("small-") and not repo.is_lfs(name) and self.command == "GET":
+                if hostile_reply(self, repo.mode.removeprefix("small-"), hub.seen, f"small {self.path}"):
+                    return None
             if r and int(r[1]) < size:
                 a = int(r[1])
                 b = min(int(r[2]) if r[2] else size - 1, size - 1)

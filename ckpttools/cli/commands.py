@@ -108,6 +108,9 @@ def _notes_to_stderr() -> None:
     note, with each parameter it names written as the running command's flag."""
     import logging
 
+    # huggingface_hub logs each retry itself; the CLI says what failed once (set before it is imported:
+    # its root logger takes HF_HUB_VERBOSITY then)
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     log = logging.getLogger("ckpttools")
     if not any(isinstance(h, _NoteHandler) for h in log.handlers):
         log.addHandler(_NoteHandler())

@@ -160,11 +160,22 @@ class HubRepo:
 
     # -- whole files through huggingface_hub's cache ------------------------------------
     def download(self, path: str) -> Path:
-        """One file, through huggingface_hub's cache (a second call transfers nothing)."""
+        """One small file (config.json, the index), through huggingface_hub's cache (a second call
+        transfers nothing), within the same total deadline as every other Hub request: a Hub
+        that trickles the file is an error at the deadline, not a hang."""
         from huggingface_hub import hf_hub_download
 
+        f = self.files.get(path)
+        limit = _deadline(f.size or 0 if f is not None else 0)
         with hub_errors(self.repo_id, self.revision, path):
-            return Path(hf_hub_download(self.repo_id, path, revision=self.commit))
+            got = _within(limit, lambda: hf_hub_download(self.repo_id, path, revision=self.commit))
+        if got is None:
+            raise HubError(
+                f"{self.repo_id}: {path} did not arrive within {limit:g} s",
+                url=self.repo_id,
+                hint=_OFFLINE_HINT + " (or raise CKPT_HUB_DEADLINE)",
+            )
+        return Path(got)
 
     def snapshot(self, patterns: list[str]) -> Path:
         """The files matching ``patterns``, with huggingface_hub's progress bars, into its cache."""
@@ -202,7 +213,7 @@ class HubRepo:
                 start,
                 end,
                 headers=build_hf_headers(),
-                deadline=_deadline(),
+                deadline=_deadline(end - start),
                 whole_limit=_WHOLE_READ_LIMIT,
                 what=f"{path} bytes {start}-{end - 1}",
                 where=label,
@@ -425,6 +436,9 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
         raise HubError(
             f"{what}: cannot reach the Hub ({err.__class__.__name__}: {err})", url=repo_id, hint=_OFFLINE_HINT
         ) from None
+    except OSError as err:  # huggingface_hub's own checks (size, checksum) on a damaged download
+        first = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
+        raise HubError(f"{what}: {path or 'a file'} did not download whole ({first[:200]})", url=repo_id) from None
 
 
 _OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
@@ -446,9 +460,30 @@ def _client() -> Any:
         return _nets[read]
 
 
-def _deadline() -> float:
-    """The total deadline of one Hub request: ``CKPT_HUB_DEADLINE`` seconds, else ten times
-    ``HF_HUB_DOWNLOAD_TIMEOUT`` (which bounds each read)."""
+def _within(seconds: float, fn: Any) -> Any:
+    """``fn()``'s result, or None when it has not returned in ``seconds`` (it runs on in a daemon
+    thread, which the process does not wait for); its exception is raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["ok"] = fn()
+        except BaseException as e:  # handed to the caller below
+            box["err"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if "err" in box:
+        raise box["err"]
+    return box.get("ok")
+
+
+def _deadline(nbytes: int = 0) -> float:
+    """The total deadline of one Hub request for ``nbytes``: ``CKPT_HUB_DEADLINE`` seconds, else
+    three times ``HF_HUB_DOWNLOAD_TIMEOUT`` (which bounds each read; at least 30 s) plus a second
+    per megabyte asked for, so that a trickling server cannot hold a command while a large range
+    on a slow link still has its time."""
     from huggingface_hub import constants
 
     env = os.environ.get("CKPT_HUB_DEADLINE")
@@ -459,7 +494,7 @@ def _deadline() -> float:
                 return v
     except ValueError:
         pass
-    return 10 * float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    return max(30.0, 3 * float(constants.HF_HUB_DOWNLOAD_TIMEOUT)) + nbytes / 1e6
 
 
 def _wording() -> Any:
