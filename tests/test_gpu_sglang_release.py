@@ -20,16 +20,9 @@ from ckpttools.ops.logs import read_logs
 from ckpttools.ops.verify import verify
 
 from .helpers import compare_plan
+from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-SGL_ARGS = [
-    "--attention-backend=triton",
-    "--sampling-backend=pytorch",
-    "--grammar-backend=none",
-    "--disable-cuda-graph",
-    "--skip-tokenizer-init",
-    "--mem-fraction-static=0.3",
-]
 LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
 REPO = Path(__file__).resolve().parents[1]
 

@@ -647,7 +647,10 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
     if family == "extra-tensor":  # a bias vLLM's loader skips (vllm/model_executor/models/utils.py:376-448)
         vp = _with_extra_bias(vp, tmp_path / "extra")
     state = _vllm_draft_state(tp, vp, pairs[1])
-    diff = compare_plan(vp, state, VLLM_0_32)
+    # vLLM's CPU backend moves every linear layer's weight into a packed GEMM handle after loading and
+    # leaves an empty parameter behind (vllm/model_executor/layers/utils.py:536-595,
+    # dispatch_cpu_unquantized_gemm): those are compared by name; norms, embeddings, lm_head and d2t by value
+    diff = compare_plan(vp, state, VLLM_0_32, repacked=("linear", "fc"))
     print(
         f"\n{family}: vLLM built {state['class']} with {len(state['params'])} parameters; plan vs engine: "
         f"{diff or 'equal'}"

@@ -58,15 +58,7 @@ def panels(rep: Any) -> list[tuple[str, list[str], list[float], dict[str, Any]]]
 
 def plot_report(rep: Any, path: str | Path) -> Path:
     """Write the report's panels to a PNG; refuses clearly without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CkptError(
-            "drawing the report needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)"
-        ) from None
+    plt = _pyplot("the report")
     ps = panels(rep)
     if not ps:
         raise CkptError("the report has no figures to plot (no accept length was measured)")
@@ -74,11 +66,30 @@ def plot_report(rep: Any, path: str | Path) -> Path:
     for ax, (title, labels, values, marks) in zip(axes[:, 0], ps):
         _draw(ax, title, labels, values, marks)
     fig.suptitle(f"ckpt verify: {rep.engine}, accept length {rep.accept_length or 0:.2f}", fontsize=11)
-    fig.tight_layout()
+    return _save(plt, fig, path)
+
+
+def _pyplot(what: str) -> Any:
+    """matplotlib's pyplot on the Agg backend, or one clear error without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CkptError(
+            f"drawing {what} needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)"
+        ) from None
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: str | Path) -> Path:
+    """The figure as a PNG, written whole through the output guard."""
     import io
 
     from ckpttools.io.guard import write_bytes
 
+    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
@@ -108,15 +119,7 @@ def _draw(ax: Any, title: str, labels: list[str], values: list[float], marks: di
 
 def plot_logs(rep: Any, path: str | Path) -> Path:
     """``ckpt logs --plot``: accept length of each window over the log, its events marked."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CkptError(
-            "drawing the log needs matplotlib", hint="pip install 'ckpttools[plot]' (or matplotlib)"
-        ) from None
+    plt = _pyplot("the log")
     if not rep.windows:
         raise CkptError("the log has no windows to plot (no accept length lines were read)")
     xs = list(range(len(rep.windows)))
@@ -137,13 +140,4 @@ def plot_logs(rep: Any, path: str | Path) -> Path:
     if rep.accept_length is not None:
         ax.axhline(rep.accept_length, color="green", lw=0.8, ls=":")
     ax.set_title(f"ckpt logs: {rep.engine or 'custom'}, accept length {rep.accept_length or 0:.2f}", fontsize=10)
-    fig.tight_layout()
-    import io
-
-    from ckpttools.io.guard import write_bytes
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
-    return Path(path)
+    return _save(plt, fig, path)
