@@ -589,7 +589,7 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
         "--num-prompts",
         "6",
         "--max-new-tokens",
-        "64",
+        "256",  # a run of several seconds: vLLM logs a window per second only while it decodes
         "--ignore-eos",
     ]
     args += ["--steps", str(STEPS), "--log", str(log), "--quiet"] + [f"--engine-arg={a}" for a in ARGS]
@@ -605,7 +605,7 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
     assert all(w["exact"] for w in rep["windows"])
 
 
-def _vllm_draft_state(tp: Path, vp: Path, prompts: Path) -> dict:
+def _vllm_draft_state(tp: Path, vp: Path, log: Path) -> dict:
     """The running vLLM's draft-model parameters, through the worker extension tests/vllm_ext.py."""
     import httpx
 
@@ -618,6 +618,7 @@ def _vllm_draft_state(tp: Path, vp: Path, prompts: Path) -> dict:
         engine_args=[*ARGS, "--worker-extension-cls=tests.vllm_ext.DraftState"],
         python=VLLM_PY,
         ready_timeout=600,
+        log_path=str(log),
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(REPO)},
     )
     with RunningServer(spec) as srv:
@@ -646,7 +647,7 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
     vp = Path(export(dp, tmp_path / f"{family}-vllm", format="vllm", target=tp).output)
     if family == "extra-tensor":  # a bias vLLM's loader skips (vllm/model_executor/models/utils.py:376-448)
         vp = _with_extra_bias(vp, tmp_path / "extra")
-    state = _vllm_draft_state(tp, vp, pairs[1])
+    state = _vllm_draft_state(tp, vp, tmp_path / "vllm.log")
     # vLLM's CPU backend moves every linear layer's weight into a packed GEMM handle after loading and
     # leaves an empty parameter behind (vllm/model_executor/layers/utils.py:536-595,
     # dispatch_cpu_unquantized_gemm): those are compared by name; norms, embeddings, lm_head and d2t by value

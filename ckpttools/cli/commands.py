@@ -35,15 +35,15 @@ class CkptCommand(click.Command):
     """A command whose every path-valued parameter (but its outputs) is declared as an input."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from ckpttools.io.guard import declare_inputs
+        from ckpttools.io.guard import declared_inputs
 
         values: list[Any] = []
         for name, v in ctx.params.items():
             if name in OUTPUT_PARAMS:
                 continue
             values += list(v) if isinstance(v, (list, tuple)) else [v]
-        declare_inputs(v for v in values if isinstance(v, str))
-        return super().invoke(ctx)
+        with declared_inputs(v for v in values if isinstance(v, str)):  # this command's, not the next one's
+            return super().invoke(ctx)
 
 
 class CkptGroup(click.Group):

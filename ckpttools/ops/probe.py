@@ -499,6 +499,9 @@ def _validate_first(target: str | Path, drafter: str | Path) -> None:
     with open_checkpoint(drafter) as ck:
         engine = layout_engine(detect_flavor(ck.config, ck.tensors.keys()).kind)
     rep = validate(drafter, target, engine=engine)
+    if rep.errors:  # a drafter the other engine serves as it is (a Qwen3 drafter in vLLM's class) is measured
+        other = validate(drafter, target, engine="vllm" if engine == "sglang" else "sglang")
+        rep = rep if other.errors else other
     if rep.errors:
         first = rep.errors[0]
         err = CkptError(
