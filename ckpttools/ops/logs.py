@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, opt
+from ckpttools.errors import ConfigError, opt
+from ckpttools.ops.verify import verdict_exit_code
 from ckpttools.ops import logs_formats as F
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "CONVENTIONS"]
@@ -96,9 +97,7 @@ class LogsReport:
 
     @property
     def exit_code(self) -> int:
-        if self.accept_length is None:
-            return EXIT_UNMEASURED
-        return EXIT_FINDINGS if self.passed is False else 0
+        return verdict_exit_code(self.accept_length, self.passed)
 
     def summary(self) -> dict[str, Any]:
         """The lifetime figures verify places beside its own (``VerifyReport.server_log``)."""

@@ -128,9 +128,14 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
-        if self.accept_length is None:
-            return EXIT_UNMEASURED
-        return EXIT_FINDINGS if self.passed is False else 0
+        return verdict_exit_code(self.accept_length, self.passed)
+
+
+def verdict_exit_code(accept_length: float | None, passed: bool | None) -> int:
+    """The exit code of a measurement (verify's, and ckpt logs'): 3 nothing measured, 1 below the bar."""
+    if accept_length is None:
+        return EXIT_UNMEASURED
+    return EXIT_FINDINGS if passed is False else 0
 
 
 # ----------------------------------------------------------------------------- prompts
