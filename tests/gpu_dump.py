@@ -14,19 +14,9 @@ from typing import Any
 
 
 def dump_params(model: Any, named_tensors: list) -> None:
-    import torch
+    from tests.param_state import param_state
 
     if "Eagle3" not in type(model).__name__:
         return
-    out = {}
-    for name, p in model.named_parameters():
-        t = p.detach().float()
-        out[name] = {
-            "shape": list(p.shape),
-            "dtype": str(p.dtype).removeprefix("torch."),
-            "sum": float(t.sum()),
-            "abs_sum": float(t.abs().sum()),
-            "all_ones": bool(torch.all(t == 1).item()),
-        }
     with open(os.environ["CKPT_DUMP"], "w") as f:
-        json.dump({"class": type(model).__name__, "params": out}, f, indent=1)
+        json.dump(param_state(model), f, indent=1)

@@ -10,15 +10,7 @@ from typing import Any
 
 class DraftState:
     def draft_state(self) -> dict[str, Any]:
+        from tests.param_state import param_state
+
         runner = getattr(self, "model_runner", self)
-        model = runner.get_draft_model()
-        out = {}
-        for name, p in model.named_parameters():
-            t = p.detach().float()
-            out[name] = {
-                "shape": list(p.shape),
-                "dtype": str(p.dtype).removeprefix("torch."),
-                "sum": float(t.sum()),
-                "all_ones": bool((t == 1).all().item()),
-            }
-        return {"class": type(model).__name__, "params": out}
+        return param_state(runner.get_draft_model())
