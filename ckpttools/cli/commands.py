@@ -143,6 +143,35 @@ def cli() -> None:
     """
 
 
+DRY_RUN = click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be written (each tensor's source; the bytes copied, gathered and cast; the config "
+    "diff; the side files kept and skipped; the check) and write nothing. With --json: schemas/write-plan.schema.json.",
+)
+
+
+def _show_plan(make: Any, as_json: bool, force: bool = False) -> None:
+    """--dry-run: build the plan (ckpttools' cache read, never written) and print it. It is refused
+    where the run would be: an output aimed at an input, or one that exists without --force."""
+    from ckpttools.cli.render import render_plan
+    from ckpttools.errors import OutputExistsError
+    from ckpttools.io.hub import read_only_cache
+
+    with read_only_cache():
+        plan = make()
+    in_place = plan.report.get("backup") is not None  # validate --fix --in-place replaces its drafter
+    if os.path.lexists(plan.output) and not (force or in_place):
+        raise OutputExistsError(f"{plan.output} already exists (the run would stop here)", path=plan.output)
+    d = plan.describe()
+    if as_json:
+        from ckpttools.cli.output import emit_json
+
+        emit_json(d)
+    else:
+        click.echo(render_plan(d))
+
+
 def _show(result: Any, as_json: bool, render: Any) -> None:
     """Data to stdout: the result's JSON with --json, else its human rendering."""
     if as_json:
@@ -236,9 +265,16 @@ def vocab_group() -> None:
 @click.option("--vocab-size", type=P.VOCAB, help="Target vocab size V (t2d's length); needed for JSON/JSONL.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output .safetensors (d2t + t2d).")
 @click.option("--force", is_flag=True, help="Replace the output if it exists.")
+@DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def vocab_build_cmd(
-    frequencies: str, draft_vocab_size: int, vocab_size: int | None, out: str, force: bool, as_json: bool
+    frequencies: str,
+    draft_vocab_size: int,
+    vocab_size: int | None,
+    out: str,
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Keep the top-N tokens by frequency (ties: lower id), in ascending id order.
 
@@ -250,8 +286,10 @@ def vocab_build_cmd(
       ckpt vocab build --frequencies counts.jsonl --vocab-size 163840 --draft-vocab-size 32000 -o map.safetensors
     """
     from ckpttools.cli.render import render_build
-    from ckpttools.vocab.diff import build_vocab
+    from ckpttools.vocab.diff import build_vocab, plan_vocab
 
+    if dry_run:
+        return _show_plan(lambda: plan_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size), as_json, force)
     _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, render_build)
 
 
@@ -285,6 +323,7 @@ def vocab_build_cmd(
 @click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
 @click.option("--force", is_flag=True, help="With --fix -o: replace the output if it exists.")
+@DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def validate_cmd(
     drafter: str,
@@ -297,6 +336,7 @@ def validate_cmd(
     out: str | None,
     in_place: bool,
     force: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> None:
     """Check a drafter's config, tensors and mapping, optionally against its target.
@@ -316,15 +356,19 @@ def validate_cmd(
         parse_size(max_download)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-download") from None
-    if (out or in_place or force) and not do_fix:
-        raise click.UsageError("-o/--in-place/--force go with --fix")
+    if (out or in_place or force or dry_run) and not do_fix:
+        raise click.UsageError("-o/--in-place/--force/--dry-run go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
     from ckpttools.cli.render import render_fix, render_validation
 
     if do_fix:
-        from ckpttools.ops.fix import fix
+        from ckpttools.ops.fix import fix, plan_fix
 
+        if dry_run:
+            return _show_plan(
+                lambda: plan_fix(drafter, out, target=target, in_place=in_place, download=False), as_json, force
+            )
         res = fix(drafter, out, target=target, in_place=in_place, force=force)
         _show(res, as_json, render_fix)
         sys.exit(0 if res.after.ok else 1)
@@ -358,6 +402,7 @@ def validate_cmd(
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename (power-loss safe).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def remap_cmd(
     drafter: str,
@@ -373,6 +418,7 @@ def remap_cmd(
     force: bool,
     fsync: bool,
     quiet: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> None:
     """Move a drafter into another vocabulary mapping: lm_head rows follow their tokens.
@@ -395,24 +441,23 @@ def remap_cmd(
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from ckpttools.cli.output import byte_progress
     from ckpttools.cli.render import render_remap
-    from ckpttools.ops.remap import remap
+    from ckpttools.ops.remap import plan_remap, remap
 
+    opts: dict[str, Any] = dict(
+        to=to,
+        frequencies=frequencies,
+        draft_vocab_size=draft_vocab_size,
+        fill=fill,
+        target=target,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        max_shard_size=max_shard_size,
+        fsync=fsync,
+    )
+    if dry_run:
+        return _show_plan(lambda: plan_remap(drafter, out, **opts, download=False), as_json, force)
     with byte_progress("remap", quiet) as bar:
-        r = remap(
-            drafter,
-            out,
-            to=to,
-            frequencies=frequencies,
-            draft_vocab_size=draft_vocab_size,
-            fill=fill,
-            target=target,
-            source_tokenizer=source_tokenizer,
-            target_tokenizer=target_tokenizer,
-            max_shard_size=max_shard_size,
-            force=force,
-            fsync=fsync,
-            progress=bar,
-        )
+        r = remap(drafter, out, **opts, force=force, progress=bar)
     _show(r, as_json, render_remap)
 
 
@@ -433,6 +478,7 @@ def remap_cmd(
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def export_cmd(
     src: str,
@@ -444,6 +490,7 @@ def export_cmd(
     force: bool,
     fsync: bool,
     quiet: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> None:
     """Export a drafter of any layout so SGLang (or vLLM) loads it as intended.
@@ -466,8 +513,13 @@ def export_cmd(
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from ckpttools.cli.output import byte_progress
     from ckpttools.cli.render import render_export
-    from ckpttools.ops.export import ExportRejected, export
+    from ckpttools.ops.export import ExportRejected, export, plan_export
 
+    if dry_run:
+        plan_opts: dict[str, Any] = dict(
+            format=fmt, target=target, dtype=dtype, max_shard_size=max_shard_size, download=False
+        )
+        return _show_plan(lambda: plan_export(src, out, **plan_opts), as_json, force)
     try:
         with byte_progress("export", quiet) as bar:
             r = export(

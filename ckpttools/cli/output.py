@@ -6,18 +6,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ckpttools.io.units import human_bytes
+
 __all__ = ["human_bytes", "human_count", "table", "emit_json", "byte_progress"]
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(size) < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    return str(n)
 
 
 def human_count(n: int | None) -> str:

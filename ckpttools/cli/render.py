@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.cli.output import human_bytes, human_count, table
+
+if TYPE_CHECKING:
+    from ckpttools.ops.export import ExportReport
+    from ckpttools.ops.fix import FixResult
+    from ckpttools.ops.inspect import InspectReport
+    from ckpttools.ops.logs import LogsReport
+    from ckpttools.ops.remap import RemapReport
+    from ckpttools.ops.validate import ValidationReport
+    from ckpttools.ops.verify import VerifyReport
+    from ckpttools.vocab.diff import BuildResult, VocabDiff
 
 __all__ = [
     "render_inspect",
@@ -54,12 +65,12 @@ def hub_line(hub: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def render_inspect(r: Any, all_tensors: bool = False) -> str:
+def render_inspect(r: InspectReport, all_tensors: bool = False) -> str:
     out = [f"{r.source}", f"  kind: {r.kind} ({r.kind_description})"]
     out += [f"    - {e}" for e in r.evidence]
     out += hub_line(r.hub)
     out += _inspect_config(r)
-    if getattr(r, "config_file", False):
+    if r.config_file:
         out.insert(1, "  a config file (no weights read)")
         return "\n".join(out + [f"note: {n}" for n in r.notes])
     out.append(
@@ -131,7 +142,7 @@ def _inspect_tensors(tensors: list[dict[str, Any]], all_tensors: bool) -> list[s
     return [f"tensors ({len(tensors)}{grouped}):", table(cells, head)]
 
 
-def render_diff_vocab(d: Any) -> str:
+def render_diff_vocab(d: VocabDiff) -> str:
     out = ["mappings:"]
     out.append(
         table(
@@ -185,7 +196,7 @@ def _tok(t: str | None) -> str:
     return "-" if t is None else repr(t)
 
 
-def render_build(r: Any) -> str:
+def render_build(r: BuildResult) -> str:
     return (
         f"wrote {r.output}: Vd {r.draft_vocab_size:,} of V {r.target_vocab_size:,}, ascending order; "
         f"covers {r.mass_covered:.2%} of the token mass ({r.tokens_seen:,} distinct tokens seen"
@@ -194,13 +205,13 @@ def render_build(r: Any) -> str:
     )
 
 
-def render_validation(r: Any) -> str:
+def render_validation(r: ValidationReport | _Val) -> str:
     c = r.counts()
     head = f"{r.drafter}" + (f" against {r.target}" if r.target else "") + f" (checked: {', '.join(r.checked)})"
-    out = [head, *hub_line(getattr(r, "hub", None))]
-    if getattr(r, "engine_release", None):
+    out = [head, *hub_line(r.hub)]
+    if r.engine_release:
         out.append(f"engine: {r.engine_release} ({r.engine_release_from})")
-    if getattr(r, "load_plan", None):
+    if r.load_plan:
         out += render_load_plan(r.load_plan)
     for sev in ("error", "warning", "info"):
         items = [f for f in r.findings if f.severity == sev]
@@ -232,7 +243,7 @@ def render_load_plan(plan: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_fix(r: Any) -> str:
+def render_fix(r: FixResult) -> str:
     out = [f"wrote {r.output}" + (f" (original kept at {r.backup})" if r.backup else "")]
     out.append(f"changes ({len(r.changes)}):" if r.changes else "changes: none needed")
     out += [f"  - {c}" for c in r.changes]
@@ -244,7 +255,7 @@ def render_fix(r: Any) -> str:
     return "\n".join(out)
 
 
-def render_remap(r: Any) -> str:
+def render_remap(r: RemapReport) -> str:
     rows = [
         ("source", r.source),
         ("destination mapping", r.destination),
@@ -277,7 +288,7 @@ def render_remap(r: Any) -> str:
     return f"wrote {r.output}\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
-def render_export(r: Any) -> str:
+def render_export(r: ExportReport) -> str:
     out = [
         f"wrote {r.output}" if r.output else f"REJECTED: nothing written (export of {r.source})",
         f"  source layout: {r.source_flavor}; format: {r.format}; dtype: {r.dtype}",
@@ -310,12 +321,16 @@ class _Val:
         self.drafter, self.target, self.checked, self.ok = d["drafter"], d["target"], d["checked"], d["ok"]
         self.findings = [Finding(**f) for f in d["findings"]]
         self._counts = d["counts"]
+        self.hub: dict[str, Any] | None = d.get("hub")
+        self.engine_release: str | None = d.get("engine_release")
+        self.engine_release_from: str | None = d.get("engine_release_from")
+        self.load_plan: dict[str, Any] | None = d.get("load_plan")
 
     def counts(self) -> dict[str, int]:
         return self._counts
 
 
-def render_verify(r: Any) -> str:
+def render_verify(r: VerifyReport) -> str:
     srv = ", ".join(f"{k}={v}" for k, v in r.server.items() if v is not None)
     out = [
         (f"{r.engine} at {r.url}" if r.url else f"{r.engine} (offline, no server)") + (f" ({srv})" if srv else ""),
@@ -341,8 +356,8 @@ def render_verify(r: Any) -> str:
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
-    if getattr(r, "server_log", None):
-        sl = r.server_log
+    sl = r.server_log
+    if sl:
         fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
         out.append(
             f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
@@ -519,7 +534,7 @@ def group_tensor_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_logs(r: Any, show: int = 20) -> str:
+def render_logs(r: LogsReport, show: int = 20) -> str:
     """``ckpt logs``: engine and release, the windows (the first and last ``show``), events, totals, verdict."""
     rel = r.release or "release not named"
     out = [f"{r.engine or 'no engine recognised'} ({rel}; {r.release_source or '-'})"]
@@ -575,3 +590,47 @@ def _logs_windows(r: Any, show: int) -> list[str]:
             f"{_f(w['running_requests'], '.0f'):7s}  {_f(w['throughput'], '.1f'):8s}  {pos}"
         )
     return out
+
+
+def _plan_source(s: dict[str, Any]) -> str:
+    kind = s["kind"]
+    if kind in ("copy", "cast"):
+        how = "copied from" if kind == "copy" else f"cast from {s['from_dtype']},"
+        return f"{how} {s['tensor']} ({Path(s['file']).name} @ {s['offset']:,})"
+    if kind == "gather":
+        parts = [f"{p['rows']:,} rows of {p['tensor']} ({Path(p['file']).name})" for p in s["rows_from"] if p["rows"]]
+        if s["rows_filled"]:
+            parts.append(f"{s['rows_filled']:,} filled")
+        return "gathered: " + ", ".join(parts) + (" (cast)" if s["cast"] else "")
+    return {"memory": "computed while planning", "hole": "a hole (reads as zeros)"}.get(kind, kind)
+
+
+def render_plan(d: dict[str, Any]) -> str:
+    """``--dry-run``: what an operation would write (WritePlan.describe()), and that nothing was written."""
+    b = d["bytes"]
+    what = "one file" if d["layout"] == "file" else "a checkpoint directory"
+    kinds = [("copied", "copy"), ("gathered", "gather"), ("cast", "cast"), ("from memory", "memory")]
+    split = ", ".join(f"{human_bytes(b[k])} {name}" for name, k in kinds if b[k])
+    out = [f"dry run: {d['operation']} would write {d['output']} ({what}); nothing was written"]
+    out.append(f"  {len(d['tensors'])} tensors, {human_bytes(b['total'])}" + (f": {split}" if split else ""))
+    width = max((len(t["name"]) for t in d["tensors"]), default=0)
+    for t in d["tensors"]:
+        shape = "x".join(map(str, t["shape"])) or "scalar"
+        out.append(f"    {t['name'].ljust(width)}  {t['dtype']:<5} [{shape}]  {_plan_source(t['source'])}")
+    if d["config_diff"]:
+        out.append("  config.json changes:")
+        out += [f"    {c['key']}: {c['before']!r} -> {c['after']!r}" for c in d["config_diff"]]
+    elif d["layout"] == "directory":
+        out.append("  config.json: unchanged")
+    kept = [s["name"] for s in d["side_files"] if s["kept"]]
+    quiet = ("written anew", "the source's weights (read as tensors)")
+    skipped = [f"{s['name']} ({s['why']})" for s in d["side_files"] if not s["kept"] and s["why"] not in quiet]
+    if kept:
+        out.append(f"  side files copied: {', '.join(kept)}")
+    if skipped:
+        out.append(f"  side files skipped: {', '.join(skipped)}")
+    if d["check"]:
+        out.append(f"  check before the rename: {d['check']}")
+    for r in d["reads"]:
+        out.append(f"  planning read: {r}")
+    return "\n".join(out)

@@ -29,22 +29,18 @@ def story_dir() -> Path:
 def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
     """What one public exporter does: swap in another mapping's d2t/t2d, leave lm_head as is."""
     from ckpttools.io.checkpoint import open_checkpoint
-    from ckpttools.io.writer import CheckpointWriter, TensorSpec
+    from ckpttools.io.plan import Copy, Data, PlannedTensor, TensorRef, WritePlan, execute
     from ckpttools.vocab.mapping import load_mapping
 
     m = load_mapping(mapping)
     with open_checkpoint(drafter) as ck:
-        specs = [TensorSpec(n, t.dtype, t.shape) for n, t in ck.tensors.items()]
-        with CheckpointWriter(out, specs, force=True) as w:
-            for n, t in ck.tensors.items():
-                if n == "d2t":
-                    w.write(n, m.d2t)
-                elif n == "t2d":
-                    w.write(n, m.t2d(t.shape[0]))
-                else:
-                    w.copy_range(n, ck.shard_paths[t.shard], t.start)
-            w.add_file("config.json", ck.config_path)  # type: ignore[arg-type]
-    return out
+        new = {"d2t": lambda t: m.d2t, "t2d": lambda t: m.t2d(t.shape[0])}
+        tensors = [
+            PlannedTensor(n, t.dtype, t.shape, Data(new[n](t)) if n in new else Copy(TensorRef.of(ck, n)))
+            for n, t in ck.tensors.items()
+        ]
+        plan = WritePlan("demo", str(out), tensors, config=ck.config)
+    return execute(plan, force=True).output
 
 
 def _server_env(engine: str, work: Path) -> dict[str, str]:

@@ -16,9 +16,7 @@ import numpy as np
 
 from ckpttools.errors import ConfigError
 from ckpttools.formats.conventions import CONFIG_DTYPE
-from ckpttools.io import guard
-from ckpttools.io.inputs import read_json
-from ckpttools.io.writer import CheckpointWriter, TensorSpec
+from ckpttools.io.plan import Data, Hole, PlannedTensor, WritePlan, execute
 
 __all__ = [
     "DRAFTER_FLAVORS",
@@ -58,18 +56,11 @@ def write_tensors(
     *,
     max_shard_size: int | None = None,
     force: bool = False,
-    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write arrays (already in their final dtype) plus a config.json as a checkpoint."""
-    specs = [TensorSpec(n, _st_of(a.dtype), tuple(a.shape)) for n, a in tensors.items()]
-    with CheckpointWriter(out, specs, max_shard_size=max_shard_size, force=force) as w:
-        for n, a in tensors.items():
-            w.write(n, a)
-        if config is not None:
-            w.add_json("config.json", config)
-        for rel, data in (extra_files or {}).items():
-            w.add_bytes(rel, data)
-    return Path(out)
+    planned = [PlannedTensor(n, _st_of(a.dtype), tuple(a.shape), Data(a)) for n, a in tensors.items()]
+    plan = WritePlan("demo", str(out), planned, config=config, max_shard_size=max_shard_size)
+    return execute(plan, force=force).output
 
 
 def _st_of(dt: np.dtype) -> str:
@@ -431,6 +422,7 @@ def build_target(
     max_shard_size: int | None = None,
     seed: int = 1,
     force: bool = False,
+    config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny Llama target (HF names: model.layers.N., model.embed_tokens, lm_head).
 
@@ -475,6 +467,7 @@ def build_target(
         cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": text}
     else:
         cfg = {"architectures": ["LlamaForCausalLM"], **text}
+    cfg = {**cfg, **(config_overrides or {})}
     return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
 
 
@@ -490,6 +483,7 @@ def build_deepseek_target(
     seed: int = 1,
     force: bool = False,
     mla_latent: int = 256,
+    config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny DeepSeek-V3 target (MLA attention, every layer a dense MLP:
     ``first_k_dense_replace`` = the layer count), HF names as DeepseekV3ForCausalLM has them."""
@@ -521,7 +515,7 @@ def build_deepseek_target(
     shapes |= {"model.norm.weight": (H,), "lm_head.weight": (vocab_size, H)}
     tensors = _make_weights(shapes, _np_dtype("BF16"), np.random.default_rng(seed), weight_fn, norm_jitter=0.0)
     cfg = _deepseek_config(H, num_layers, num_heads, intermediate_size, vocab_size, m)
-    return write_tensors(out, tensors, cfg, force=force)
+    return write_tensors(out, tensors, {**cfg, **(config_overrides or {})}, force=force)
 
 
 def _deepseek_config(
@@ -575,6 +569,7 @@ def build_gpt_oss_target(
     weight_fn: Callable[[str, tuple[int, ...]], np.ndarray] | None = None,
     seed: int = 1,
     force: bool = False,
+    config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny gpt-oss target in bf16 (attention sinks, biases, a MoE of ``num_experts``
     experts with every one routed, sliding and full layers alternating), HF names as
@@ -605,9 +600,8 @@ def build_gpt_oss_target(
         }
     shapes |= {"model.norm.weight": (H,), "lm_head.weight": (vocab_size, H)}
     tensors = _make_weights(shapes, _np_dtype("BF16"), np.random.default_rng(seed), weight_fn, norm_jitter=0.0)
-    return write_tensors(
-        out, tensors, _gpt_oss_config(H, hd, num_layers, num_heads, num_kv_heads, E, inter, vocab_size), force=force
-    )
+    cfg = _gpt_oss_config(H, hd, num_layers, num_heads, num_kv_heads, E, inter, vocab_size)
+    return write_tensors(out, tensors, {**cfg, **(config_overrides or {})}, force=force)
 
 
 def _gpt_oss_config(
@@ -666,43 +660,35 @@ def build_huge_sparse(
     """
     per_expert = 3
     experts = 384
-    names: list[TensorSpec] = [TensorSpec("model.embed_tokens.weight", "BF16", (vocab_size, hidden))]
+    names: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab_size, hidden))]
     layer = 0
     while len(names) < num_tensors - 2:
         for e in range(experts):
             for proj in ("gate_proj", "up_proj", "down_proj")[:per_expert]:
                 shape = (hidden, rows) if proj == "down_proj" else (rows, hidden)
-                names.append(TensorSpec(f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight", "BF16", shape))
+                names.append((f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight", shape))
                 if len(names) >= num_tensors - 2:
                     break
             if len(names) >= num_tensors - 2:
                 break
         layer += 1
-    names += [
-        TensorSpec("model.norm.weight", "BF16", (hidden,)),
-        TensorSpec("lm_head.weight", "BF16", (vocab_size, hidden)),
-    ]
+    names += [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab_size, hidden))]
     per = -(-len(names) // num_shards)
-    plan = [names[i : i + per] for i in range(0, len(names), per)]
-    with CheckpointWriter(out, names, plan=plan, force=force) as w:
-        for s in names:
-            w.skip(s.name)
-        w.add_json(
-            "config.json",
-            {
-                "architectures": ["DeepseekV3ForCausalLM"],
-                "model_type": "deepseek_v3",
-                "hidden_size": hidden,
-                "num_hidden_layers": layer,
-                "vocab_size": vocab_size,
-                "max_position_embeddings": 262144,
-                "n_routed_experts": experts,
-                "moe_intermediate_size": rows,
-                "torch_dtype": "bfloat16",
-                "rope_theta": 50000.0,
-            },
-        )
-    return Path(out)
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": hidden,
+        "num_hidden_layers": layer,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 262144,
+        "n_routed_experts": experts,
+        "moe_intermediate_size": rows,
+        "torch_dtype": "bfloat16",
+        "rope_theta": 50000.0,
+    }
+    planned = [PlannedTensor(n, "BF16", shape, Hole()) for n, shape in names]
+    shards = [[n for n, _ in names[i : i + per]] for i in range(0, len(names), per)]
+    return execute(WritePlan("demo", str(out), planned, config=config, shards=shards), force=force).output
 
 
 # ------------------------------------------------------------------ known acceptance
@@ -879,6 +865,7 @@ def _known_target(
         return flip if flip is not None else _passthrough_weight(name, shape)
 
     common: dict[str, Any] = {"hidden_size": KNOWN_H, "num_layers": num_layers, "vocab_size": KNOWN_V}
+    common["config_overrides"] = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0}  # tokens 0/1 never appear
     if target_arch == "deepseek":
         tpath = build_deepseek_target(out, **common, weight_fn=tw, force=force, mla_latent=mla_latent)
     elif target_arch == "gpt_oss":
@@ -897,9 +884,6 @@ def _known_target(
             weight_fn=tw,
             force=force,
         )
-    cfg = read_json(tpath / "config.json", "config")
-    cfg.update(bos_token_id=0, eos_token_id=1, pad_token_id=0)  # tokens 0/1 never appear
-    guard.write_json(tpath / "config.json", cfg)
     return tpath
 
 

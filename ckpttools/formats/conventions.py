@@ -15,7 +15,7 @@ from ckpttools.io.refs import REPO_REF, split_ref
 __all__ = ["CONFIG_DTYPE", "ST_DTYPE", "sglang_default_aux_ids", "load_target_config"]
 
 #: safetensors dtype -> the name config.json's torch_dtype uses for it
-CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
 #: config.json torch_dtype -> safetensors dtype, for the dtypes a drafter is served in
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16"}
 

@@ -528,12 +528,13 @@ def _offline_snapshot(repo_id: str, revision: str | None) -> Path | None:
 def _hub_snapshot(repo_id: str, revision: str | None) -> tuple[Path, Any]:
     """The whole repo's weights and side files in huggingface_hub's cache (progress bars on)."""
     from ckpttools.io.fsutil import note
-    from ckpttools.io.hub import HubRepo, size_text
+    from ckpttools.io.hub import HubRepo
+    from ckpttools.io.units import human_bytes
 
     repo = HubRepo.resolve(repo_id, revision)
     patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
     size = repo.size_of(patterns)
-    note(f"{repo_id}@{repo.commit[:12]}: fetching {size_text(size)} into the Hugging Face cache (once)")
+    note(f"{repo_id}@{repo.commit[:12]}: fetching {human_bytes(size)} into the Hugging Face cache (once)")
     return repo.snapshot(patterns), repo
 
 

@@ -18,6 +18,7 @@ kept beside them.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -39,6 +40,19 @@ _WORKERS = 8  # range requests in flight at once
 _WHOLE_READ_LIMIT = 64 << 20  # a server that ignores Range is read this far at most
 _LISTING_LIMIT = 64 << 20  # the largest file list read from the Hub
 _HEADER_CACHE_LIMIT = 256 << 20  # the largest cached header read back (safetensors caps headers at 100 MB)
+
+
+_READ_ONLY_CACHE = contextvars.ContextVar("ckpt_read_only_cache", default=False)
+
+
+@contextmanager
+def read_only_cache() -> Iterator[None]:
+    """Within it, ckpttools' cache is read but never written (``--dry-run`` writes nothing)."""
+    token = _READ_ONLY_CACHE.set(True)
+    try:
+        yield
+    finally:
+        _READ_ONLY_CACHE.reset(token)
 
 
 def cache_dir() -> Path:
@@ -113,6 +127,8 @@ class HubRepo:
         """Keep the commit's file list, and which commit the revision named, for offline runs."""
         from ckpttools.io.guard import write_text
 
+        if _READ_ONLY_CACHE.get():
+            return
         d = self._record_dir()
         try:
             listing = {p: [f.size, f.sha256, f.blob_id] for p, f in self.files.items()}
@@ -315,7 +331,7 @@ class HubRepo:
         from ckpttools.io.guard import write_bytes
 
         key = self._header_key(shard)
-        if key is None:
+        if key is None or _READ_ONLY_CACHE.get():
             return
         try:
             write_bytes(key, raw)
@@ -592,14 +608,6 @@ def _login(what: str, repo_id: str) -> HubError:
         url=repo_id,
         hint="log in with `hf auth login` or set HF_TOKEN; if the repo is gated, request access on its page",
     )
-
-
-def size_text(n: int) -> str:
-    """Bytes for a person: 812 KB, 3.66 GB."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} bytes"
 
 
 def _denied(what: str, repo_id: str) -> HubError:

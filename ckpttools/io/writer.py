@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import (
@@ -35,9 +35,6 @@ from ckpttools.io.guard import check_output, json_bytes, open_new
 from ckpttools.io.manifest import MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 
-if TYPE_CHECKING:
-    from ckpttools.io.checkpoint import Checkpoint
-
 __all__ = [
     "umask_mode",
     "TensorSpec",
@@ -46,7 +43,6 @@ __all__ = [
     "SafetensorsFileWriter",
     "CheckpointWriter",
     "parse_size",
-    "copy_side_files",
     "side_file_verdict",
     "WEIGHT_FILE_SUFFIXES",
 ]
@@ -520,13 +516,3 @@ def side_file_verdict(p: Path, root: Path) -> str | None:
     if not p.is_file():
         return "not a regular file"
     return None
-
-
-def copy_side_files(ck: Checkpoint, w: CheckpointWriter) -> list[str]:
-    """Copy tokenizer and other non-weight files, chosen by :func:`side_file_verdict`."""
-    copied = []
-    for p in sorted(ck.root.iterdir()):
-        if side_file_verdict(p, ck.root) is None:
-            w.add_file(p.name, p)
-            copied.append(p.name)
-    return copied

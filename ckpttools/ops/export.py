@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
-from ckpttools.formats.config import canonical_shapes, aux_layer_ids, context_length, essentials, require_valid_config
+from ckpttools.formats.config import canonical_shapes, aux_layer_ids, essentials, require_valid_config
 from ckpttools.formats.aux_rules import (
     LATER_LAYER_NORM,
     capture_rule,
@@ -27,7 +27,8 @@ from ckpttools.formats.aux_rules import (
     later_layer_norm_names,
     layout_engine,
 )
-from ckpttools.formats.conventions import CONFIG_DTYPE, ST_DTYPE, load_target_config
+from ckpttools.formats.conventions import ST_DTYPE, load_target_config
+from ckpttools.formats.repairs import repair_config
 from ckpttools.formats.flavor import detect_flavor
 from ckpttools.formats.names import (
     QK_NORM,
@@ -37,13 +38,25 @@ from ckpttools.formats.names import (
     sglang_loads,
     suggest_rename,
 )
-from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, make_manifest
-from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
+from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
+from ckpttools.io.guard import check_output
+from ckpttools.io.plan import (
+    Cast,
+    Check,
+    Copy,
+    Data,
+    ManifestPlan,
+    PlannedTensor,
+    TensorRef,
+    WritePlan,
+    execute,
+    side_files,
+)
+from ckpttools.io.writer import parse_size
 from ckpttools.ops.validate import validate
 from ckpttools.vocab.mapping import VocabMapping
 
-__all__ = ["ExportReport", "ExportRejected", "export", "FORMATS", "DTYPES"]
+__all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
 
 FORMATS = ("sglang", "vllm")
 DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
@@ -129,18 +142,9 @@ def _plan_config(
     if any(QK_NORM.match(n) for n in names.values()):
         arch = QWEN3_DRAFTER_ARCH  # vLLM's class for drafters with q/k norms (registry.py:665)
     _set(cfg, "architectures", [arch], changes)
-    layers = {canonical_name(n)[0].split(".")[1] for n in names.values() if n.startswith("layers.")}
-    _set(cfg, "num_hidden_layers", max(1, len(layers)), changes)
-    heads = [t for n, t in ck.tensors.items() if names.get(n) == "lm_head.weight"]
-    if heads:
-        _set(cfg, "draft_vocab_size", heads[0].shape[0], changes)
-    elif "draft_vocab_size" not in cfg:
-        _set(cfg, "draft_vocab_size", None, changes)
+    kept = {new: ck.tensors[n] for n, new in names.items()}
     floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
-    if floats:
-        dt = max(set(floats), key=floats.count)
-        _set(cfg, "torch_dtype", CONFIG_DTYPE.get(dt, "bfloat16"), changes)
-        cfg.pop("dtype", None)
+    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=floats)
     _write_aux_ids(cfg, ck.config, flavor, fmt, target_cfg, notes, changes)
     _carry_fc_options(cfg, fmt, changes)
     if fmt == "vllm":
@@ -148,10 +152,6 @@ def _plan_config(
             if k not in cfg:
                 _set(cfg, k, bool(src.get(k, False)), changes)
     if target_cfg is not None:
-        dctx, _ = context_length(cfg)
-        tctx, _ = context_length(target_cfg)
-        if tctx is not None and (dctx is None or dctx < tctx):
-            _set(cfg, "max_position_embeddings", tctx, changes)
         tv = essentials(target_cfg).vocab_size
         if "vocab_size" not in cfg and isinstance(tv, int):
             _set(cfg, "vocab_size", tv, changes)
@@ -249,6 +249,62 @@ def _write_aux_ids(
         )
 
 
+def plan_export(
+    src: str | Path,
+    out: str | Path,
+    *,
+    format: str = "sglang",
+    target: str | Path | None = None,
+    dtype: str = "auto",
+    max_shard_size: int | str | None = None,
+    download: bool = True,
+) -> WritePlan:
+    """What :func:`export` would write, as a :class:`~ckpttools.io.plan.WritePlan`: headers and
+    d2t/t2d are read, nothing is written. Its check validates the written tree before the rename.
+    ``download=False`` (``--dry-run``) reads a Hub drafter's headers without downloading it."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
+    target_cfg = load_target_config(target)[0] if target is not None else None
+    require_valid_config(target_cfg, f"target {target}")
+    out_dtype = DTYPES[dtype]
+    if dtype == "auto" and target_cfg is not None:
+        out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
+    with open_checkpoint(src, download=download) as ck:
+        require_valid_config(ck.config, str(src), canonical_shapes(ck.config, ck.tensors))
+        check_output(out, [ck.root, *([target] if target is not None else [])])
+        flavor = _eagle3_flavor(ck, str(src), format)
+        shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
+        report = ExportReport(None, str(src), flavor, format, shown_dtype)
+        names = _later_norms(_plan_names(ck, report), flavor, format, report)
+        mapping = _checked_mapping(ck, names, report)
+        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
+        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
+        tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
+        report.tensors = len(tensors)
+        report.bytes_written = sum(t.nbytes for t in tensors)
+        params: dict[str, Any] = {"format": format, "target": str(target) if target else None, "dtype": dtype}
+        params["max_shard_size"] = max_shard_size
+        extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
+        if ck.hub is not None:
+            extra["hub"] = {"drafter": ck.hub_record()}
+        fields = report.to_dict()
+        return WritePlan(
+            "export",
+            str(out),
+            tensors,
+            config=cfg,
+            config_before=ck.config,
+            side_files=side_files(ck),
+            manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
+            check=_validation(Path(out), target, format, fields),
+            inputs=[ck.root, *([target] if target is not None else [])],
+            max_shard_size=parse_size(max_shard_size),
+            report=fields,
+        )
+
+
 def export(
     src: str | Path,
     out: str | Path,
@@ -285,52 +341,32 @@ def export(
         >>> export("./eagle-official", "./for-sglang", target="./llama-3.1-8b")  # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {tuple(DTYPES)}")
-    target_cfg = load_target_config(target)[0] if target is not None else None
-    require_valid_config(target_cfg, f"target {target}")
-    out_dtype = DTYPES[dtype]
-    if dtype == "auto" and target_cfg is not None:
-        out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
-    ck = open_checkpoint(src, download=True)
-    hashes: BackgroundDigests | None = None
-    try:
-        require_valid_config(ck.config, str(src), canonical_shapes(ck.config, ck.tensors))
-        flavor = _eagle3_flavor(ck, str(src), format)
-        shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
-        report = ExportReport(None, str(src), flavor, format, shown_dtype)
-        names = _later_norms(_plan_names(ck, report), flavor, format, report)
-        mapping = _checked_mapping(ck, names, report)
-        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
-        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
-        specs = _plan_specs(ck, names, out_dtype, mapping, v, report)
-        hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
-        params: dict[str, Any] = {"format": format, "target": str(target) if target else None, "dtype": dtype}
-        params["max_shard_size"] = max_shard_size
-        dest = Path(out)
-        inputs = [ck.root, *([target] if target is not None else [])]
-        shard_size = parse_size(max_shard_size)
-        with CheckpointWriter(dest, specs, max_shard_size=shard_size, force=force, fsync=fsync, inputs=inputs) as w:
-            _write_tensors(w, ck, specs, {new: n for n, new in names.items()}, mapping, progress)
-            w.add_json("config.json", cfg)
-            copy_side_files(ck, w)
-            extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
-            if ck.hub is not None:
-                extra["hub"] = {"drafter": ck.hub_record()}
-            manifest = make_manifest("export", params, {"drafter": ck.files()}, hashes=hashes.result(), extra=extra)
-            w.add_json(MANIFEST_NAME, manifest)
-            _validate_before_rename(w, dest, target, format, report)
-        report.output = str(dest)
-        report.tensors = len(specs)
-        report.bytes_written = sum(s.nbytes for s in specs)
-        report.seconds = time.perf_counter() - t0
-        return report
-    finally:
-        if hashes is not None:
-            hashes.close()
-        ck.close()
+    plan = plan_export(src, out, format=format, target=target, dtype=dtype, max_shard_size=max_shard_size)
+    written = execute(plan, force=force, fsync=fsync, progress=progress)
+    report = ExportReport(**plan.report)
+    report.output = str(out)
+    report.validation = written.check_result
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _validation(dest: Path, target: str | Path | None, fmt: str, fields: dict[str, Any]) -> Check:
+    """validate what was written, before it is moved into place; errors leave nothing at ``dest``."""
+
+    def run(tree: Path) -> dict[str, Any]:
+        with open_checkpoint(tree) as written:
+            written.source = str(dest)
+            val = validate(written, target, engine=fmt)
+        if not val.ok:
+            raise ExportRejected(
+                f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
+                f"nothing was written to {dest}",
+                ExportReport(**{**fields, "validation": val.to_dict()}),
+            )
+        return val.to_dict()
+
+    against = f" against the target {target}" if target is not None else ""
+    return Check(f"validate for {fmt}{against}: any error leaves nothing at the output", run)
 
 
 def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:
@@ -395,16 +431,16 @@ def _checked_mapping(ck: Checkpoint, names: dict[str, str], report: ExportReport
     return mapping
 
 
-def _plan_specs(
+def _plan_tensors(
     ck: Checkpoint,
     names: dict[str, str],
     out_dtype: str | None,
     mapping: VocabMapping | None,
     vocab_size: Any,
     report: ExportReport,
-) -> list[TensorSpec]:
+) -> list[PlannedTensor]:
     """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
-    specs: list[TensorSpec] = []
+    tensors: list[PlannedTensor] = []
     for n, new in names.items():
         t = ck.tensors[n]
         dt = t.dtype
@@ -414,58 +450,12 @@ def _plan_specs(
             dt = "BOOL"
         elif out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype:
             dt = out_dtype
+        ref = TensorRef.of(ck, n)
         if dt != t.dtype:
             report.cast.append(f"{n}: {t.dtype} -> {dt}")
-        specs.append(TensorSpec(new, dt, t.shape))
+        tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
     if mapping is not None and "t2d" not in names.values():
         vt = int(vocab_size) if isinstance(vocab_size, int) else int(mapping.ids.max()) + 1
-        specs.append(TensorSpec("t2d", "BOOL", (vt,)))
+        tensors.append(PlannedTensor("t2d", "BOOL", (vt,), Data(np.asarray(mapping.t2d(vt), bool))))
         report.built.append(f"t2d: built from d2t over a vocabulary of {vt}")
-    return specs
-
-
-def _write_tensors(
-    w: CheckpointWriter,
-    ck: Checkpoint,
-    specs: list[TensorSpec],
-    src_of: dict[str, str],
-    mapping: VocabMapping | None,
-    progress: Callable[[int, int, str], None] | None,
-) -> None:
-    total = sum(s.nbytes for s in specs)
-    done = 0
-    for s in specs:
-        src_name = src_of.get(s.name)
-        if src_name is None:  # built t2d
-            assert mapping is not None
-            w.write(s.name, mapping.t2d(s.shape[0]))
-        else:
-            t = ck.tensors[src_name]
-            if s.dtype == t.dtype:
-                w.copy_range(s.name, ck.shard_paths[t.shard], t.start)
-            elif s.name == "d2t":
-                w.write(s.name, ck.read(src_name).astype(np.int64))
-            elif s.name == "t2d":
-                w.write(s.name, ck.read(src_name).astype(bool))
-            else:
-                to = numpy_dtype(s.dtype)
-                w.write_chunks(s.name, (c.astype(np.float32).astype(to) for c in ck.iter_chunks(src_name)))
-        done += s.nbytes
-        if progress:
-            progress(done, total, s.name)
-
-
-def _validate_before_rename(
-    w: CheckpointWriter, dest: Path, target: str | Path | None, fmt: str, report: ExportReport
-) -> None:
-    """validate what was written, before it is moved into place; errors leave nothing at ``dest``."""
-    with open_checkpoint(w.seal()) as written:
-        written.source = str(dest)
-        val = validate(written, target, engine=fmt)
-    report.validation = val.to_dict()
-    if not val.ok:
-        raise ExportRejected(
-            f"validate found {len(val.errors)} error(s) in the export ({', '.join(f.id for f in val.errors)}); "
-            f"nothing was written to {dest}",
-            report,
-        )
+    return tensors

@@ -10,7 +10,7 @@ rows move in chunks through positioned reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,22 @@ from ckpttools.formats.config import canonical_shapes, essentials, require_valid
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.guard import check_output
-from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
+from ckpttools.io.plan import (
+    Copy,
+    Data,
+    Gather,
+    ManifestPlan,
+    PlannedTensor,
+    TensorRef,
+    WritePlan,
+    execute,
+    side_files,
+)
 from ckpttools.io.safetensors_header import DTYPE_SIZES
-from ckpttools.io.writer import CheckpointWriter, TensorSpec, copy_side_files, parse_size
+from ckpttools.io.writer import parse_size
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
-__all__ = ["RemapReport", "remap", "FILL_POLICIES"]
+__all__ = ["RemapReport", "plan_remap", "remap", "FILL_POLICIES"]
 
 FILL_POLICIES = ("zero", "mean", "target")
 _CHUNK_BYTES = 64 << 20
@@ -177,83 +187,6 @@ def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
     return ck, name
 
 
-def _gather(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Rows of a tensor in the given order, as raw bytes of ``dtype`` (uint8, one row per row).
-
-    Positioned reads, runs of consecutive rows coalesced; rows move as bytes, and are
-    cast only when the tensor's dtype differs from ``dtype``.
-    """
-    t = ck.tensors[name]
-    if not len(rows):
-        return np.empty((0, t.shape[1] * dtype.itemsize), dtype=np.uint8)
-    ascending = bool(np.all(np.diff(rows) > 0))
-    order = None if ascending else np.argsort(rows, kind="stable")
-    got = ck.read_rows_pread(name, rows if ascending else rows[order])
-    if got.dtype != dtype:
-        got = got.astype(np.float32).astype(dtype)
-    raw = got.reshape(len(rows), -1).view(np.uint8)
-    if order is None:
-        return raw
-    out = np.empty_like(raw)
-    out[order] = raw
-    return out
-
-
-def _rows_from(
-    src: Checkpoint | None,
-    src_name: str | None,
-    src_rows: np.ndarray,
-    fill_vec: np.ndarray | None,
-    tgt: tuple[Checkpoint, str] | None,
-    tgt_rows: np.ndarray,
-    hidden: int,
-    dtype: np.dtype,
-) -> Iterator[np.ndarray]:
-    """Yield the output tensor in chunks of raw rows: carried rows from ``src``, the rest filled."""
-    n = len(src_rows)
-    row_bytes = hidden * dtype.itemsize
-    fill_raw = np.zeros(row_bytes, np.uint8) if fill_vec is None else fill_vec.astype(dtype).view(np.uint8)
-    step = max(1, _CHUNK_BYTES // max(1, row_bytes))
-    for j0 in range(0, n, step):
-        sl = src_rows[j0 : j0 + step]
-        have = sl >= 0
-        if have.all() and src is not None and src_name is not None:
-            yield _gather(src, src_name, sl, dtype)
-            continue
-        chunk = np.empty((len(sl), row_bytes), dtype=np.uint8)
-        if have.any() and src is not None and src_name is not None:
-            chunk[have] = _gather(src, src_name, sl[have], dtype)
-        miss = ~have
-        if tgt is not None:
-            chunk[miss] = _gather(tgt[0], tgt[1], tgt_rows[j0 : j0 + step][miss], dtype)
-        else:
-            chunk[miss] = fill_raw
-        yield chunk
-
-
-def _row_segments(ck: Checkpoint, name: str, src_rows: np.ndarray, fill_raw: np.ndarray) -> Iterator[Any]:
-    """The output tensor as segments: each run of consecutive source rows is one kernel
-    copy, each run of rows to fill is written from memory. Same dtype in and out."""
-    t = ck.tensors[name]
-    row_bytes = t.nbytes // t.shape[0]
-    path = ck.shard_paths[t.shard]
-    n = len(src_rows)
-    if not n:
-        return
-    have = src_rows >= 0
-    # a run breaks where carried/filled switches, or where source rows stop being consecutive
-    brk = np.flatnonzero((have[1:] != have[:-1]) | (have[1:] & (src_rows[1:] != src_rows[:-1] + 1))) + 1
-    starts = np.concatenate([[0], brk])
-    ends = np.concatenate([brk, [n]])
-    max_fill_rows = max(1, _CHUNK_BYTES // row_bytes)
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        if have[a]:
-            yield ("copy", path, t.start + int(src_rows[a]) * row_bytes, (b - a) * row_bytes)
-        else:
-            for c in range(a, b, max_fill_rows):
-                yield np.broadcast_to(fill_raw, (min(b, c + max_fill_rows) - c, row_bytes))
-
-
 def _mean_rows(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """The mean of the given rows, computed in float64 streaming in chunks."""
     h = ck.tensors[name].shape[1]
@@ -263,6 +196,43 @@ def _mean_rows(ck: Checkpoint, name: str, rows: np.ndarray, dtype: np.dtype) -> 
     for i in range(0, len(rows), step):
         acc += ck.read_rows_pread(name, rows[i : i + step]).astype(np.float64).sum(axis=0)
     return (acc / max(1, len(rows))).astype(np.float32).astype(dtype)
+
+
+def plan_remap(
+    drafter: str | Path,
+    out: str | Path,
+    *,
+    to: str | Path | None = None,
+    frequencies: str | Path | None = None,
+    draft_vocab_size: int | None = None,
+    fill: str = "zero",
+    target: str | Path | None = None,
+    source_tokenizer: str | Path | None = None,
+    target_tokenizer: str | Path | None = None,
+    max_shard_size: int | str | None = None,
+    fsync: bool = False,
+    download: bool = True,
+) -> WritePlan:
+    """What :func:`remap` would write, as a :class:`~ckpttools.io.plan.WritePlan` (nothing written).
+
+    Reads headers, d2t/t2d, the destination mapping and the tokenizers; with
+    ``fill="mean"`` it also reads every carried lm_head row (``plan.reads`` says so).
+    ``download=False`` (``--dry-run``) reads a Hub drafter's headers without downloading it;
+    ``fsync`` is recorded in the manifest (``execute`` does it).
+    """
+    shard_size = parse_size(max_shard_size)
+    req = _Request(
+        to, frequencies, draft_vocab_size, fill, target, source_tokenizer, target_tokenizer, shard_size, fsync
+    )
+    req.check()
+    with open_checkpoint(drafter, download=download) as ck:
+        require_valid_config(ck.config, str(drafter), canonical_shapes(ck.config, ck.tensors))
+        check_output(out, [ck.root, *req.inputs()])
+        target_ck = _OnDemand(target)
+        try:
+            return _plan(ck, req, target_ck, Path(out))
+        finally:
+            target_ck.close()
 
 
 def remap(
@@ -311,36 +281,21 @@ def remap(
         >>> remap("drafter-k2", "drafter-k2-in-m2", to="mapping-m2.safetensors")  # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    req = _Request(
-        to,
-        frequencies,
-        draft_vocab_size,
-        fill,
-        target,
-        source_tokenizer,
-        target_tokenizer,
-        parse_size(max_shard_size),
-        force,
-        fsync,
+    plan = plan_remap(
+        drafter,
+        out,
+        to=to,
+        frequencies=frequencies,
+        draft_vocab_size=draft_vocab_size,
+        fill=fill,
+        target=target,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        max_shard_size=max_shard_size,
+        fsync=fsync,
     )
-    req.check()
-    ck = open_checkpoint(drafter, download=True)
-    try:
-        require_valid_config(ck.config, str(drafter), canonical_shapes(ck.config, ck.tensors))
-        check_output(out, [ck.root, *req.inputs()])
-    except BaseException:
-        ck.close()
-        raise
-    hashes = BackgroundDigests(ck.files())  # hashed while the copy runs
-    target_ck = _OnDemand(target)
-    try:
-        plan = _plan(ck, req, target_ck)
-        _write(ck, plan, req, Path(out), target_ck, hashes, progress)
-        return _report(ck, plan, req, Path(out), time.perf_counter() - t0)
-    finally:
-        target_ck.close()
-        hashes.close()
-        ck.close()
+    execute(plan, force=force, fsync=fsync, progress=progress)
+    return RemapReport(output=str(out), **plan.report, seconds=time.perf_counter() - t0)
 
 
 @dataclass(frozen=True)
@@ -355,7 +310,6 @@ class _Request:
     source_tokenizer: Any
     target_tokenizer: Any
     shard_size: int | None
-    force: bool
     fsync: bool
 
     def check(self) -> None:
@@ -411,9 +365,9 @@ class _Request:
         return small
 
 
-@dataclass
-class _Plan:
-    """What the output holds and where each row of it comes from; nothing written yet."""
+@dataclass(frozen=True)
+class _Rows:
+    """The vocabulary decisions: which source head row feeds each output row, and the mappings."""
 
     src_map: VocabMapping
     dst_map: VocabMapping
@@ -424,32 +378,44 @@ class _Plan:
     v_new: int
     n2o: np.ndarray  # new token id -> old token id (-1: no match)
     src_rows: np.ndarray  # output head row -> source head row (-1: filled)
-    head: str | None  # the source lm_head's name (None: a full-vocab drafter using the target's head)
-    hidden: int
-    head_dtype: np.dtype
-    fill_raw: np.ndarray  # one filled row, as bytes
-    fill_vec: np.ndarray | None  # the mean row, for fill="mean"
-    tgt: tuple[Checkpoint, str] | None  # the target's head, for fill="target"
-    emb: str | None
-    emb_rows: np.ndarray | None  # None: embed_tokens copied unchanged
-    emb_note: str
-    d2t_name: str
-    t2d_name: str
-    specs: list[TensorSpec]
-    config: dict[str, Any]
 
     @property
     def rows_carried(self) -> int:
         return int(np.count_nonzero(self.src_rows >= 0))
 
-    def is_head(self, name: str) -> bool:
-        return name == self.head or (self.head is None and name == "lm_head.weight")
 
-
-def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand) -> _Plan:
+def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand, out: Path) -> WritePlan:
     from ckpttools.formats.flavor import detect_flavor
 
     detect_flavor(ck.config, ck.tensors.keys()).refuse(str(ck.source), "remap")
+    rows = _vocab_rows(ck, req)
+    emb = _find(ck, "embed_tokens.weight")
+    head, hidden, tgt = _head_source(ck, rows.src_map, emb, rows.dst_map, req, target_ck)
+    if head is None:
+        rows.src_rows[:] = -1
+    reads: list[str] = []
+    head_t = _head_tensor(ck, head, hidden, rows, tgt, req, reads)
+    emb_t, emb_note = _embed_tensor(ck, emb, req, rows, target_ck)
+    tensors = _tensors(ck, head_t, emb_t, rows)
+    config = dict(ck.config or {}, draft_vocab_size=rows.dst_map.draft_vocab_size)
+    if rows.v_new != essentials(ck.config).vocab_size:
+        config["vocab_size"] = rows.v_new
+    return WritePlan(
+        "remap",
+        str(out),
+        tensors,
+        config=config,
+        config_before=ck.config,
+        side_files=side_files(ck),
+        manifest=_manifest(ck, rows, req, target_ck),
+        inputs=[ck.root, *req.inputs()],
+        max_shard_size=req.shard_size,
+        reads=reads,
+        report=_report(ck, rows, req, tensors, emb_note),
+    )
+
+
+def _vocab_rows(ck: Checkpoint, req: _Request) -> _Rows:
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
@@ -466,46 +432,7 @@ def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand) -> _Plan:
     if top > len(n2o):
         n2o = np.pad(n2o, (0, top - len(n2o)), constant_values=-1)
     src_rows = _source_rows(src_map, dst_map, n2o)
-    emb = _find(ck, "embed_tokens.weight")
-    head, hidden, tgt = _head_source(ck, src_map, emb, dst_map, req, target_ck)
-    if head is None:
-        src_rows[:] = -1
-    head_st = ck.tensors[head].dtype if head else tgt[0].tensors[tgt[1]].dtype  # type: ignore[index]
-    fill_raw = np.zeros(hidden * DTYPE_SIZES[head_st], np.uint8)  # zeros: no element dtype needed
-    head_dtype = numpy_dtype(head_st)  # mean and target fills compute in the element dtype (bf16 via ml_dtypes)
-    fill_vec = _mean_rows(ck, head, src_rows, head_dtype) if req.fill == "mean" and head is not None else None
-    if fill_vec is not None:
-        fill_raw = fill_vec.view(np.uint8)
-    emb_rows, emb_note = _embed_plan(ck, emb, req, n2o, v_new)
-    plan = _Plan(
-        src_map,
-        dst_map,
-        dest_desc,
-        counts,
-        token_match,
-        v_src,
-        v_new,
-        n2o,
-        src_rows,
-        head,
-        hidden,
-        head_dtype,
-        fill_raw,
-        fill_vec,
-        tgt,
-        emb,
-        emb_rows,
-        emb_note,
-        _find(ck, "d2t") or "d2t",
-        _find(ck, "t2d") or "t2d",
-        [],
-        {},
-    )
-    plan.specs = _specs(ck, plan)
-    plan.config = dict(ck.config or {}, draft_vocab_size=dst_map.draft_vocab_size)
-    if v_new != ess.vocab_size:
-        plan.config["vocab_size"] = v_new
-    return plan
+    return _Rows(src_map, dst_map, dest_desc, counts, token_match, v_src, v_new, n2o, src_rows)
 
 
 def _head_source(
@@ -576,114 +503,101 @@ def _embed_plan(
     return emb_rows, f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} {rest}"
 
 
-def _specs(ck: Checkpoint, plan: _Plan) -> list[TensorSpec]:
-    """The output's tensors: the source's order, the vocabulary-dependent ones resized."""
-    k, v_new = plan.dst_map.draft_vocab_size, plan.v_new
-    specs: list[TensorSpec] = []
-    for n, t in ck.tensors.items():
-        if n == plan.head:
-            specs.append(TensorSpec(n, t.dtype, (k, plan.hidden)))
-        elif n == plan.d2t_name:
-            specs.append(TensorSpec(n, "I64", (k,)))
-        elif n == plan.t2d_name:
-            specs.append(TensorSpec(n, "BOOL", (v_new,)))
-        elif n == plan.emb and plan.emb_rows is not None:
-            specs.append(TensorSpec(n, t.dtype, (v_new, t.shape[1])))
-        else:
-            specs.append(TensorSpec(n, t.dtype, t.shape))
-    if plan.head is None:
-        assert plan.tgt is not None  # a head-less drafter was refused unless filled from the target
-        st = {"BF16": "BF16", "F16": "F16"}.get(plan.tgt[0].tensors[plan.tgt[1]].dtype, "BF16")
-        specs.append(TensorSpec("lm_head.weight", st, (k, plan.hidden)))
-    if plan.d2t_name not in ck.tensors:
-        specs.append(TensorSpec("d2t", "I64", (k,)))
-    if plan.t2d_name not in ck.tensors:
-        specs.append(TensorSpec("t2d", "BOOL", (v_new,)))
-    return specs
-
-
-def _write(
+def _head_tensor(
     ck: Checkpoint,
-    plan: _Plan,
+    head: str | None,
+    hidden: int,
+    rows: _Rows,
+    tgt: tuple[Checkpoint, str] | None,
     req: _Request,
-    out: Path,
-    target_ck: _OnDemand,
-    hashes: BackgroundDigests,
-    progress: Progress | None,
-) -> None:
-    total = sum(s.nbytes for s in plan.specs)
-    done = 0
-    with CheckpointWriter(out, plan.specs, max_shard_size=req.shard_size, force=req.force, fsync=req.fsync) as w:
-        for spec in plan.specs:
-            _write_tensor(w, ck, plan, req, spec.name, target_ck)
-            done += spec.nbytes
-            if progress:
-                progress(done, total, spec.name)
-        w.add_json("config.json", plan.config)
-        copy_side_files(ck, w)
-        w.add_json(MANIFEST_NAME, _manifest(ck, plan, req, hashes, target_ck))
-
-
-def _write_tensor(
-    w: CheckpointWriter, ck: Checkpoint, plan: _Plan, req: _Request, n: str, target_ck: _OnDemand
-) -> None:
-    if plan.is_head(n):
-        if req.fill != "target":  # rows move in the kernel, fills are written
-            assert plan.head is not None  # a head-less drafter was refused unless fill is target
-            w.write_segments(n, _row_segments(ck, plan.head, plan.src_rows, plan.fill_raw))
-        else:
-            rows = _rows_from(
-                ck, plan.head, plan.src_rows, plan.fill_vec, plan.tgt, plan.dst_map.ids, plan.hidden, plan.head_dtype
-            )
-            w.write_chunks(n, rows)
-    elif n in (plan.d2t_name, "d2t") and (n == plan.d2t_name or plan.d2t_name not in ck.tensors):
-        w.write(n, plan.dst_map.d2t)
-    elif n in (plan.t2d_name, "t2d") and (n == plan.t2d_name or plan.t2d_name not in ck.tensors):
-        w.write(n, plan.dst_map.t2d(plan.v_new))
-    elif n == plan.emb and plan.emb_rows is not None:
-        et = ck.tensors[n]
-        edt = numpy_dtype(et.dtype)
-        emb_tgt = None
-        if req.target is not None:
-            tck = target_ck.get()
-            tname = _find(tck, "embed_tokens.weight")
-            if tname and tck.tensors[tname].shape[1] == et.shape[1]:
-                emb_tgt = (tck, tname)
-        zeros = np.zeros(et.shape[1], edt)
-        w.write_chunks(n, _rows_from(ck, n, plan.emb_rows, zeros, emb_tgt, np.arange(plan.v_new), et.shape[1], edt))
+    reads: list[str],
+) -> PlannedTensor:
+    """The output lm_head: carried rows from the drafter's head, the rest filled (zeros, the
+    mean of the carried rows, or the target's rows for those tokens)."""
+    refs = [TensorRef.of(ck, head)] if head is not None else []
+    if head is not None:
+        st = ck.tensors[head].dtype
     else:
-        t = ck.tensors[n]
-        w.copy_range(n, ck.shard_paths[t.shard], t.start)
+        assert tgt is not None  # a head-less drafter was refused unless filled from the target
+        st = {"BF16": "BF16", "F16": "F16"}.get(tgt[0].tensors[tgt[1]].dtype, "BF16")
+    part = np.where(rows.src_rows >= 0, 0, -1)
+    src = np.where(rows.src_rows >= 0, rows.src_rows, 0)
+    if tgt is not None:
+        part = np.where(rows.src_rows >= 0, 0, len(refs))
+        src = np.where(rows.src_rows >= 0, rows.src_rows, rows.dst_map.ids)
+        refs.append(TensorRef.of(*tgt))
+    fill = bytes(hidden * DTYPE_SIZES[st])  # zeros
+    if req.fill == "mean" and head is not None:
+        fill = _mean_rows(ck, head, rows.src_rows, numpy_dtype(st)).tobytes()
+        reads.append(f"{head}: every carried row ({rows.rows_carried:,}), for the mean that fills the rest")
+    k = rows.dst_map.draft_vocab_size
+    return PlannedTensor(head or "lm_head.weight", st, (k, hidden), Gather(tuple(refs), part, src, fill))
 
 
-def _manifest(
-    ck: Checkpoint, plan: _Plan, req: _Request, hashes: BackgroundDigests, target_ck: _OnDemand
-) -> dict[str, Any]:
+def _embed_tensor(
+    ck: Checkpoint, emb: str | None, req: _Request, rows: _Rows, target_ck: _OnDemand
+) -> tuple[PlannedTensor | None, str]:
+    """embed_tokens: the same tokenizer -> copied; otherwise rebuilt by the same matching,
+    the rows no token matched taken from the target's embed_tokens (or zeros)."""
+    if emb is None:
+        return None, "absent"
+    et, v_new = ck.tensors[emb], rows.v_new
+    if req.source_tokenizer is None and et.shape[0] == v_new:
+        return None, "copied unchanged (same tokenizer)"
+    emb_rows = rows.n2o[:v_new].copy()
+    emb_rows[emb_rows >= et.shape[0]] = -1
+    refs = [TensorRef.of(ck, emb)]
+    part = np.where(emb_rows >= 0, 0, -1)
+    if req.target is not None:
+        tck = target_ck.get()
+        tname = _find(tck, "embed_tokens.weight")
+        if tname and tck.tensors[tname].shape[1] == et.shape[1]:
+            refs.append(TensorRef.of(tck, tname))
+            part = np.where(emb_rows >= 0, 0, 1)
+    src = np.where(emb_rows >= 0, emb_rows, np.arange(v_new))
+    matched = int(np.count_nonzero(emb_rows >= 0))
+    rest = "from the target's embed_tokens" if req.target is not None else "zeros"
+    note = f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} {rest}"
+    fill = bytes(et.nbytes // max(1, et.shape[0]))
+    return PlannedTensor(emb, et.dtype, (v_new, et.shape[1]), Gather(tuple(refs), part, src, fill)), note
+
+
+def _tensors(ck: Checkpoint, head_t: PlannedTensor, emb_t: PlannedTensor | None, rows: _Rows) -> list[PlannedTensor]:
+    """The output's tensors: the source's order, the vocabulary-dependent ones new, the rest copied."""
+    k, v_new = rows.dst_map.draft_vocab_size, rows.v_new
+    d2t = PlannedTensor(_find(ck, "d2t") or "d2t", "I64", (k,), Data(np.asarray(rows.dst_map.d2t, np.int64)))
+    t2d = PlannedTensor(_find(ck, "t2d") or "t2d", "BOOL", (v_new,), Data(np.asarray(rows.dst_map.t2d(v_new), bool)))
+    new = {t.name: t for t in (head_t, emb_t, d2t, t2d) if t is not None}
+    out = [
+        new.pop(n) if n in new else PlannedTensor(n, t.dtype, t.shape, Copy(TensorRef.of(ck, n)))
+        for n, t in ck.tensors.items()
+    ]
+    return out + [new[n] for n in ("lm_head.weight", "d2t", "t2d") if n in new]
+
+
+def _manifest(ck: Checkpoint, rows: _Rows, req: _Request, target_ck: _OnDemand) -> ManifestPlan:
     sources: dict[str, Any] = {"drafter": ck.files()}
     small = req.small_inputs()
     if small:
         sources["inputs"] = small
-    done_hashes = hashes.result()
-    for p in small:
-        if p.stat().st_size <= _HASH_LIMIT:
-            done_hashes[str(p)] = file_digest(p)
-        else:
-            done_hashes[str(p)] = {"note": "not hashed: larger than 64 MiB and read only in part"}
+    unhashed = {
+        str(p): "not hashed: larger than 64 MiB and read only in part" for p in small if p.stat().st_size > _HASH_LIMIT
+    }
     extra: dict[str, Any] = {
         "note": "a destination or target checkpoint directory is read only in part and is not hashed"
     }
     hub = {
         "drafter": ck.hub_record(),
-        "destination": plan.dst_map.origin,
+        "destination": rows.dst_map.origin,
         "target": target_ck.ck.hub_record() if target_ck.ck is not None else None,
     }
     if any(hub.values()):
         extra["hub"] = {k: v for k, v in hub.items() if v is not None}
-    params = req.params(plan.dst_map.draft_vocab_size)
-    return make_manifest("remap", params, sources, hashes=done_hashes, extra=extra)
+    params = req.params(rows.dst_map.draft_vocab_size)
+    return ManifestPlan("remap", params, sources, extra, unhashed)
 
 
-def _token_mass(plan: _Plan, req: _Request) -> dict[str, float] | None:
+def _token_mass(plan: _Rows, req: _Request) -> dict[str, float] | None:
     """How much of the counted text each set of rows covers (with frequencies only)."""
     counts, dst, src = plan.counts, plan.dst_map.ids, plan.src_map.ids
     if counts is None:
@@ -701,24 +615,22 @@ def _token_mass(plan: _Plan, req: _Request) -> dict[str, float] | None:
 _FILL_DESC = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}
 
 
-def _report(ck: Checkpoint, plan: _Plan, req: _Request, out: Path, seconds: float) -> RemapReport:
-    k = plan.dst_map.draft_vocab_size
-    replaced = (plan.head, plan.d2t_name, plan.t2d_name, plan.emb, "lm_head.weight")
-    return RemapReport(
-        output=str(out),
-        source=str(ck.source),
-        destination=plan.dest_desc,
-        draft_vocab_size_before=plan.src_map.draft_vocab_size,
-        draft_vocab_size_after=k,
-        vocab_size_before=plan.v_src,
-        vocab_size_after=plan.v_new,
-        rows_carried=plan.rows_carried,
-        rows_filled=k - plan.rows_carried,
-        fill=f"{req.fill} ({_FILL_DESC[req.fill]})",
-        embed_tokens=plan.emb_note,
-        token_match=plan.token_match,
-        token_mass=_token_mass(plan, req),
-        tensors_copied=sum(1 for s in plan.specs if s.name not in replaced),
-        bytes_written=sum(s.nbytes for s in plan.specs),
-        seconds=seconds,
-    )
+def _report(ck: Checkpoint, rows: _Rows, req: _Request, tensors: list[PlannedTensor], emb_note: str) -> dict[str, Any]:
+    """The report's figures (all but the output and the time), known before anything is written."""
+    k = rows.dst_map.draft_vocab_size
+    return {
+        "source": str(ck.source),
+        "destination": rows.dest_desc,
+        "draft_vocab_size_before": rows.src_map.draft_vocab_size,
+        "draft_vocab_size_after": k,
+        "vocab_size_before": rows.v_src,
+        "vocab_size_after": rows.v_new,
+        "rows_carried": rows.rows_carried,
+        "rows_filled": k - rows.rows_carried,
+        "fill": f"{req.fill} ({_FILL_DESC[req.fill]})",
+        "embed_tokens": emb_note,
+        "token_match": rows.token_match,
+        "token_mass": _token_mass(rows, req),
+        "tensors_copied": sum(1 for t in tensors if isinstance(t.source, Copy)),
+        "bytes_written": sum(t.nbytes for t in tensors),
+    }

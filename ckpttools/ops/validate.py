@@ -1246,19 +1246,19 @@ def _local_for_deep(ck: Checkpoint, max_download: int | str) -> Checkpoint:
         return ck
     from ckpttools.errors import HubError, opt
     from ckpttools.io.fsutil import note
-    from ckpttools.io.hub import size_text
+    from ckpttools.io.units import human_bytes
     from ckpttools.io.writer import parse_size
 
     size = sum(h.file_size for h in ck.headers.values())
     bound = parse_size(max_download) or 0
     if size > bound:
         raise HubError(
-            f"{ck.source}: a deep check reads every tensor, and its weights are {size_text(size)} "
-            f"(more than the {size_text(bound)} allowed)",
+            f"{ck.source}: a deep check reads every tensor, and its weights are {human_bytes(size)} "
+            f"(more than the {human_bytes(bound)} allowed)",
             url=str(ck.source),
             hint=f"raise the bound ({opt('max_download')} {int(size / 1e9) + 1}GB), or check without the deep scan",
         )
-    note(f"{ck.source}: the deep check downloads {size_text(size)} of weights into the Hugging Face cache")
+    note(f"{ck.source}: the deep check downloads {human_bytes(size)} of weights into the Hugging Face cache")
     return open_checkpoint(ck.source, ck.hub.revision, download=True)
 
 

@@ -8,20 +8,25 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ckpttools.errors import CheckpointNotFoundError, MappingError, OutputExistsError, opt
+from ckpttools.errors import CheckpointNotFoundError, MappingError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.fsutil import ensure_regular
 from ckpttools.io.inputs import loads_json, read_json
+
+if TYPE_CHECKING:
+    from ckpttools.io.plan import WritePlan
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 __all__ = [
     "VocabDiff",
     "diff_vocab",
     "load_frequencies",
+    "plan_mapping",
+    "plan_vocab",
     "build_vocab",
     "BuildResult",
     "save_mapping",
@@ -335,6 +340,27 @@ class BuildResult:
         return asdict(self)
 
 
+def plan_mapping(
+    m: VocabMapping,
+    out: str | Path,
+    *,
+    target_vocab_size: int | None = None,
+    metadata: dict[str, str] | None = None,
+    inputs: tuple[str | Path, ...] = (),
+) -> WritePlan:
+    """A mapping file as a plan: d2t (int64) and t2d (bool) in one .safetensors file."""
+    from ckpttools.io.guard import check_output
+    from ckpttools.io.plan import Data, PlannedTensor, WritePlan
+
+    check_output(out, list(inputs))
+    t2d = np.asarray(m.t2d(target_vocab_size or m.target_vocab_size), bool)
+    tensors = [
+        PlannedTensor("d2t", "I64", (m.draft_vocab_size,), Data(np.asarray(m.d2t, np.int64))),
+        PlannedTensor("t2d", "BOOL", (len(t2d),), Data(t2d)),
+    ]
+    return WritePlan("vocab build", str(out), tensors, layout="file", metadata=metadata, inputs=list(inputs))
+
+
 def save_mapping(
     m: VocabMapping,
     out: str | Path,
@@ -345,59 +371,21 @@ def save_mapping(
     inputs: tuple[str | Path, ...] = (),
 ) -> Path:
     """Write d2t (int64) and t2d (bool) to a .safetensors file, atomically."""
-    from ckpttools.io.fsutil import (
-        clean_stale_temporaries,
-        kill_point,
-        rename_noreplace,
-        temp_name,
-    )
-    from ckpttools.io.guard import check_output
-    from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
+    from ckpttools.io.plan import execute
 
-    out = Path(out)
-    check_output(out, list(inputs))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(out)
-    if os.path.lexists(out) and not force:
-        raise OutputExistsError(f"{out} already exists", path=out)
-    v = target_vocab_size or m.target_vocab_size
-    t2d = m.t2d(v)
-    specs = [TensorSpec("d2t", "I64", (m.draft_vocab_size,)), TensorSpec("t2d", "BOOL", (len(t2d),))]
-    tmp = temp_name(out, "write")
-    try:
-        with SafetensorsFileWriter(tmp, specs, metadata) as w:
-            w.write("d2t", m.d2t)
-            kill_point("mid-write")
-            w.write("t2d", t2d)
-        kill_point("before-rename")
-        if force:
-            os.replace(tmp, out)
-        else:
-            rename_noreplace(tmp, out)
-        kill_point("after-rename")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    plan = plan_mapping(m, out, target_vocab_size=target_vocab_size, metadata=metadata, inputs=inputs)
+    return execute(plan, force=force).output
 
 
-def build_vocab(
+def plan_vocab(
     frequencies: str | Path | np.ndarray,
     draft_vocab_size: int,
     out: str | Path,
     *,
     vocab_size: int | None = None,
-    force: bool = False,
-) -> BuildResult:
-    """Build a mapping the way SpecForge/EAGLE/speculators do and write it as .safetensors.
-
-    Keeps the ``draft_vocab_size`` most frequent tokens (ties: the lower id), stored in
-    ascending target-id order as d2t (int64 offsets) plus t2d (bool).
-
-    Raises:
-        MappingError when the vocabulary is smaller than the draft vocabulary or the
-        vocab size cannot be known.
-    """
+) -> WritePlan:
+    """What :func:`build_vocab` would write, as a plan (the counts are read; nothing is written).
+    Its ``report`` holds the :class:`BuildResult` figures."""
     src = "<array>" if isinstance(frequencies, np.ndarray) else str(frequencies)
     if isinstance(frequencies, np.ndarray):
         counts = frequencies.astype(np.float64)
@@ -419,20 +407,40 @@ def build_vocab(
     chosen = np.sort(order[:draft_vocab_size])
     m = VocabMapping.from_ids(chosen, vocab_size, source=str(out))
     meta = {"ckpttools": "vocab build", "frequencies": src, "draft_vocab_size": str(draft_vocab_size)}
-    save_mapping(
-        m,
-        out,
-        target_vocab_size=vocab_size,
-        force=force,
-        metadata=meta,
-        inputs=() if isinstance(frequencies, np.ndarray) else (frequencies,),
-    )
+    inputs = () if isinstance(frequencies, np.ndarray) else (frequencies,)
+    plan = plan_mapping(m, out, target_vocab_size=vocab_size, metadata=meta, inputs=inputs)
     tot = float(counts.sum()) or 1.0
-    return BuildResult(
-        output=str(out),
-        draft_vocab_size=draft_vocab_size,
-        target_vocab_size=vocab_size,
-        tokens_seen=int(np.count_nonzero(counts)),
-        zero_count_tokens=int(np.count_nonzero(counts[chosen] == 0)),
-        mass_covered=float(counts[chosen].sum() / tot),
-    )
+    plan.reads.append(f"token counts: {src}")
+    plan.report = {
+        "output": str(out),
+        "draft_vocab_size": draft_vocab_size,
+        "target_vocab_size": vocab_size,
+        "tokens_seen": int(np.count_nonzero(counts)),
+        "zero_count_tokens": int(np.count_nonzero(counts[chosen] == 0)),
+        "mass_covered": float(counts[chosen].sum() / tot),
+    }
+    return plan
+
+
+def build_vocab(
+    frequencies: str | Path | np.ndarray,
+    draft_vocab_size: int,
+    out: str | Path,
+    *,
+    vocab_size: int | None = None,
+    force: bool = False,
+) -> BuildResult:
+    """Build a mapping the way SpecForge/EAGLE/speculators do and write it as .safetensors.
+
+    Keeps the ``draft_vocab_size`` most frequent tokens (ties: the lower id), stored in
+    ascending target-id order as d2t (int64 offsets) plus t2d (bool).
+
+    Raises:
+        MappingError when the vocabulary is smaller than the draft vocabulary or the
+        vocab size cannot be known.
+    """
+    from ckpttools.io.plan import execute
+
+    plan = plan_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size)
+    execute(plan, force=force)
+    return BuildResult(**plan.report)

@@ -1,0 +1,527 @@
+"""What a writing operation will write, as a value, and the one executor that writes it.
+
+Every command that writes a checkpoint or a mapping file (remap, export, ``validate --fix``,
+``vocab build``, and the demo's tiny models) first builds a :class:`WritePlan`: the output's
+tensors in order, each with its dtype, shape and source; the config; the side files kept
+and skipped, with why; the manifest; and an optional check to run on the written tree
+before it is renamed into place. Building a plan reads headers and the small tensors it
+must decide on, and says in :attr:`WritePlan.reads` when it had to read more.
+
+:func:`execute` is the only code that writes one. It streams with bounded memory
+(kernel copies where the OS allows), writes into a temporary named for its owner, and
+renames it into place atomically (:mod:`ckpttools.io.writer`, :mod:`ckpttools.io.fsutil`).
+``--dry-run`` prints :meth:`WritePlan.describe` instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckpttools.errors import CheckpointFormatError, OutputExistsError
+from ckpttools.io.fsutil import clean_stale_temporaries, kill_point, rename_noreplace, temp_name
+from ckpttools.io.guard import check_output
+from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
+from ckpttools.io.safetensors_header import DTYPE_SIZES
+
+__all__ = [
+    "TensorRef",
+    "Copy",
+    "Cast",
+    "Gather",
+    "Data",
+    "Hole",
+    "Source",
+    "PlannedTensor",
+    "SideFile",
+    "ManifestPlan",
+    "Check",
+    "WritePlan",
+    "Written",
+    "execute",
+    "side_files",
+    "PLAN_SCHEMA_VERSION",
+]
+
+PLAN_SCHEMA_VERSION = 1
+_CHUNK_BYTES = 64 << 20
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where a tensor's bytes lie, as its checkpoint's header says: a local file, or (``hub`` set)
+    a shard of a Hub commit read by range request (``path`` then reads ``hub:REPO@COMMIT/SHARD``)."""
+
+    tensor: str
+    path: str
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    hub: Any = field(default=None, compare=False, repr=False)  # a HubRepo (its commit's file list)
+    shard: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * DTYPE_SIZES[self.dtype]
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def row_bytes(self) -> int:
+        return self.nbytes // self.rows if self.rows else 0
+
+    @classmethod
+    def of(cls, ck: Any, name: str) -> TensorRef:
+        """The reference to tensor ``name`` of an open :class:`~ckpttools.io.checkpoint.Checkpoint`."""
+        from ckpttools.io.checkpoint import RemoteCheckpoint
+
+        t = ck.tensors[name]
+        if isinstance(ck, RemoteCheckpoint):
+            where = f"hub:{ck.hub.repo_id}@{ck.hub.commit}/{t.shard}"
+            return cls(name, where, t.start, t.dtype, tuple(t.shape), ck.hub, t.shard)
+        return cls(name, str(ck.shard_paths[t.shard]), t.start, t.dtype, tuple(t.shape))
+
+
+@dataclass(frozen=True)
+class Copy:
+    """The bytes of one source tensor, unchanged (a kernel copy where the OS allows)."""
+
+    ref: TensorRef
+    kind = "copy"
+
+
+@dataclass(frozen=True)
+class Cast:
+    """One source tensor, converted to the output dtype (floats through float32), in chunks of rows."""
+
+    ref: TensorRef
+    kind = "cast"
+
+
+@dataclass(frozen=True, eq=False)
+class Gather:
+    """Rows gathered from source tensors, in output order: row i is row ``rows[i]`` of
+    ``refs[part[i]]``, or ``fill`` (one output row's bytes) where ``part[i]`` is -1.
+    Runs of consecutive rows move as kernel copies when their dtype is the output's;
+    other rows are cast."""
+
+    refs: tuple[TensorRef, ...]
+    part: np.ndarray
+    rows: np.ndarray
+    fill: bytes
+    kind = "gather"
+
+
+@dataclass(frozen=True, eq=False)
+class Data:
+    """An array computed while planning (d2t, t2d, a small tensor), written as it is."""
+
+    array: np.ndarray
+    kind = "memory"
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Bytes left as a hole of a sparse file (they read as zeros): the demo's huge checkpoints."""
+
+    kind = "hole"
+
+
+Source = Copy | Cast | Gather | Data | Hole
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One output tensor: its name, dtype, shape, and where its bytes come from."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    source: Source
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * DTYPE_SIZES[self.dtype]
+
+
+@dataclass(frozen=True)
+class SideFile:
+    """A file beside the source's weights: copied (``skipped`` None) or not, and why."""
+
+    name: str
+    path: str
+    skipped: str | None = None
+
+
+@dataclass
+class ManifestPlan:
+    """The manifest's content; the sources are hashed while the tensors are written."""
+
+    operation: str
+    params: dict[str, Any]
+    sources: dict[str, list[Path]]
+    extra: dict[str, Any] = field(default_factory=dict)
+    unhashed: dict[str, str] = field(default_factory=dict)  # path -> why it is recorded unhashed
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check run on the written tree before it is renamed into place; raising aborts the write."""
+
+    what: str
+    run: Callable[[Path], Any]
+
+
+@dataclass
+class WritePlan:
+    """Everything one operation will write (plain data; nothing is open, nothing written).
+
+    ``layout`` is ``"directory"`` (a checkpoint: shards, index, config, side files,
+    manifest) or ``"file"`` (one .safetensors file, a mapping)."""
+
+    operation: str
+    output: str
+    tensors: list[PlannedTensor]
+    layout: str = "directory"
+    config: dict[str, Any] | None = None
+    config_before: dict[str, Any] | None = None
+    side_files: list[SideFile] = field(default_factory=list)
+    manifest: ManifestPlan | None = None
+    check: Check | None = None
+    inputs: list[Any] = field(default_factory=list)
+    max_shard_size: int | None = None
+    shards: list[list[str]] | None = None  # an explicit grouping (fix keeps the source's)
+    metadata: dict[str, str] | None = None  # a file layout's safetensors __metadata__
+    reads: list[str] = field(default_factory=list)  # what planning read beyond headers and d2t/t2d
+    report: dict[str, Any] = field(default_factory=dict)  # the operation's own figures, for its report
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        out = {k: 0 for k in ("copy", "gather", "cast", "memory", "hole")}
+        for t in self.tensors:
+            out[t.source.kind] += t.nbytes
+        return out
+
+    def config_diff(self) -> list[dict[str, Any]]:
+        """Each top-level config key that changes: before (None: absent) and after (None: removed)."""
+        if self.config is None:
+            return []
+        before, after = self.config_before or {}, self.config
+        keys = [*before, *(k for k in after if k not in before)]
+        return [
+            {"key": k, "before": before.get(k), "after": after.get(k)}
+            for k in keys
+            if before.get(k, _ABSENT) != after.get(k, _ABSENT)
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (``schemas/write-plan.schema.json``)."""
+        from ckpttools.io.plan_describe import describe
+
+        return describe(self)
+
+
+_ABSENT = object()
+
+
+SOURCE_WEIGHTS = "the source's weights (read as tensors)"
+
+
+def side_files(ck: Any) -> list[SideFile]:
+    """Every entry beside an open checkpoint's weights, kept or skipped by the one rule
+    (:func:`ckpttools.io.writer.side_file_verdict`); its own shards are named as such."""
+    from ckpttools.io.writer import side_file_verdict
+
+    root = Path(ck.root)
+    shards = {Path(p).name for p in ck.shard_paths.values()}
+    return [
+        SideFile(p.name, str(p), SOURCE_WEIGHTS if p.name in shards else side_file_verdict(p, root))
+        for p in sorted(root.iterdir())
+    ]
+
+
+@dataclass
+class Written:
+    """What :func:`execute` wrote: the output, its tensor bytes, and the check's result."""
+
+    output: Path
+    bytes_written: int
+    check_result: Any = None
+
+
+def execute(
+    plan: WritePlan,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    fsync: bool = False,
+    progress: Progress | None = None,
+    in_place: bool = False,
+    backup: Path | None = None,
+) -> Written:
+    """Write ``plan`` to ``out`` (default: the plan's output), atomically.
+
+    Args:
+        force: replace an existing output (in one rename-exchange where the OS has it).
+        fsync: flush every file before the rename (survives power loss).
+        progress: called as ``progress(bytes_done, bytes_total, tensor_name)``.
+        in_place: replace ``out``, a checkpoint that is also the input, keeping the
+            original at ``backup`` (``validate --fix --in-place``).
+
+    Raises:
+        OutputExistsError, UnsafePathError (an output aimed at an input), the check's error.
+    """
+    dest = Path(out if out is not None else plan.output)
+    if plan.layout == "file":
+        return _execute_file(plan, dest, force)
+    return _execute_directory(plan, dest, force, fsync, progress, in_place, backup)
+
+
+def _execute_directory(
+    plan: WritePlan,
+    dest: Path,
+    force: bool,
+    fsync: bool,
+    progress: Progress | None,
+    in_place: bool,
+    backup: Path | None,
+) -> Written:
+    from ckpttools.io.writer import CheckpointWriter, TensorSpec
+
+    specs = [TensorSpec(t.name, t.dtype, t.shape) for t in plan.tensors]
+    by_name = {s.name: s for s in specs}
+    shards = [[by_name[n] for n in group] for group in plan.shards] if plan.shards is not None else None
+    hashed = [p for ps in (plan.manifest.sources.values() if plan.manifest else ()) for p in ps]
+    hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
+    result = None
+    try:
+        with CheckpointWriter(
+            dest,
+            specs,
+            max_shard_size=plan.max_shard_size,
+            plan=shards,
+            force=force,
+            fsync=fsync,
+            inputs=plan.inputs,
+            in_place=in_place,
+            backup=backup,
+        ) as w:
+            _write_tensors(w, plan, progress)
+            if plan.config is not None:
+                w.add_json("config.json", plan.config)
+            for s in plan.side_files:
+                if s.skipped is None:
+                    w.add_file(s.name, s.path)
+            if plan.manifest is not None:
+                assert hashes is not None
+                w.add_json(MANIFEST_NAME, _manifest(plan.manifest, hashes))
+            if plan.check is not None:
+                result = plan.check.run(w.seal())
+    finally:
+        if hashes is not None:
+            hashes.close()
+    return Written(dest, plan.bytes_total, result)
+
+
+def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
+    done: dict[str, Any] = hashes.result()
+    for p, why in m.unhashed.items():
+        done[p] = {"note": why}
+    for paths in m.sources.values():
+        for q in paths:
+            if str(q) not in done:
+                done[str(q)] = file_digest(q)
+    return make_manifest(m.operation, m.params, m.sources, hashes=done, extra=m.extra or None)
+
+
+def _write_tensors(w: Any, plan: WritePlan, progress: Progress | None) -> None:
+    total, done = plan.bytes_total, 0
+    for t in plan.tensors:
+        src = t.source
+        if isinstance(src, Copy) and src.ref.hub is None:
+            w.copy_range(t.name, src.ref.path, src.ref.offset)
+        elif isinstance(src, (Copy, Cast)):
+            w.write_chunks(t.name, _cast_chunks(src.ref, t.dtype))
+        elif isinstance(src, Gather):
+            if all(r.dtype == t.dtype and r.hub is None for r in src.refs):
+                w.write_segments(t.name, _segments(src, t))
+            else:
+                w.write_chunks(t.name, _gathered(src, t))
+        elif isinstance(src, Data):
+            w.write(t.name, src.array)
+        else:
+            w.skip(t.name)
+        done += t.nbytes
+        if progress:
+            progress(done, total, t.name)
+
+
+def _execute_file(plan: WritePlan, out: Path, force: bool) -> Written:
+    """One .safetensors file (a mapping): a temporary beside ``out``, then one rename."""
+    from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
+
+    check_output(out, list(plan.inputs))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temporaries(out)
+    if os.path.lexists(out) and not force:
+        raise OutputExistsError(f"{out} already exists", path=out)
+    tmp = Path(temp_name(out, "write"))
+    try:
+        with SafetensorsFileWriter(
+            tmp, [TensorSpec(t.name, t.dtype, t.shape) for t in plan.tensors], plan.metadata
+        ) as f:
+            for i, t in enumerate(plan.tensors):
+                assert isinstance(t.source, Data), "a file layout holds arrays computed while planning"
+                f.write(t.name, t.source.array)
+                if i == 0:
+                    kill_point("mid-write")
+        kill_point("before-rename")
+        if force:
+            os.replace(tmp, out)
+        else:
+            rename_noreplace(tmp, out)
+        kill_point("after-rename")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Written(out, plan.bytes_total)
+
+
+# ----------------------------------------------------------------------------- reading sources
+def _np_dtype(st: str) -> np.dtype:
+    from ckpttools.io.checkpoint import numpy_dtype
+
+    return numpy_dtype(st)
+
+
+def _convert(a: np.ndarray, out_dtype: str) -> np.ndarray:
+    to = _np_dtype(out_dtype)
+    if a.dtype == to:
+        return a
+    if out_dtype in ("I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64", "BOOL"):
+        return a.astype(to)
+    return a.astype(np.float32).astype(to)
+
+
+class _Reader:
+    """Positioned reads of the files a plan names: local files by ``os.pread``, Hub shards by
+    range request (several ranges in flight)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read_many(self, ref: TensorRef, reads: list[tuple[int, int]]) -> list[bytes]:
+        """``(n, offset)`` byte ranges of ``ref``'s file, each checked for its length."""
+        if ref.hub is not None:
+            got = ref.hub.fetch_many(ref.shard, [(off, off + n) for n, off in reads])
+        else:
+            fd = self._fds.get(ref.path)
+            if fd is None:
+                fd = self._fds[ref.path] = os.open(ref.path, os.O_RDONLY)
+            got = [os.pread(fd, n, off) for n, off in reads]
+        for (n, _), buf in zip(reads, got):
+            if len(buf) != n:
+                raise CheckpointFormatError(
+                    f"{ref.path}: short read in {ref.tensor!r} (the file shrank?)", tensor=ref.tensor
+                )
+        return got
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _cast_chunks(ref: TensorRef, out_dtype: str) -> Iterator[np.ndarray]:
+    """``ref`` in chunks of whole rows, converted."""
+    src = _np_dtype(ref.dtype)
+    reader = _Reader()
+    try:
+        if not ref.row_bytes:
+            yield _convert(np.zeros(ref.shape, src), out_dtype)
+            return
+        step = max(1, (32 << 20) // ref.row_bytes)
+        for r0 in range(0, ref.rows, step):
+            r1 = min(ref.rows, r0 + step)
+            (buf,) = reader.read_many(ref, [((r1 - r0) * ref.row_bytes, ref.offset + r0 * ref.row_bytes)])
+            yield _convert(np.frombuffer(buf, dtype=src), out_dtype)
+    finally:
+        reader.close()
+
+
+def _runs(g: Gather) -> Iterator[tuple[int, int]]:
+    """Runs [a, b) of output rows from one part with consecutive source rows (or all fill)."""
+    n = len(g.part)
+    if not n:
+        return
+    p, r = g.part, g.rows
+    brk = np.flatnonzero((p[1:] != p[:-1]) | ((p[1:] >= 0) & (r[1:] != r[:-1] + 1))) + 1
+    starts = np.concatenate([[0], brk]).tolist()
+    ends = np.concatenate([brk, [n]]).tolist()
+    yield from zip(starts, ends)
+
+
+def _segments(g: Gather, t: PlannedTensor) -> Iterator[Any]:
+    """Same dtype in and out: each run of consecutive source rows is one kernel copy, fills come from memory."""
+    row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
+    fill = np.frombuffer(g.fill, dtype=np.uint8)
+    max_fill_rows = max(1, _CHUNK_BYTES // max(1, row_bytes))
+    for a, b in _runs(g):
+        k = int(g.part[a])
+        if k >= 0:
+            ref = g.refs[k]
+            yield ("copy", ref.path, ref.offset + int(g.rows[a]) * ref.row_bytes, (b - a) * row_bytes)
+        else:
+            for c in range(a, b, max_fill_rows):
+                yield np.broadcast_to(fill, (min(b, c + max_fill_rows) - c, row_bytes))
+
+
+def _gathered(g: Gather, t: PlannedTensor) -> Iterator[np.ndarray]:
+    """Rows in chunks of about 64 MiB, each part's rows read with coalesced positioned reads and cast."""
+    row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
+    fill = np.frombuffer(g.fill, dtype=np.uint8)
+    reader = _Reader()
+    try:
+        step = max(1, _CHUNK_BYTES // max(1, row_bytes))
+        for j0 in range(0, len(g.part), step):
+            part, rows = g.part[j0 : j0 + step], g.rows[j0 : j0 + step]
+            chunk = np.empty((len(part), row_bytes), dtype=np.uint8)
+            chunk[part < 0] = fill
+            for k, ref in enumerate(g.refs):
+                sel = part == k
+                if sel.any():
+                    got = _read_rows(reader, ref, rows[sel])
+                    chunk[sel] = _convert(got, t.dtype).reshape(int(sel.sum()), -1).view(np.uint8)
+            yield chunk
+    finally:
+        reader.close()
+
+
+def _read_rows(reader: _Reader, ref: TensorRef, rows: np.ndarray) -> np.ndarray:
+    """Rows of ``ref`` in the given order (elements of its dtype), runs of rows read at once."""
+    if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= ref.rows):
+        bad = int(rows[(rows < 0) | (rows >= ref.rows)][0])
+        raise CheckpointFormatError(
+            f"{ref.path}: row {bad} of {ref.tensor!r} does not exist (it has {ref.rows} rows)", tensor=ref.tensor
+        )
+    order = np.argsort(rows, kind="stable")
+    srt = rows[order]
+    flat = np.empty((len(rows), ref.row_bytes), dtype=np.uint8)
+    brk = np.flatnonzero(srt[1:] != srt[:-1] + 1) + 1
+    runs = list(zip(np.concatenate([[0], brk]).tolist(), np.concatenate([brk, [len(srt)]]).tolist()))
+    reads = [((j - i) * ref.row_bytes, ref.offset + int(srt[i]) * ref.row_bytes) for i, j in runs]
+    for (i, j), buf in zip(runs, reader.read_many(ref, reads)):
+        flat[order[i:j]] = np.frombuffer(buf, dtype=np.uint8).reshape(j - i, ref.row_bytes)
+    return flat.view(_np_dtype(ref.dtype))
