@@ -542,7 +542,7 @@ def export_cmd(
 
 # ---------------------------------------------------------------------------- verify
 @cli.command("verify", epilog=EXIT_CODES_HELP)
-@click.argument("drafter_arg", required=False, metavar="[DRAFTER]")
+@click.argument("drafter_args", nargs=-1, metavar="[DRAFTER]...")
 @click.option("--host", help="A running server's URL, e.g. http://127.0.0.1:30000.")
 @click.option(
     "--engine",
@@ -599,7 +599,11 @@ def export_cmd(
 @click.option("--timeout", type=P.SECONDS, default=600.0, show_default=True, help="Per-request deadline, seconds.")
 @click.option("--launch", is_flag=True, help="Start the server (needs --target and the drafter), measure, stop it.")
 @click.option("--target", help="With --launch or --engine torch: the target model.")
-@click.option("--drafter", help="With --launch: the drafter (or give it as DRAFTER).")
+@click.option(
+    "--drafter",
+    multiple=True,
+    help="With --launch: the drafter (or give it as DRAFTER); several measure each against one loaded target.",
+)
 @click.option("--port", type=P.PORT, help="With --launch: the port (default: a free one).")
 @click.option("--tp", type=P.TP, default=1, show_default=True, help="With --launch: tensor parallel size.")
 @click.option("--steps", type=P.STEPS, default=3, show_default=True, help="Draft steps.")
@@ -632,7 +636,7 @@ def export_cmd(
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
+def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
     """Measure accept length through a real server and give a verdict.
 
     Reports accept length in the engines' convention (tokens per verify step =
@@ -644,11 +648,15 @@ def verify_cmd(drafter_arg: str | None, **o: Any) -> None:
       ckpt verify --host http://127.0.0.1:8000 --baseline-host http://127.0.0.1:8001 --json
       ckpt verify --launch --engine sglang --target ./target --drafter ./drafter --steps 3
       ckpt verify --engine torch --target ./target ./drafter --steps 3
+      ckpt verify --launch --engine vllm --target ./target ./ckpt-1000 ./ckpt-2000 ./ckpt-3000
     """
     from ckpttools.cli.render import render_verify
 
-    drafter = o["drafter"] or drafter_arg
+    drafters = [*o["drafter"], *drafter_args]
+    drafter = drafters[0] if drafters else None
     o["concurrency"] = P.levels(o["concurrency"])
+    if len(drafters) > 1:
+        return _compare(drafters, o)
     _check_verify_outputs(o)
     if o["context_lengths"]:
         from ckpttools.ops.traffic import parse_lengths
@@ -841,6 +849,34 @@ def _check_python(python: str | None, flag: str = "--engine-python") -> None:
     found = shutil.which(python) if os.sep not in python else python
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise click.BadParameter(f"{python!r} is not an executable Python interpreter", param_hint=flag)
+
+
+def _compare(drafters: list[str], o: dict[str, Any]) -> None:
+    """Several drafters: one target load, each drafter swapped in (ops/compare.py)."""
+    from ckpttools.cli.render import render_compare
+
+    if not o["launch"] or o["engine"] == "torch":
+        raise click.UsageError("several drafters need --launch --engine sglang|vllm: they share one server it starts")
+    one = (("sweep_spec", "--sweep"), ("plot_file", "--plot"), ("context_lengths", "--context-lengths"))
+    for key, flag in (*one, ("baseline_host", "--baseline-host"), ("flush_cache", "--flush-cache")):
+        if o[key]:
+            raise click.UsageError(
+                f"{flag} is not taken with several drafters (each is measured from a flushed cache on one "
+                f"server); give one drafter, or leave {flag} out"
+            )
+    _check_verify_outputs(o)
+    spec = _launch_spec(drafters[0], o)
+    from ckpttools.ops.compare import compare_drafters
+
+    say = None if o["quiet"] else (lambda line: click.echo(f"ckpt: note: {line}", err=True))
+    kw = {k: o[k] for k in _SERVER_OPTS if k not in ("engine", "baseline_host", "flush_cache", "context_lengths")}
+    rep = compare_drafters(spec, drafters, engine=o["engine"], progress=say, **kw)
+    if o["output_file"]:
+        from ckpttools.io.guard import write_json
+
+        write_json(o["output_file"], rep.to_dict())
+    _show(rep, o["as_json"], render_compare)
+    sys.exit(rep.exit_code)
 
 
 def _verify_server(spec: Any, o: dict[str, Any], drafter: str | None) -> Any:

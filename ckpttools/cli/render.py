@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ckpttools.cli.output import human_bytes, human_count, table
 
 if TYPE_CHECKING:
+    from ckpttools.ops.compare import CompareReport
     from ckpttools.ops.export import ExportReport
     from ckpttools.ops.fix import FixResult
     from ckpttools.ops.inspect import InspectReport
@@ -633,4 +634,34 @@ def render_plan(d: dict[str, Any]) -> str:
         out.append(f"  check before the rename: {d['check']}")
     for r in d["reads"]:
         out.append(f"  planning read: {r}")
+    return "\n".join(out)
+
+
+def render_compare(r: CompareReport) -> str:
+    """Several drafters against one target: one line each, how it was put in place, and the checks."""
+    starts = f"{r.server_starts} server start{'s' if r.server_starts != 1 else ''}"
+    out = [f"{r.engine} ({r.release or 'release not known'}), target {r.target}: {len(r.drafters)} drafters, {starts}"]
+    width = max((len(e["drafter"]) for e in r.drafters), default=0)
+    for e, rep in zip(r.drafters, r.reports):
+        al = "-" if rep.accept_length is None else f"{rep.accept_length:.3f}"
+        ci = rep.accept_length_ci95
+        ci_s = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+        tps = "" if rep.output_tokens_per_s is None else f", {rep.output_tokens_per_s:.1f} tok/s"
+        sw = e["swap"]
+        how = (
+            f"swap {sw['seconds']:.2f} s, {sw.get('checked', '')}"
+            if e["placed"] == "swap"
+            else f"own server: {sw['why']}"
+        )
+        out.append(f"  {e['drafter'].ljust(width)}  accept length {al}{ci_s}{tps}  ({how})")
+        if rep.per_position_acceptance:
+            pos = "  ".join(f"{i + 1}: {a:.2f}" for i, a in enumerate(rep.per_position_acceptance))
+            out.append(f"  {''.ljust(width)}  by draft position: {pos}")
+        if rep.steps_estimate:
+            est = ", ".join(
+                f"{k}: {a:.2f}" for k, a in zip(rep.steps_estimate["steps"], rep.steps_estimate["accept_length"])
+            )
+            out.append(f"  {''.ljust(width)}  estimated for steps {est} (an estimate, from this run)")
+    out.append(f"  target weights: {r.target_check}")
+    out.append(f"  {r.seconds:.1f} s in all")
     return "\n".join(out)

@@ -138,6 +138,11 @@ class EngineRelease:
     acceptance_roles: Cited[Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: Cited({}, "none"))
     #: where a running server says its version: (path, JSON key)
     version_endpoint: Cited[tuple[str, str] | None] = field(default_factory=lambda: Cited(None, "none"))
+    #: how a running server takes another drafter without a restart (None: it does not), for
+    #: ckpttools.engines.swap: ``mechanism`` (``worker_extension`` | ``custom_loader``), the launch
+    #: ``args`` and ``env`` that enable it, the endpoints, and what the server-side code
+    #: (engines/serverside/ckpt_swap.py) reaches inside the engine
+    drafter_swap: Cited[Mapping[str, Any] | None] = field(default_factory=lambda: Cited(None, "not read", False))
 
     @property
     def spec(self) -> str:
@@ -332,6 +337,29 @@ SGLANG_0_5_17 = EngineRelease(
         _SG + "entrypoints/http_server.py:1215, 1351, 1486; the worker caches hot_token_id at start-up "
         "(speculative/eagle_worker_v2.py:298-301)",
     ),
+    drafter_swap=Cited(
+        {
+            "mechanism": "custom_loader",
+            "args": ("--custom-weight-loader", "ckpt_swap.sglang_load_drafter"),
+            "env": {},
+            "endpoint": "/update_weights_from_tensor",
+            "flush": "/flush_cache",
+            "draft_classes": ("LlamaForCausalLMEagle3",),
+            "worker_classes": ("EagleDraftWorker",),
+            "worker_model_path": ("draft_runner", "model"),
+            "worker_map_attr": "hot_token_id",
+            "model_map_attr": "hot_token_id",
+            "never_loaded": ("embed_tokens.weight",),
+            "payload": "torch.ByteTensor of the request's JSON (the payload passes _unwrap_tensor's .to(device) "
+            "and SafeUnpickler's torch. allowlist)",
+        },
+        _SG + "model_executor/model_runner_components/weight_updater.py:319-353 (custom loader called as "
+        "fn(model, named_tensors) after tensor.to(device), 416-419) and 423-430; speculative/eagle_worker_v2.py:"
+        "1512-1531 (the draft model, then the target, same tensors), 126 and 175 (EagleDraftWorker.draft_runner), "
+        "297-301 (hot_token_id cached from the model's at start-up, used at 560 and 690); models/llama_eagle3.py:"
+        "339-342 (d2t adds a CPU arange); utils/common.py:2747-2761 and 2797-2869 (SafeUnpickler allowlist). "
+        "Run on the H200 (tests/test_gpu_sglang_swap.py).",
+    ),
     name_patterns=Cited(
         names.SGLANG_NAME_PATTERNS,
         "ckpttools.formats.names.SGLANG_NAME_PATTERNS, read from " + _SG + "models/llama_eagle3.py:314-367",
@@ -361,6 +389,13 @@ SGLANG_0_5_23 = dataclasses.replace(
     version="0.5.23",
     date="2026-10-30",
     read_from="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl (PyPI)",
+    drafter_swap=Cited(
+        None,
+        "not built: 0.5.23's drafter selector (/begin_weight_update {selector: draft}, managers/"
+        "scheduler_components/weight_updater.py:71-77 and 232-335) was read but no 0.5.23 server was run; "
+        "each drafter gets its own server",
+        verified=False,
+    ),
     drafter_classes=Cited(_SG_CLASSES_23, _SG + "models/llama_eagle3.py:387; models/kimi_k25_eagle3.py"),
     loaders=Cited(
         {
@@ -633,8 +668,32 @@ VLLM_0_32 = EngineRelease(
     ),
     weight_update=Cited(
         ("worker-extension-cls", "/collective_rpc (VLLM_SERVER_DEV_MODE=1)"),
-        "eagle3-facts.md (worker_base.py:296-322), not re-read",
-        verified=False,
+        _VL + "v1/worker/worker_base.py:296-322 (the extension's methods join the worker's); "
+        "entrypoints/serve/dev/rpc/api_router.py:23-60 (string args, JSON results per worker); "
+        "entrypoints/launchers/api_server/routers.py:40-47 (dev routes only under VLLM_SERVER_DEV_MODE)",
+    ),
+    drafter_swap=Cited(
+        {
+            "mechanism": "worker_extension",
+            "args": ("--worker-extension-cls=ckpt_swap.VllmDrafterSwap",),
+            "env": {"VLLM_SERVER_DEV_MODE": "1"},
+            "endpoint": "/collective_rpc",
+            "flush": "/reset_prefix_cache",
+            "reload": {
+                "module": "vllm.model_executor.model_loader.reload",
+                "begin": "initialize_layerwise_reload",
+                "end": "finalize_layerwise_reload",
+                "config": ("vllm_config", "speculative_config", "draft_model_config"),
+            },
+        },
+        _VL + "v1/worker/gpu_model_runner.py:3122-3131 (get_draft_model); model_executor/models/llama_eagle3.py:"
+        "338-345 (draft_id_to_target_id a Parameter, read at every step 378-386) and 420-470 (load_weights: d2t "
+        "renamed, t2d skipped); v1/spec_decode/llm_base_proposer.py:1418-1545 (embed_tokens and lm_head shared "
+        "with the target when absent or identical: never written by a swap); entrypoints/serve/dev/cache/"
+        "api_router.py:20 (/reset_prefix_cache); model_executor/model_loader/reload/inplace.py:32-110 and "
+        "layerwise.py:83-288 (weights processed into a kernel format after loading, as the CPU build's linear "
+        "layers are, are restored before load_weights and processed again after; the model's metadata is "
+        "recorded at construction, model_loader/utils.py:96 and 128). Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
     ),
 )
 
@@ -649,6 +708,12 @@ VLLM_0_33 = dataclasses.replace(
     version="0.33",
     date="2026-11-01",
     read_from="vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl (PyPI)",
+    drafter_swap=dataclasses.replace(
+        VLLM_0_32.drafter_swap,
+        source="0.32's route; 0.33's llama_eagle3.py is byte-identical to 0.32's, its worker_base.py and "
+        "collective_rpc were not re-read and no 0.33 server was run",
+        verified=False,
+    ),
     drafter_classes=dataclasses.replace(
         VLLM_0_32.drafter_classes,
         source=_VL + "model_executor/models/registry.py:698-713; llama_eagle3.py, qwen3_eagle3.py and "

@@ -411,7 +411,7 @@ def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand, out: Path) -> Wri
         inputs=[ck.root, *req.inputs()],
         max_shard_size=req.shard_size,
         reads=reads,
-        report=_report(ck, rows, req, tensors, emb_note),
+        report=_report(ck, rows, req, tensors, emb_note, emb),
     )
 
 
@@ -615,7 +615,9 @@ def _token_mass(plan: _Rows, req: _Request) -> dict[str, float] | None:
 _FILL_DESC = {"zero": "zeros", "mean": "the mean of the carried rows", "target": "the target's lm_head rows"}
 
 
-def _report(ck: Checkpoint, rows: _Rows, req: _Request, tensors: list[PlannedTensor], emb_note: str) -> dict[str, Any]:
+def _report(
+    ck: Checkpoint, rows: _Rows, req: _Request, tensors: list[PlannedTensor], emb_note: str, emb: str | None
+) -> dict[str, Any]:
     """The report's figures (all but the output and the time), known before anything is written."""
     k = rows.dst_map.draft_vocab_size
     return {
@@ -631,6 +633,6 @@ def _report(ck: Checkpoint, rows: _Rows, req: _Request, tensors: list[PlannedTen
         "embed_tokens": emb_note,
         "token_match": rows.token_match,
         "token_mass": _token_mass(rows, req),
-        "tensors_copied": sum(1 for t in tensors if isinstance(t.source, Copy)),
+        "tensors_copied": sum(1 for t in tensors if isinstance(t.source, Copy) and t.name != emb),
         "bytes_written": sum(t.nbytes for t in tensors),
     }

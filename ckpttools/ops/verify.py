@@ -121,6 +121,9 @@ class VerifyReport:
     requests: list[dict[str, Any]] = field(default_factory=list)
     #: each prompt was sent this many times in a row; intervals are over distinct prompts
     repeat: int = 1
+    #: with topk 1: the accept length every smaller steps setting would give, estimated from this
+    #: run's per-position acceptance (see :func:`steps_estimate`)
+    steps_estimate: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -696,7 +699,7 @@ def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -
     return results
 
 
-def _check_before_launch(spec: Any, quiet: bool = False) -> None:
+def _check_before_launch(spec: Any, quiet: bool = False, announce: bool = True) -> None:
     """What a long server load would otherwise end with, refused before it starts: a port in
     use, and validate's errors on the drafter against the target, in the engine's reading.
     (The prompts, and the tokenizer they need, were loaded before this.)"""
@@ -721,7 +724,8 @@ def _check_before_launch(spec: Any, quiet: bool = False) -> None:
 
     for w in [f for f in rep.findings if f.severity == "warning"] if rep is not None else []:
         note(f"validate warns before the load: {w.location}: {w.message}" + (f" ({w.hint})" if w.hint else ""))
-    note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
+    if announce:
+        note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
 
 
 def _allowed_at_launch(f: Any, spec: Any) -> bool:
@@ -741,9 +745,31 @@ def _allowed_at_launch(f: Any, spec: Any) -> bool:
     return False
 
 
+def steps_estimate(per_position: list[float] | None, topk: Any) -> dict[str, Any] | None:
+    """The chain's accept length at every steps k <= K, from one run at steps K with topk 1.
+
+    Draft j is accepted only when drafts 1..j-1 were, so position j's acceptance rate is
+    P(the first j drafts accepted), and a chain of k drafts gives 1 + sum over j <= k of it. An
+    estimate: a shorter chain drafts the same tokens, but the engine's batching and its
+    counting at the chain's end can differ (a sweep measures the settings and compares)."""
+    if not per_position or topk not in (None, 1):
+        return None
+    acc, run = [], 1.0
+    for a in per_position:
+        run += a
+        acc.append(round(run, 6))
+    return {
+        "estimate": True,
+        "from_steps": len(per_position),
+        "steps": list(range(1, len(per_position) + 1)),
+        "accept_length": acc,
+    }
+
+
 def _conclude(rep: VerifyReport, server: Any, server_log: str | None = None) -> None:
     """Speedup, pass/fail, the server's own log figures (launched: its accept len lines; running:
-    the log given, read as ``ckpt logs`` reads it), and the verdict."""
+    the log given, read as ``ckpt logs`` reads it), the steps estimate, and the verdict."""
+    rep.steps_estimate = steps_estimate(rep.per_position_acceptance, rep.server.get("speculative_eagle_topk"))
     if server_log is not None:
         _read_server_log(rep, server_log)
     if rep.baseline and rep.baseline.get("output_tokens_per_s") and rep.output_tokens_per_s:
