@@ -97,7 +97,8 @@ def prepare_launch(spec: Any, release: Any) -> Any:
     code on PYTHONPATH, and the facts it needs in CKPT_SWAP_SPEC."""
     route = swap_route(release)
     assert route is not None and spec.drafter is not None
-    path = os.pathsep.join(p for p in (str(SERVERSIDE), spec.env.get("PYTHONPATH", "")) if p)
+    inherited = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # the server's own path stays
+    path = os.pathsep.join(p for p in (str(SERVERSIDE), inherited) if p)
     env = {**spec.env, **route.get("env", {}), "PYTHONPATH": path}
     env["CKPT_SWAP_SPEC"] = json.dumps(server_spec(release, spec.drafter))
     return dataclasses.replace(spec, engine_args=[*spec.engine_args, *route["args"]], env=env)
@@ -264,7 +265,7 @@ def target_checksum(engine: str, net: Any, url: str, target: str | Path | None =
 
     with open_checkpoint(target) as ck:
         names = [n for n in ck.tensors if n.endswith(("embed_tokens.weight", "lm_head.weight"))]
-        names += [n for n in ck.tensors if n.endswith(".weight") and n not in names][:2]
+        names += [n for n in ck.tensors if n.endswith("norm.weight") and n not in names][:2]  # never fused
     got = []
     for n in names:
         resp = _post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64})
