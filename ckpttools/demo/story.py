@@ -54,53 +54,68 @@ def _server_env(engine: str, work: Path) -> dict[str, str]:
     return env
 
 
-def _measurer(engine: str, work: Path, prompts: Path, engine_python: str | None) -> Callable[[Path, Path], Any]:
+def _measurer(
+    engine: str, work: Path, prompts: Path, engine_python: str | None
+) -> Callable[[Path, list[Path]], list[Any]]:
+    """``measure(target, drafters)``: each drafter's report against the target. A server engine
+    loads the target once and swaps the drafters in (ops/compare.py)."""
     from ckpttools.ops.verify import VerifyReport
 
-    def torch_engine(target: Path, drafter: Path) -> VerifyReport:
+    def torch_engine(target: Path, drafters: list[Path]) -> list[VerifyReport]:
         from ckpttools.ops.probe import verify_torch
 
-        return verify_torch(target, drafter, steps=3, prompts=str(prompts), num_prompts=12, max_new_tokens=64)
+        kw: dict[str, Any] = {"steps": 3, "prompts": str(prompts), "num_prompts": 12, "max_new_tokens": 64}
+        return [verify_torch(target, d, **kw) for d in drafters]
 
-    def server_engine(target: Path, drafter: Path) -> VerifyReport:
+    def server_engine(target: Path, drafters: list[Path]) -> list[Any]:
         from ckpttools.engines.launch import LaunchSpec, free_port
-        from ckpttools.ops.export import export
-        from ckpttools.ops.verify import verify
+        from ckpttools.ops.compare import compare_drafters
 
-        served = drafter
-        args: list[str] = []
-        if engine == "vllm":
-            served = Path(
-                str(
-                    export(
-                        drafter, work / f"vllm-{drafter.name}-{int(time.time() * 1000)}", format="vllm", target=target
-                    ).output
-                )
-            )
-            args = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
-        else:
-            args = [
-                "--attention-backend=triton",
-                "--sampling-backend=pytorch",
-                "--grammar-backend=none",
-                "--disable-cuda-graph",
-                "--skip-tokenizer-init",
-            ]
+        served = [_served(engine, work, target, d) for d in drafters]
         port = free_port()
         spec = LaunchSpec(
             engine,
             str(target),
-            str(served),
+            str(served[0]),
             port=port,
             steps=3,
-            engine_args=args,
+            engine_args=_DEMO_ARGS[engine],
             python=engine_python or sys.executable,
             log_path=str(work / f"{engine}-{port}.log"),
             env=_server_env(engine, work),
         )
-        return verify(None, launch=spec, prompts=str(prompts), num_prompts=12, max_new_tokens=64, ignore_eos=True)
+        kw: dict[str, Any] = {"prompts": str(prompts), "num_prompts": 12, "max_new_tokens": 64, "ignore_eos": True}
+        rep = compare_drafters(spec, [str(d) for d in served], engine=engine, **kw)
+        SERVER_STARTS.append(rep.server_starts)
+        return rep.reports
 
+    SERVER_STARTS.clear()
     return torch_engine if engine == "torch" else server_engine
+
+
+#: the servers the last demo run started, per measuring call
+SERVER_STARTS: list[int] = []
+
+
+_DEMO_ARGS = {
+    "vllm": ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"],
+    "sglang": [
+        "--attention-backend=triton",
+        "--sampling-backend=pytorch",
+        "--grammar-backend=none",
+        "--disable-cuda-graph",
+        "--skip-tokenizer-init",
+    ],
+}
+
+
+def _served(engine: str, work: Path, target: Path, drafter: Path) -> Path:
+    """The drafter in the engine's layout (vLLM's: exported)."""
+    if engine != "vllm":
+        return drafter
+    from ckpttools.ops.export import export
+
+    return Path(str(export(drafter, work / f"vllm-{drafter.name}-{target.name}", format="vllm", target=target).output))
 
 
 def run_demo(
@@ -128,9 +143,12 @@ def run_demo(
             "greedy.\n"
         )
         v = _step_inspect(st)
-        a = _step_matched(st)
-        n = _step_naive_swap(st)
-        m = _step_remap(st, a)
+        naive = _naive_swap(st.drafter, st.m2, st.work / "drafter-naive-m2")
+        rr = _remapped(st)
+        a, n, m = st.measure(st.target_a, [st.drafter, naive, st.work / "drafter-m2"])  # one target-A load
+        _step_matched(st, a)
+        _step_naive_swap(st, n)
+        _step_remap(st, a, m, rr)
         vb, b = _step_target_b(st)
         ok = (
             v.ok
@@ -140,9 +158,11 @@ def run_demo(
             and m.accept_length > n.accept_length + 1
             and b.accept_length < a.accept_length - 1
         )
+        starts = sum(SERVER_STARTS)
         echo(
             f"summary: matched {a.accept_length:.2f} | naive swap {n.accept_length:.2f} | remapped "
-            f"{m.accept_length:.2f} | on target B {b.accept_length:.2f}  ({time.perf_counter() - t0:.0f} s)"
+            f"{m.accept_length:.2f} | on target B {b.accept_length:.2f}  ({time.perf_counter() - t0:.0f} s"
+            + (f", {starts} server starts)" if engine != "torch" else ")")
         )
         if not ok:
             echo("the figures did not tell the expected story")
@@ -165,7 +185,7 @@ class _Story:
     m2: Path
     work: Path
     echo: Callable[[str], None]
-    measure: Callable[[Path, Path], Any] = lambda target, drafter: None
+    measure: Callable[[Path, list[Path]], list[Any]] = lambda target, drafters: []
 
 
 def _step_inspect(st: _Story) -> Any:
@@ -184,23 +204,19 @@ def _step_inspect(st: _Story) -> Any:
     return v
 
 
-def _step_matched(st: _Story) -> Any:
-    a = st.measure(st.target_a, st.drafter)
+def _step_matched(st: _Story, a: Any) -> None:
     st.echo("[2] ckpt verify: the drafter on its own target")
     st.echo(
         f"    accept length {a.accept_length:.2f} tokens per verify step ({a.accepted_drafts_per_step:.2f} accepted "
         "drafts per step)"
     )
     st.echo("    reading: matched, well above 1: speculation pays here\n")
-    return a
 
 
-def _step_naive_swap(st: _Story) -> Any:
+def _step_naive_swap(st: _Story, n: Any) -> None:
     from ckpttools.vocab.diff import diff_vocab
 
-    naive = _naive_swap(st.drafter, st.m2, st.work / "drafter-naive-m2")
     d = diff_vocab(st.drafter, st.m2)
-    n = st.measure(st.target_a, naive)
     st.echo(
         "[3] the pipeline wants mapping M2 (ckpt vocab build on another sample). The naive way: swap in M2's "
         "d2t/t2d, leave lm_head"
@@ -214,14 +230,15 @@ def _step_naive_swap(st: _Story) -> Any:
         "    reading: most tokens are shared but the slots moved, so every lm_head row now scores another "
         "token: acceptance collapses\n"
     )
-    return n
 
 
-def _step_remap(st: _Story, matched: Any) -> Any:
+def _remapped(st: _Story) -> Any:
     from ckpttools.ops.remap import remap
 
-    rr = remap(st.drafter, st.work / "drafter-m2", to=st.m2, force=True)
-    m = st.measure(st.target_a, st.work / "drafter-m2")
+    return remap(st.drafter, st.work / "drafter-m2", to=st.m2, force=True)
+
+
+def _step_remap(st: _Story, matched: Any, m: Any, rr: Any) -> None:
     st.echo("[4] ckpt remap drafter --to M2: rows follow their tokens")
     st.echo(
         f"    remap: {rr.rows_carried} rows carried, {rr.rows_filled} filled with zeros (tokens new to the drafter)"
@@ -231,14 +248,13 @@ def _step_remap(st: _Story, matched: Any) -> Any:
         f"    reading: back near the matched {matched.accept_length:.2f}; what is lost is the {rr.rows_filled} "
         "tokens M2 added that the drafter never learned\n"
     )
-    return m
 
 
 def _step_target_b(st: _Story) -> tuple[Any, Any]:
     from ckpttools.ops.validate import validate
 
     vb = validate(st.drafter, st.target_b)
-    b = st.measure(st.target_b, st.drafter)
+    (b,) = st.measure(st.target_b, [st.drafter])
     st.echo("[5] the same drafter on target B (same architecture, same sizes, trained further)")
     st.echo(
         f"    ckpt validate --target target-b: {len(vb.errors)} error(s); ckpt verify: accept length "
