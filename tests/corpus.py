@@ -801,6 +801,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
+    from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
 
     cases = (
         safetensors_cases()
@@ -820,6 +821,7 @@ def all_cases() -> list[Case]:
         + logs_cases()
         + config_field_cases()
         + dry_run_cases()
+        + swap_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -855,8 +855,12 @@ def _compare(drafters: list[str], o: dict[str, Any]) -> None:
     """Several drafters: one target load, each drafter swapped in (ops/compare.py)."""
     from ckpttools.cli.render import render_compare
 
+    from ckpttools.ops.compare import MAX_DRAFTERS
+
     if not o["launch"] or o["engine"] == "torch":
         raise click.UsageError("several drafters need --launch --engine sglang|vllm: they share one server it starts")
+    if len(drafters) > MAX_DRAFTERS:
+        raise click.UsageError(f"{len(drafters)} drafters: one run measures at most {MAX_DRAFTERS}")
     one = (("sweep_spec", "--sweep"), ("plot_file", "--plot"), ("context_lengths", "--context-lengths"))
     for key, flag in (*one, ("baseline_host", "--baseline-host"), ("flush_cache", "--flush-cache")):
         if o[key]:

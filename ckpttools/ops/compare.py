@@ -18,7 +18,10 @@ from typing import Any
 
 from ckpttools.errors import ServerError
 
-__all__ = ["CompareReport", "compare_drafters"]
+__all__ = ["CompareReport", "compare_drafters", "MAX_DRAFTERS"]
+
+#: drafters one run measures at most
+MAX_DRAFTERS = 64
 
 
 @dataclass
@@ -71,7 +74,13 @@ def compare_drafters(
     """Measure each drafter against the target of ``launch`` (a LaunchSpec), swapping on one server.
 
     ``verify_kwargs`` are :func:`ckpttools.ops.verify.verify`'s measurement options."""
+    from ckpttools.ops.verify import _check_before_launch
+
+    if not 1 <= len(drafters) <= MAX_DRAFTERS:
+        raise ValueError(f"give 1 to {MAX_DRAFTERS} drafters, not {len(drafters)}")
     t0 = time.monotonic()
+    for d in dict.fromkeys(drafters):  # every drafter validated against the target before any load
+        _check_before_launch(dataclasses.replace(launch, drafter=d), announce=False)
     release, route = _route(launch, engine)
     out = CompareReport(launch.engine, launch.target, release.spec if release is not None else None)
     entries: list[dict[str, Any] | None] = [None] * len(drafters)
@@ -107,12 +116,11 @@ def _shared_server(
     from ckpttools.engines.launch import RunningServer
     from ckpttools.engines.swap import prepare_launch, server_spec, swappable, target_checksum
     from ckpttools.io.net import NetClient
-    from ckpttools.ops.verify import _check_before_launch
+    from ckpttools.io.fsutil import note
 
     first = drafters[0]
     spec = prepare_launch(dataclasses.replace(launch, drafter=first), release)
-    for d in dict.fromkeys(drafters):  # every drafter validated against the target before the load
-        _check_before_launch(dataclasses.replace(launch, drafter=d), quiet=True, announce=d == first)
+    note(f"starting {spec.engine} on {spec.url} for {len(drafters)} drafters, log: {spec.log_path}")
     net = NetClient(timeout=verify_kwargs.get("timeout", 600.0), connect=10.0)
     server = RunningServer(spec).start()
     out.server_starts += 1
@@ -186,6 +194,6 @@ def _own_server(
     out.server_starts += 1
     log = launch.log_path.removesuffix(".log") + f"-own-{out.server_starts}.log" if launch.log_path else None
     spec = dataclasses.replace(launch, drafter=drafter, port=free_port(), log_path=log)
-    rep = verify(None, engine=engine, launch=spec, drafter=drafter, **verify_kwargs)
+    rep = verify(None, engine=engine, launch=spec, drafter=drafter, prechecked=True, **verify_kwargs)
     placed = {"ok": False, "seconds": time.monotonic() - t0, "how": "its own server", "why": why}
     return {"drafter": drafter, "placed": "own server", "swap": placed, **rep.to_dict(), "_report": rep}

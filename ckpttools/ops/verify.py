@@ -709,6 +709,14 @@ def _check_before_launch(spec: Any, quiet: bool = False, announce: bool = True) 
 
     check_port(spec.host, spec.port)
     rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None and not quiet else None
+    if rep is not None and "tensors" not in rep.checked:
+        from ckpttools.errors import NoWeightsError
+
+        raise NoWeightsError(
+            f"{spec.drafter}: no weights to serve (a config.json alone)",
+            path=str(spec.drafter),
+            hint="give the drafter's directory",
+        )
     errors = [f for f in rep.errors if not _allowed_at_launch(f, spec)] if rep is not None else []
     if errors:
         first = errors[0]
