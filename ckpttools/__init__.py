@@ -37,14 +37,16 @@ from ckpttools.io.version import __version__  # noqa: E402
 if TYPE_CHECKING:
     from ckpttools.formats.flavor import detect_flavor
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
-    from ckpttools.ops.export import ExportRejected, ExportReport, export
-    from ckpttools.ops.fix import FixResult, fix
+    from ckpttools.io.plan import WritePlan, execute
+    from ckpttools.ops.compare import CompareReport, compare_drafters
+    from ckpttools.ops.export import ExportRejected, ExportReport, export, plan_export
+    from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
     from ckpttools.ops.probe import verify_torch
-    from ckpttools.ops.remap import RemapReport, remap
+    from ckpttools.ops.remap import RemapReport, plan_remap, remap
     from ckpttools.ops.validate import Finding, ValidationReport, validate
     from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
-    from ckpttools.vocab.diff import BuildResult, VocabDiff, build_vocab, diff_vocab
+    from ckpttools.vocab.diff import BuildResult, VocabDiff, build_vocab, diff_vocab, plan_vocab
     from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 #: public name -> the module that defines it (loaded on first use)
@@ -74,6 +76,14 @@ _LAZY = {
     "VocabDiff": "ckpttools.vocab.diff",
     "build_vocab": "ckpttools.vocab.diff",
     "BuildResult": "ckpttools.vocab.diff",
+    "plan_vocab": "ckpttools.vocab.diff",
+    "plan_remap": "ckpttools.ops.remap",
+    "plan_export": "ckpttools.ops.export",
+    "plan_fix": "ckpttools.ops.fix",
+    "WritePlan": "ckpttools.io.plan",
+    "execute": "ckpttools.io.plan",
+    "compare_drafters": "ckpttools.ops.compare",
+    "CompareReport": "ckpttools.ops.compare",
 }
 
 __all__ = [
@@ -118,6 +128,14 @@ __all__ = [
     "diff_vocab",
     "VocabDiff",
     "build_vocab",
+    "plan_vocab",
+    "plan_remap",
+    "plan_export",
+    "plan_fix",
+    "WritePlan",
+    "execute",
+    "compare_drafters",
+    "CompareReport",
     "BuildResult",
 ]
 

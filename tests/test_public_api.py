@@ -38,6 +38,16 @@ CALLS = {
     "detect_flavor": "assert ckpttools.detect_flavor({'architectures': ['LlamaForCausalLMEagle3']}, ['fc.weight']).kind",
     "load_mapping": "assert ckpttools.load_mapping('m.safetensors').draft_vocab_size == 256",
     "VocabMapping": "assert ckpttools.VocabMapping.identity(8).is_identity",
+    "plan_remap": "assert ckpttools.plan_remap('d', out / 'r2', to='m.safetensors').tensors and not (out / 'r2').exists()",
+    "plan_export": "assert ckpttools.plan_export('d', out / 'e2').check is not None",
+    "plan_fix": "assert ckpttools.plan_fix('e', out / 'f2').config_diff()",
+    "plan_vocab": "assert ckpttools.plan_vocab(np.arange(64.0), 8, out / 'v2.safetensors').layout == 'file'",
+    "execute": "assert ckpttools.execute(ckpttools.plan_remap('d', out / 'r3', to='m.safetensors')).bytes_written > 0",
+    "compare_drafters": (
+        "from ckpttools.engines.launch import LaunchSpec\ntry:\n    ckpttools.compare_drafters("
+        "LaunchSpec('vllm', 't', 'd'), ['nope', 'd'], engine='vllm')\n"
+        "except ckpttools.CheckpointNotFoundError:\n    pass\nelse:\n    raise AssertionError('a missing drafter is refused before any load')"
+    ),
 }
 
 

@@ -140,7 +140,7 @@ class EngineRelease:
     version_endpoint: Cited[tuple[str, str] | None] = field(default_factory=lambda: Cited(None, "none"))
     #: how a running server takes another drafter without a restart (None: it does not), for
     #: ckpttools.engines.swap: ``mechanism`` (``worker_extension`` | ``custom_loader``), the launch
-    #: ``args`` and ``env`` that enable it, the endpoints, and what the server-side code
+    #: ``flags`` (name without dashes: value) and ``env`` that enable it, the endpoints, and what the server-side code
     #: (engines/serverside/ckpt_swap.py) reaches inside the engine
     drafter_swap: Cited[Mapping[str, Any] | None] = field(default_factory=lambda: Cited(None, "not read", False))
 
@@ -340,7 +340,7 @@ SGLANG_0_5_17 = EngineRelease(
     drafter_swap=Cited(
         {
             "mechanism": "custom_loader",
-            "args": ("--custom-weight-loader", "ckpt_swap.sglang_load_drafter"),
+            "flags": {"custom-weight-loader": "ckpt_swap.sglang_load_drafter"},
             "env": {},
             "endpoint": "/update_weights_from_tensor",
             "flush": "/flush_cache",
@@ -675,7 +675,7 @@ VLLM_0_32 = EngineRelease(
     drafter_swap=Cited(
         {
             "mechanism": "worker_extension",
-            "args": ("--worker-extension-cls=ckpt_swap.VllmDrafterSwap",),
+            "flags": {"worker-extension-cls": "ckpt_swap.VllmDrafterSwap"},
             "env": {"VLLM_SERVER_DEV_MODE": "1"},
             "endpoint": "/collective_rpc",
             "flush": "/reset_prefix_cache",

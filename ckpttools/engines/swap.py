@@ -81,7 +81,7 @@ def server_spec(release: Any, drafter: str | Path) -> dict[str, Any]:
     dc = release.drafter_class(archs[0])
     rules = release.loaders.value.get(dc.loader) if dc is not None else None
     route = dict(swap_route(release) or {})
-    out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in route.items() if k not in ("args",)}
+    out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in route.items() if k != "flags"}
     if rules is not None:
         out["renames"] = [list(r) for r in rules.substr_renames if not r[0].startswith("^")]
         out["stacked"] = [list(s) for s in rules.stacked]
@@ -101,7 +101,8 @@ def prepare_launch(spec: Any, release: Any) -> Any:
     path = os.pathsep.join(p for p in (str(SERVERSIDE), inherited) if p)
     env = {**spec.env, **route.get("env", {}), "PYTHONPATH": path}
     env["CKPT_SWAP_SPEC"] = json.dumps(server_spec(release, spec.drafter))
-    return dataclasses.replace(spec, engine_args=[*spec.engine_args, *route["args"]], env=env)
+    flags = [a for k, v in route["flags"].items() for a in ("--" + k, v)]
+    return dataclasses.replace(spec, engine_args=[*spec.engine_args, *flags], env=env)
 
 
 def swappable(running: str | Path, other: str | Path) -> str | None:
