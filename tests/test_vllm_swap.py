@@ -32,8 +32,8 @@ def known(tmp_path_factory):
         os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def _verify(target: Path, drafters: list[Path], log: Path) -> dict:
-    argv = ["verify", "--launch", "--engine", "vllm", "--target", str(target), *map(str, drafters)]
+def _verify(target: Path, drafters: list[Path], log: Path, *extra: str) -> dict:
+    argv = ["verify", "--launch", "--engine", "vllm", "--target", str(target), *map(str, drafters), *extra]
     argv += ["--steps", "3", "--prompts", str(target.parent.parent / "prompts.jsonl"), "--num-prompts", "6"]
     argv += ["--max-new-tokens", "32", "--ignore-eos", "--engine-python", VLLM_PY, "--log", str(log), "--json"]
     argv += ["--quiet", *[f"--engine-arg={a}" for a in ARGS]]
@@ -64,3 +64,16 @@ def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(k
         assert "read back" in b[k]["swap"]["checked"]
     est = f["vllm-id"]["steps_estimate"]
     assert est["estimate"] is True and est["accept_length"] == [2.0, 3.0, 4.0]
+
+
+def test_the_swap_reaches_both_ranks_at_tensor_parallel_2(known, tmp_path, monkeypatch):
+    """vLLM's CPU build at --tensor-parallel-size 2 (one core per worker): the extension runs in
+    both workers, both replace the map, and the figures are the single-rank ones."""
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # vLLM refuses to guess with one NUMA node
+    tp, ds, _ = known
+    rep = _verify(tp, [ds["id"], ds["swap"], ds["perm"]], tmp_path / "tp2.log", "--tp", "2")
+    assert rep["tp"] == 2 and rep["server_starts"] == 1 and rep["target_unchanged"] is True
+    assert [e["accept_length"] for e in rep["drafters"]] == [4.0, 1.0, 4.0]
+    for e in rep["drafters"]:
+        assert e["placed"] == "swap" and e["swap"]["ranks"] == 2 and e["swap"]["maps_replaced"] == 2
+        assert "read back on 2 ranks" in e["swap"]["checked"]

@@ -640,7 +640,10 @@ def render_plan(d: dict[str, Any]) -> str:
 def render_compare(r: CompareReport) -> str:
     """Several drafters against one target: one line each, how it was put in place, and the checks."""
     starts = f"{r.server_starts} server start{'s' if r.server_starts != 1 else ''}"
-    out = [f"{r.engine} ({r.release or 'release not known'}), target {r.target}: {len(r.drafters)} drafters, {starts}"]
+    tp = f", TP {r.tp}" if r.tp != 1 else ""
+    out = [
+        f"{r.engine} ({r.release or 'release not known'}{tp}), target {r.target}: {len(r.drafters)} drafters, {starts}"
+    ]
     width = max((len(e["drafter"]) for e in r.drafters), default=0)
     for e, rep in zip(r.drafters, r.reports):
         al = "-" if rep.accept_length is None else f"{rep.accept_length:.3f}"

@@ -239,6 +239,7 @@ class SGLangClient:
             "speculative_num_steps",
             "speculative_eagle_topk",
             "speculative_num_draft_tokens",
+            "tp_size",
             "model_path",
             "speculative_draft_model_path",
             "skip_tokenizer_init",

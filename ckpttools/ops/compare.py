@@ -31,6 +31,7 @@ class CompareReport:
     engine: str
     target: str
     release: str | None
+    tp: int = 1  # the tensor-parallel size every figure was measured at
     drafters: list[dict[str, Any]] = field(default_factory=list)
     server_starts: int = 0
     target_unchanged: bool | None = None
@@ -82,7 +83,7 @@ def compare_drafters(
     for d in dict.fromkeys(drafters):  # every drafter validated against the target before any load
         _check_before_launch(dataclasses.replace(launch, drafter=d), announce=False)
     release, route = _route(launch, engine)
-    out = CompareReport(launch.engine, launch.target, release.spec if release is not None else None)
+    out = CompareReport(launch.engine, launch.target, release.spec if release is not None else None, launch.tp)
     entries: list[dict[str, Any] | None] = [None] * len(drafters)
     own: list[tuple[int, str]] = []
     if route is None:
