@@ -354,6 +354,10 @@ def render_verify(r: VerifyReport) -> str:
                 "  acceptance by draft position: "
                 + "  ".join(f"{i + 1}: {a:.2f}" for i, a in enumerate(r.per_position_acceptance))
             )
+        if r.steps_estimate and len(r.steps_estimate["steps"]) > 1:
+            est = r.steps_estimate
+            pairs = ", ".join(f"{k}: {a:.2f}" for k, a in zip(est["steps"][:-1], est["accept_length"][:-1]))
+            out.append(f"  estimated for fewer steps (from this run's per-position acceptance): {pairs}")
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
