@@ -102,12 +102,22 @@ class FakeRanks:
         if path == "/collective_rpc":
             if self.mode == "not-a-list":
                 return 200, b'{"results": "done"}'
+            lies = {
+                "digests-list": json.dumps({"rank": 0, "digests": ["x"], "maps_replaced": 1}),
+                "maps-string": json.dumps({"rank": 0, "digests": {}, "maps_replaced": "1"}),
+                "rank-not-object": json.dumps([1, 2]),
+                "rank-deep": "[" * 5000 + "]" * 5000,
+                "rank-not-json": "Traceback (most recent call last):",
+            }
+            if self.mode in lies:
+                return 200, json.dumps({"results": [lies[self.mode]]}).encode()
             return 200, json.dumps({"results": [json.dumps(a) for a in self._rank_answers()]}).encode()
         if path == "/update_weights_from_tensor":
             self.payloads = body["serialized_named_tensors"]
             req = _payload_json(self.payloads[0])
             for a in self._rank_answers():
-                Path(req["answer"].replace("{rank}", str(a["rank"]))).write_text(json.dumps(a))
+                text = {"answer-list": "[1]", "answer-damaged": '{"rank": 0, "dig'}.get(self.mode, json.dumps(a))
+                Path(req["answer"].replace("{rank}", str(a["rank"]))).write_text(text)
             return 200, b'{"success": true, "message": "Success"}'
         return 200, b"{}"
 
@@ -167,7 +177,10 @@ def test_a_rank_that_reads_back_other_bytes_fails_the_swap(drafter: Path, engine
     assert not res.ok and "does not hold the file's bytes" in (res.why or "")
 
 
-@pytest.mark.parametrize("mode", ["http-500", "html", "not-a-list"])
+@pytest.mark.parametrize(
+    "mode",
+    ["http-500", "html", "not-a-list", "digests-list", "maps-string", "rank-not-object", "rank-deep", "rank-not-json"],
+)
 def test_a_non_answer_is_a_failed_swap_in_one_line(drafter: Path, mode: str) -> None:
     res, _ = _swap("vllm", drafter, 1, mode)
     assert not res.ok and res.why and "\n" not in res.why
@@ -181,3 +194,9 @@ def test_the_payload_is_a_byte_tensor_and_nothing_else() -> None:
     raw = base64.b64decode(byte_tensor_payload('{"path": "/x"}'))
     globals_named = [arg for op, arg, _ in pickletools.genops(raw) if op.name == "GLOBAL"]
     assert globals_named == ["torch ByteTensor"]
+
+
+@pytest.mark.parametrize("mode", ["answer-list", "answer-damaged"])
+def test_a_damaged_answer_file_is_a_failed_swap_in_one_line(drafter: Path, mode: str) -> None:
+    res, _ = _swap("sglang", drafter, 1, mode)
+    assert not res.ok and res.why and "\n" not in res.why

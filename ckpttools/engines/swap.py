@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ServerError
+from ckpttools.io.inputs import loads_json, read_json
 
 __all__ = ["SERVERSIDE", "SwapResult", "swap_route", "prepare_launch", "swap_in", "target_checksum", "swappable"]
 
@@ -62,6 +64,7 @@ def swap_route(release: Any) -> dict[str, Any] | None:
     return release.drafter_swap.value if release is not None else None
 
 
+@functools.cache
 def _server_module() -> Any:
     """engines/serverside/ckpt_swap.py, loaded here too: the same name rules on both sides."""
     spec = importlib.util.spec_from_file_location("ckpttools_serverside_ckpt_swap", SERVERSIDE / "ckpt_swap.py")
@@ -124,27 +127,39 @@ def swappable(running: str | Path, other: str | Path) -> str | None:
     return None
 
 
-def _file_digests(drafter: Path, expected: dict[str, list[tuple[str, Any]]]) -> dict[str, tuple[str, str, int]]:
+def _file_digests(ck: Any, expected: dict[str, list[tuple[str, Any]]]) -> dict[str, tuple[str, str, int]]:
     """Each parameter's sha256 as the file's bytes make it (stacked parts concatenated in shard
-    order, as the engine fuses them along their first dimension), and the dtype."""
-    from ckpttools.io.checkpoint import open_checkpoint
-
+    order, as the engine fuses them along their first dimension), its dtype and element count."""
     out = {}
-    with open_checkpoint(drafter) as ck:
-        for pname, parts in expected.items():
-            names = [n for n, _ in parts]
-            if not all(n in ck.tensors for n in names):
-                continue
-            h = hashlib.sha256()
-            for n in names:
-                h.update(bytes(ck.read_bytes(n)))
-            numel = sum(math.prod(ck.tensors[n].shape) for n in names)
-            out[pname] = (h.hexdigest(), ck.tensors[names[0]].dtype, numel)
+    for pname, parts in expected.items():
+        names = [n for n, _ in parts]
+        if not all(n in ck.tensors for n in names):
+            continue
+        h = hashlib.sha256()
+        for n in names:
+            h.update(bytes(ck.read_bytes(n)))
+        numel = sum(math.prod(ck.tensors[n].shape) for n in names)
+        out[pname] = (h.hexdigest(), ck.tensors[names[0]].dtype, numel)
     return out
 
 
-def _check(answers: list[dict[str, Any]], drafter: Path, spec: dict[str, Any], ranks: int) -> tuple[str | None, str]:
-    """(why the swap failed or None, how it was checked)."""
+def _rank_answer(a: Any, where: str) -> dict[str, Any]:
+    """One rank's answer, its fields of the types ckpt_swap.py writes; anything else is a ServerError."""
+    if not isinstance(a, dict):
+        raise ServerError(f"{where}: a rank answered {str(a)[:80]!r}, not an object")
+    for key, kind in (("digests", dict), ("dtypes", dict), ("numel", dict), ("loaded", list), ("skipped", list)):
+        if key in a and not isinstance(a[key], kind):
+            raise ServerError(f"{where}: a rank's {key!r} is {type(a[key]).__name__}, not {kind.__name__}")
+    maps = a.get("maps_replaced", 0)
+    if isinstance(maps, bool) or not isinstance(maps, int) or maps < 0:
+        raise ServerError(f"{where}: a rank's 'maps_replaced' is {maps!r}, not a count")
+    if a.get("refused") is not None and not isinstance(a["refused"], str):
+        raise ServerError(f"{where}: a rank's 'refused' is {type(a['refused']).__name__}, not text")
+    return a
+
+
+def _check(answers: list[dict[str, Any]], ck: Any, spec: dict[str, Any], ranks: int) -> tuple[str | None, str]:
+    """(why the swap failed or None, how it was checked), against the drafter ``ck`` (open)."""
     if len(answers) < ranks:
         return f"the swap reached {len(answers)} of the server's {ranks} ranks", "not checked"
     for a in answers:
@@ -152,13 +167,8 @@ def _check(answers: list[dict[str, Any]], drafter: Path, spec: dict[str, Any], r
             return f"rank {a.get('rank')}: {a['refused']}", "not checked"
     if ranks > 1:  # each rank holds its shard: the file's bytes are not any one rank's
         return None, f"read back on {ranks} ranks; sharded weights are not compared with the file"
-    mod = _server_module()
-    from ckpttools.io.checkpoint import open_checkpoint
-
-    with open_checkpoint(drafter) as ck:
-        expected = mod._expected({n: None for n in ck.tensors}, spec, set(answers[0].get("digests", {})))
-    want = _file_digests(drafter, expected)
     got, held, numel = answers[0].get("digests", {}), answers[0].get("dtypes", {}), answers[0].get("numel", {})
+    want = _file_digests(ck, _server_module()._expected({n: None for n in ck.tensors}, spec, set(got)))
     same = [p for p in got if p in want and want[p][0] == got[p]]
     # held otherwise: in another dtype, or processed into a kernel format after loading (other size)
     other = [
@@ -177,6 +187,8 @@ def _check(answers: list[dict[str, Any]], drafter: Path, spec: dict[str, Any], r
 
 def swap_in(engine: str, net: Any, url: str, drafter: str | Path, spec: dict[str, Any], ranks: int = 1) -> SwapResult:
     """Put ``drafter`` in place of the running one, check it, and reset the caches it leaves stale."""
+    from ckpttools.io.checkpoint import open_checkpoint
+
     drafter = Path(os.path.realpath(drafter))
     t0 = time.monotonic()
     try:
@@ -188,18 +200,13 @@ def swap_in(engine: str, net: Any, url: str, drafter: str | Path, spec: dict[str
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e))
     seconds = time.monotonic() - t0
     ranks = max(ranks, len(answers)) if engine == "vllm" else ranks
-    why, checked = _check(answers, drafter, spec, ranks)
+    with open_checkpoint(drafter) as ck:  # headers, and the bytes the read-back is held against
+        why, checked = _check(answers, ck, spec, ranks)
+        has_d2t = "d2t" in ck.tensors
     maps = sum(int(a.get("maps_replaced", 0)) for a in answers)
-    if why is None and _has_d2t(drafter) and min((int(a.get("maps_replaced", 0)) for a in answers), default=0) < 1:
+    if why is None and has_d2t and min((int(a.get("maps_replaced", 0)) for a in answers), default=0) < 1:
         why = "no rank replaced the cached draft-to-target map: the figures would be measured under the old mapping"
     return SwapResult(why is None, seconds, how, len(answers), maps, checked, why, answers)
-
-
-def _has_d2t(drafter: Path) -> bool:
-    from ckpttools.io.checkpoint import open_checkpoint
-
-    with open_checkpoint(drafter) as ck:
-        return "d2t" in ck.tensors
 
 
 def _post(net: Any, url: str, path: str, body: dict[str, Any] | None, deadline: float = 600.0) -> Any:
@@ -214,9 +221,12 @@ def _vllm_swap(net: Any, url: str, drafter: Path, spec: dict[str, Any]) -> tuple
     results = resp.json().get("results")
     if not isinstance(results, list):
         raise ServerError(f"{url}{spec['endpoint']}: no results list in the answer", url=url)
-    answers = [json.loads(r) if isinstance(r, str) else r for r in results]
+    where = url + spec["endpoint"]
+    answers = [
+        _rank_answer(loads_json(r, where, error=ServerError) if isinstance(r, str) else r, where) for r in results
+    ]
     _post(net, url, spec["flush"], None)
-    return [a for a in answers if isinstance(a, dict)], f"worker extension through {spec['endpoint']}"
+    return answers, f"worker extension through {spec['endpoint']}"
 
 
 def byte_tensor_payload(text: str) -> str:
@@ -245,9 +255,7 @@ def _sglang_swap(
         for r in range(ranks):
             p = Path(answer.replace("{rank}", str(r)))
             if p.is_file():
-                from ckpttools.io.inputs import read_json
-
-                answers.append(read_json(p, "swap answer"))
+                answers.append(_rank_answer(read_json(p, "swap answer", error=ServerError), str(p)))
     return answers, f"custom weight loader through {spec['endpoint']}"
 
 
@@ -258,8 +266,12 @@ def target_checksum(engine: str, net: Any, url: str, target: str | Path | None =
     target's embedding, head and first tensors (the first 64 values of each)."""
     if engine == "vllm":
         resp = _post(net, url, "/collective_rpc", {"method": "ckpt_target_checksum"})
-        results = [json.loads(r) if isinstance(r, str) else r for r in resp.json().get("results", [])]
-        return hashlib.sha256(json.dumps([r.get("target") for r in results]).encode()).hexdigest()
+        where = url + "/collective_rpc"
+        raw = resp.json().get("results")
+        if not isinstance(raw, list):
+            raise ServerError(f"{where}: no results list in the answer", url=url)
+        results = [loads_json(r, where, error=ServerError) if isinstance(r, str) else r for r in raw]
+        return hashlib.sha256(json.dumps([_rank_answer(r, where).get("target") for r in results]).encode()).hexdigest()
     if target is None:
         return None
     from ckpttools.io.checkpoint import open_checkpoint

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
-from ckpttools.io.fsutil import clean_stale_temporaries, kill_point, rename_noreplace, temp_name
+from ckpttools.io.fsutil import clean_stale_temporaries, kill_point, open_regular, rename_noreplace, temp_name
 from ckpttools.io.guard import check_output
 from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from ckpttools.io.safetensors_header import DTYPE_SIZES
@@ -429,7 +429,7 @@ class _Reader:
         else:
             fd = self._fds.get(ref.path)
             if fd is None:
-                fd = self._fds[ref.path] = os.open(ref.path, os.O_RDONLY)
+                fd = self._fds[ref.path] = open_regular(ref.path)  # a FIFO or device is refused, never read
             got = [os.pread(fd, n, off) for n, off in reads]
         for (n, _), buf in zip(reads, got):
             if len(buf) != n:
