@@ -35,7 +35,7 @@ from ckpttools.errors import (
 from ckpttools.io.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
-    from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.engines.flavor import detect_flavor
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
     from ckpttools.ops.compare import CompareReport, compare_drafters
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "open_checkpoint": "ckpttools.io.checkpoint",
     "Checkpoint": "ckpttools.io.checkpoint",
-    "detect_flavor": "ckpttools.formats.flavor",
+    "detect_flavor": "ckpttools.engines.flavor",
     "inspect": "ckpttools.ops.inspect",
     "InspectReport": "ckpttools.ops.inspect",
     "validate": "ckpttools.ops.validate",

@@ -16,13 +16,8 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_deepseek_target, build_drafter, build_target
-from ckpttools.formats.config import (
-    canonical_shapes,
-    config_problems,
-    context_length,
-    require_valid_config,
-    weight_problems,
-)
+from ckpttools.engines.config_rules import canonical_shapes, context_length, weight_problems
+from ckpttools.formats.config import config_problems, require_valid_config
 from ckpttools.errors import ConfigError, UnsafePathError
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.io.writer import side_file_verdict

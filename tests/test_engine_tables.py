@@ -22,7 +22,7 @@ from ckpttools.engines.releases import (
     resolve,
 )
 from ckpttools.errors import ConfigError
-from ckpttools.formats import aux_rules, names
+from ckpttools.engines import aux_rules, names
 
 ALL = [SGLANG_0_5_17, SGLANG_0_5_23, VLLM_0_32, VLLM_0_33, TRTLLM_1_2]
 
@@ -104,7 +104,7 @@ def test_a_release_nobody_has_read_is_not_assumed() -> None:
             release_from_version_string(engine, text)
 
 
-_CITE = re.compile(r"[\w/.]+\.py(:\d+(-\d+)?|@[0-9a-f]{8})|ckpttools\.formats\.|eagle3-facts\.md|not read|none|wheel")
+_CITE = re.compile(r"[\w/.]+\.py(:\d+(-\d+)?|@[0-9a-f]{8})|ckpttools\.(formats|engines)\.|eagle3-facts\.md|not read|none|wheel")
 
 
 @pytest.mark.parametrize("rel", ALL, ids=lambda r: r.spec)

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
 from ckpttools.errors import ConfigError
-from ckpttools.formats.names import canonical_name, sglang_loads, suggest_rename
+from ckpttools.engines.names import sglang_loads, suggest_rename
+from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.export import export
 from ckpttools.ops.inspect import inspect

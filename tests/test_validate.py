@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_drafter, build_target
-from ckpttools.formats.conventions import sglang_default_aux_ids
+from ckpttools.engines.aux_rules import sglang_default_aux_ids
 from ckpttools.ops.validate import validate
 
 from .helpers import rewrite, tree_digest
@@ -340,8 +340,8 @@ def _target_of(tmp_path: Path, arch: str, num_layers: int = 8) -> Path:
 
 
 def test_aux_ids_are_read_per_target_class(tmp_path):
-    """SGLang 0.5.17 reads ids per target class (formats/aux_rules.py, with source lines); vLLM 0.32 as is."""
-    from ckpttools.formats.aux_rules import capture_rule
+    """SGLang 0.5.17 reads ids per target class (engines/aux_rules.py, with source lines); vLLM 0.32 as is."""
+    from ckpttools.engines.aux_rules import capture_rule
 
     ds = _target_of(tmp_path, "DeepseekV3ForCausalLM")
     gpt = _target_of(tmp_path, "GptOssForCausalLM")

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpttools.engines.releases import DrafterClass, EngineRelease, LoaderRules
-from ckpttools.formats import aux_rules, names
+from ckpttools.engines import aux_rules, names
+from ckpttools.formats import names as canon_names
 
 __all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "plan_findings", "FATES", "SOURCES"]
 
@@ -588,7 +589,7 @@ def _switch(option: str, on: bool, present: list[str], consequence: str) -> dict
 
 def _option_tensors(headers: Headers) -> dict[str, list[str]]:
     """The files' tensors of each option: fc_norm.N (or aux_norm_*), input_norm, fc.bias, q/k norms."""
-    canon = {n: names.canonical_name(n)[0] for n in headers}
+    canon = {n: canon_names.canonical_name(n)[0] for n in headers}
     return {
         "fc_norm": [n for n, c in canon.items() if re.fullmatch(r"fc_norm\.\d+\.weight", c)],
         "norm_before_fc": [n for n, c in canon.items() if c == "input_norm.weight"],
@@ -674,7 +675,7 @@ def _tensor_findings(plan: LoadPlan, where: str) -> list[dict[str, Any]]:
     for t in plan.tensors:
         if t.fate != "dropped" or t.name.endswith("t2d"):  # t2d: no engine reads it, by design
             continue
-        if names.is_training_only(t.name):
+        if canon_names.is_training_only(t.name):
             out.append(
                 _finding(
                     "info",

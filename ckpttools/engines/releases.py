@@ -11,7 +11,7 @@ version: the newest known release of that engine). :func:`release_from_version_s
 version an engine reports (``0.5.17.post1``, ``0.32.0+cpu``) to the table of its release.
 
 The aux-layer rules, EAGLE-3.1 options and later-layer norms are ckpttools' existing data in
-:mod:`ckpttools.formats.aux_rules` and :mod:`ckpttools.formats.names`, referenced, not copied.
+:mod:`ckpttools.engines.aux_rules` and :mod:`ckpttools.formats.names`, referenced, not copied.
 Those were read from SGLang 0.5.17 and vLLM 0.32; the 0.5.23 and 0.33 tables say where the
 newer release's source was compared against them.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
-from ckpttools.formats import aux_rules, names
+from ckpttools.engines import aux_rules, names
 
 __all__ = [
     "Cited",
@@ -256,7 +256,7 @@ SGLANG_0_5_17 = EngineRelease(
         "layers/vocab_parallel_embedding.py (embedding/ParallelLMHead via the same empty create_weights); "
         "models/llama_eagle3.py:312 (hot_token_id = None)",
     ),
-    aux_rules=Cited(aux_rules.RULES, "ckpttools.formats.aux_rules.RULES (each rule carries its own file:line)"),
+    aux_rules=Cited(aux_rules.RULES, "ckpttools.engines.aux_rules.RULES (each rule carries its own file:line)"),
     aux_ids_from=Cited(
         "the drafter's eagle_config.eagle_aux_hidden_state_layer_ids, read by the target's class",
         aux_rules.DEFAULT_SOURCES,
@@ -362,9 +362,9 @@ SGLANG_0_5_17 = EngineRelease(
     ),
     name_patterns=Cited(
         names.SGLANG_NAME_PATTERNS,
-        "ckpttools.formats.names.SGLANG_NAME_PATTERNS, read from " + _SG + "models/llama_eagle3.py:314-367",
+        "ckpttools.engines.names.SGLANG_NAME_PATTERNS, read from " + _SG + "models/llama_eagle3.py:314-367",
     ),
-    notes=("ckpttools.formats.names.SGLANG_NAME_PATTERNS and formats.aux_rules were read from this release.",),
+    notes=("ckpttools.engines.names.SGLANG_NAME_PATTERNS and engines.aux_rules were read from this release.",),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +417,7 @@ SGLANG_0_5_23 = dataclasses.replace(
     ),
     aux_rules=Cited(
         aux_rules.RULES,
-        "ckpttools.formats.aux_rules.RULES (read from 0.5.17); 0.5.23's set_eagle3_layers_to_capture bodies are "
+        "ckpttools.engines.aux_rules.RULES (read from 0.5.17); 0.5.23's set_eagle3_layers_to_capture bodies are "
         "identical: models/llama.py:929, models/deepseek_v2.py:3458, models/gpt_oss.py:1337",
     ),
     eagle31_options=Cited(
@@ -485,7 +485,7 @@ SGLANG_0_5_23 = dataclasses.replace(
         "weight_updater.py:71-77 (selector) and 232-335; managers/io_struct.py:2197-2223",
     ),
     notes=(
-        "Drafter loading is 0.5.17's code; formats.names.SGLANG_NAME_PATTERNS holds for it too.",
+        "Drafter loading is 0.5.17's code; engines.names.SGLANG_NAME_PATTERNS holds for it too.",
         "/weights_checker exists in 0.5.17 as well (http_server.py:1486); the sessions and selector are new.",
     ),
 )

@@ -17,17 +17,14 @@ __all__ = [
     "essentials",
     "lookup",
     "aux_layer_ids",
-    "context_length",
     "SUBCONFIG_KEYS",
     "config_problems",
     "require_valid_config",
     "INT_BOUNDS",
     "MLA_BOUNDS",
     "MAX_VOCAB_SIZE",
-    "weight_problems",
-    "canonical_shapes",
-    "default_context",
     "default_num_layers",
+    "DEEPSEEK_V3_TYPES",
     "DEEPSEEK_V3_TYPES",
 ]
 
@@ -50,8 +47,7 @@ INT_BOUNDS: dict[str, int] = {
     "max_position_embeddings": 1 << 34,
 }
 #: MLA attention sizes (DeepSeek-V2/V3, Kimi-K2): the largest plausible value of each; q_lora_rank
-#: may be null (no q down-projection: vLLM 0.32 vllm/model_executor/models/deepseek_v2.py:1051 and
-#: deepseek_eagle3.py:76 take it; SGLang 0.5.17's MLA drafter refuses it, which validate reports)
+#: may be null (no q down-projection; which engines take that: the release tables' claims)
 MLA_BOUNDS: dict[str, int] = {
     "kv_lora_rank": 1 << 16,
     "q_lora_rank": 1 << 16,
@@ -122,7 +118,7 @@ def _bad_ids(v: Any) -> str | None:
     return None
 
 
-def _bad_rope_scaling(v: Any) -> str | None:
+def bad_rope_scaling(v: Any) -> str | None:
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -164,7 +160,7 @@ def config_problems(cfg: dict[str, Any] | None) -> dict[str, str]:
     if where and v is not None and not (isinstance(v, list) and all(isinstance(a, str) for a in v)):
         out[where] = f"is {v!r}; expected a list of class names"
     v, where = lookup(cfg, "rope_scaling")
-    if where and (why := _bad_rope_scaling(v)):
+    if where and (why := bad_rope_scaling(v)):
         out[where] = why
     ids, where = _raw_aux_ids(cfg)
     if where and ids is not None and (why := _bad_ids(ids)):
@@ -200,69 +196,15 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
-    """Config fields that the weights contradict: num_hidden_layers against the layers present,
-    num_aux_hidden_states against fc's input width, and fc_norm.N present exactly when the flag
-    (``fc_norm``, or SGLang's legacy ``use_aux_norm``) says.
-
-    Args:
-        shapes: {canonical tensor name: shape} (names as :func:`canonical_name` gives them).
-
-    Returns:
-        {JSON path: what is wrong}; empty when the weights agree (or a field is absent or unusable).
-    """
-    from ckpttools.formats.aux_rules import fc_options
-    from ckpttools.formats.names import layer_index
-
-    out: dict[str, str] = {}
-    if not cfg or not shapes or config_problems(cfg):
-        return out
-    layers = sorted({i for i in map(layer_index, shapes) if i is not None})
-    n_layers, where = lookup(cfg, "num_hidden_layers")
-    if where and layers and n_layers != layers[-1] + 1:
-        out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
-    n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
-    ht = lookup(cfg, "target_hidden_size")[0] or lookup(cfg, "hidden_size")[0]
-    if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
-        out["$.num_aux_hidden_states"] = (
-            f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
-        )
-    flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
-    num = fc_options(cfg, "sglang").num_aux
-    want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
-    have = {k for k in shapes if k.startswith("fc_norm.")}
-    if want != have:
-        extra, missing = sorted(have - want), sorted(want - have)
-        what = f"the weights lack {', '.join(missing)}" if missing else f"the weights have {', '.join(extra)}"
-        out[f"$.{flag}"] = f"is {bool(cfg.get(flag))} for {num} aux states but {what}"
-    return out
-
-
-def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """{canonical name: shape} of an EAGLE-3 drafter's tensors (``Checkpoint.tensors``), for
-    :func:`weight_problems`; empty for any other kind (an MTP head's layer is the target's last + 1)."""
-    from ckpttools.formats.flavor import detect_flavor
-    from ckpttools.formats.names import canonical_name
-
-    if not detect_flavor(cfg, list(tensors)).is_plain_eagle3:
-        return {}
-    return {canonical_name(n)[0]: tuple(t.shape) for n, t in tensors.items()}
-
-
-def _span(ids: list[int]) -> str:
-    return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else str(ids)
-
-
-def require_valid_config(
-    cfg: dict[str, Any] | None, source: str, shapes: dict[str, tuple[int, ...]] | None = None
-) -> None:
+def require_valid_config(cfg: dict[str, Any] | None, source: str, weights: dict[str, str] | None = None) -> None:
     """Raise ConfigError (exit 2) naming the first unusable field, for commands that write;
-    with ``shapes`` ({canonical tensor name: shape}) also a field the weights contradict.
+    with ``weights`` ({JSON path: why}, :func:`ckpttools.engines.config_rules.weight_problems`)
+    also a field the weights contradict.
 
     Raises:
         ConfigError
     """
-    probs = config_problems(cfg) or weight_problems(cfg, shapes or {})
+    probs = config_problems(cfg) or dict(weights or {})
     if probs:
         where, why = next(iter(probs.items()))
         more = f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""
@@ -296,66 +238,10 @@ def _raw_aux_ids(cfg: dict[str, Any] | None) -> tuple[Any, str | None]:
     return None, None
 
 
-#: the keys SGLang 0.5.17 reads, in order (utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS)
-CONTEXT_LENGTH_KEYS = (
-    "max_sequence_length",
-    "seq_length",
-    "max_seq_len",
-    "model_max_length",
-    "max_position_embeddings",
-)
-
-
-def context_length(cfg: dict[str, Any] | None) -> tuple[int | None, str]:
-    """The context length SGLang derives from a config, and how it got there.
-
-    Mirrors SGLang 0.5.17 ``get_context_length``: the first of
-    :data:`CONTEXT_LENGTH_KEYS` that is set, times rope_scaling's factor unless the
-    scaling names ``original_max_position_embeddings`` or is of type llama3; 2048 when
-    no key is set. Fields under text_config are used for multimodal wrappers.
-
-    Returns:
-        (length, derivation); (None, "no config") without a config.
-    """
-    if not cfg:
-        return None, "no config"
-    text = cfg
-    for sub in SUBCONFIG_KEYS:
-        if isinstance(cfg.get(sub), dict) and not any(k in cfg for k in CONTEXT_LENGTH_KEYS):
-            text = cfg[sub]
-            break
-    rs = text.get("rope_scaling")
-    if _bad_rope_scaling(rs):
-        rs = None
-    factor = 1.0
-    if isinstance(rs, dict) and rs:
-        factor = rs.get("factor", 1) or 1
-        if "original_max_position_embeddings" in rs or rs.get("rope_type", rs.get("type")) == "llama3":
-            factor = 1
-    for key in CONTEXT_LENGTH_KEYS:
-        val = text.get(key)
-        if val is not None and (type(val) is not int or not 0 < val <= INT_BOUNDS["max_position_embeddings"]):
-            return None, f"{key} is {val!r}, not a usable length"
-        if val is not None:
-            how = key if factor == 1 else f"{key} x rope_scaling.factor {factor}"
-            return int(factor * val), how
-    return default_context(text)
-
-
-#: model types whose transformers config class is DeepseekV3Config, default max_position_embeddings
-#: 4096 (transformers 5.12.1, models/deepseek_v3/configuration_deepseek_v3.py:92); SGLang 0.5.17
-#: registers kimi_k2 (the MLA drafters' type), deepseek_v32 and deepseek_v4 as that class
-#: (sglang/srt/utils/hf_transformers/common.py:139-155)
+#: model types whose transformers config class is DeepseekV3Config (default max_position_embeddings
+#: 4096, 61 layers: transformers 5.12.1, models/deepseek_v3/configuration_deepseek_v3.py:75 and 92);
+#: which engine builds that class for which type is in engines/config_rules.py
 DEEPSEEK_V3_TYPES = ("deepseek_v3", "kimi_k2", "deepseek_v32", "deepseek_v4")
-
-
-def default_context(cfg: dict[str, Any]) -> tuple[int, str]:
-    """The context SGLang 0.5.17 derives when a config sets no context key: the default of the
-    config class transformers builds for its model_type (Llama and DeepSeek-V2: 2048; DeepSeek-V3,
-    hence kimi_k2: 4096), else get_context_length's own 2048 (utils/hf_transformers/common.py:463-481)."""
-    if cfg.get("model_type") in DEEPSEEK_V3_TYPES:
-        return 4096, f"the default of DeepSeek-V3's config class, which SGLang uses for {cfg['model_type']}"
-    return 2048, "SGLang's default (no context key set)"
 
 
 def default_num_layers(cfg: dict[str, Any]) -> int:

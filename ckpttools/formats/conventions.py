@@ -1,5 +1,5 @@
-"""Engine conventions, each written once: config dtype names, the ids of SGLang's default
-captures, and where a target's config is read from (aux-id rules: formats/aux_rules.py)."""
+"""Conventions, each written once: config dtype names, and where a target's config is read from
+(the engines' aux-id rules: engines/aux_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError
-from ckpttools.formats.aux_rules import capture_rule, default_boundaries
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 from ckpttools.io.refs import REPO_REF, split_ref
 
-__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "sglang_default_aux_ids", "load_target_config"]
+__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "load_target_config"]
 
 #: safetensors dtype -> the name config.json's torch_dtype uses for it
 CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
 #: config.json torch_dtype -> safetensors dtype, for the dtypes a drafter is served in
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16"}
-
-
-def sglang_default_aux_ids(num_target_layers: int, target_arch: str | None = "LlamaForCausalLM") -> list[int]:
-    """The ids that make SGLang capture its own default boundaries [2, L//2, L-3] for a target
-    of this class (for Llama: [1, L//2 - 1, L - 4]); see formats/aux_rules.py."""
-    L = num_target_layers
-    ids = capture_rule("sglang", target_arch)[0].ids_for(default_boundaries(L), L)
-    assert ids is not None  # every rule in the table can express the default
-    return ids
 
 
 def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any], str]:

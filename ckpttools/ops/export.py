@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
-from ckpttools.formats.config import canonical_shapes, aux_layer_ids, essentials, require_valid_config
-from ckpttools.formats.aux_rules import (
+from ckpttools.engines.config_rules import canonical_shapes, weight_problems
+from ckpttools.formats.config import aux_layer_ids, essentials, require_valid_config
+from ckpttools.engines.aux_rules import (
     LATER_LAYER_NORM,
     capture_rule,
     default_boundaries,
@@ -28,16 +29,10 @@ from ckpttools.formats.aux_rules import (
     layout_engine,
 )
 from ckpttools.formats.conventions import ST_DTYPE, load_target_config
-from ckpttools.formats.repairs import repair_config
-from ckpttools.formats.flavor import detect_flavor
-from ckpttools.formats.names import (
-    QK_NORM,
-    QWEN3_DRAFTER_ARCH,
-    canonical_name,
-    is_training_only,
-    sglang_loads,
-    suggest_rename,
-)
+from ckpttools.engines.repairs import repair_config
+from ckpttools.engines.flavor import detect_flavor
+from ckpttools.engines.names import QK_NORM, QWEN3_DRAFTER_ARCH, sglang_loads, suggest_rename
+from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
 from ckpttools.io.plan import (
@@ -178,7 +173,7 @@ def _source_boundaries(
     """The source's aux ids, and the boundaries they mean (the inputs of which target layers).
 
     A vLLM-layout drafter's ids are the boundaries (vLLM reads them as they are); any other
-    layout's ids are read as SGLang reads them for the target's class (formats/aux_rules.py).
+    layout's ids are read as SGLang reads them for the target's class (engines/aux_rules.py).
     With no ids, the engines' default boundaries for the target.
     """
     ids, _ = aux_layer_ids(source_cfg)
@@ -272,7 +267,7 @@ def plan_export(
     if dtype == "auto" and target_cfg is not None:
         out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
     with open_checkpoint(src, download=download) as ck:
-        require_valid_config(ck.config, str(src), canonical_shapes(ck.config, ck.tensors))
+        require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
         check_output(out, [ck.root, *([target] if target is not None else [])])
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"

@@ -11,8 +11,8 @@ from typing import Any
 
 from ckpttools.errors import NoWeightsError, UnsafePathError
 from ckpttools.formats.conventions import load_target_config
-from ckpttools.formats.names import suggest_rename
-from ckpttools.formats.repairs import repair_config
+from ckpttools.engines.names import suggest_rename
+from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
 from ckpttools.io.guard import check_output
 from ckpttools.io.plan import Copy, ManifestPlan, PlannedTensor, TensorRef, WritePlan, execute, side_files
@@ -44,7 +44,7 @@ class FixResult:
 
 
 def _fix_config(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] | None) -> tuple[dict, list[str]]:
-    """The architecture validate can repair, then what export repairs too, where missing (formats/repairs.py)."""
+    """The architecture validate can repair, then what export repairs too, where missing (engines/repairs.py)."""
     cfg = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     archs = cfg.get("architectures") or []
@@ -143,7 +143,7 @@ def fix(
 
     Config edits: architectures (LlamaForCausalLM / Eagle3LlamaForCausalLM ->
     LlamaForCausalLMEagle3), and the repairs export makes too, where the field is missing
-    or short (formats/repairs.py): max_position_embeddings raised to the target's context,
+    or short (engines/repairs.py): max_position_embeddings raised to the target's context,
     num_hidden_layers / draft_vocab_size / torch_dtype from the weights.
     Tensor renames: names SGLang would drop that have a known loadable name. Tensor bytes
     are copied unchanged. The input is never modified; with ``in_place`` the original

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.formats.config import context_length, essentials
-from ckpttools.formats.flavor import detect_flavor
+from ckpttools.engines.config_rules import context_length
+from ckpttools.formats.config import essentials
+from ckpttools.engines.flavor import detect_flavor
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 
 __all__ = ["InspectReport", "inspect", "INSPECT_SCHEMA_VERSION"]

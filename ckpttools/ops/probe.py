@@ -32,7 +32,7 @@ from typing import Any
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
-from ckpttools.formats.aux_rules import (
+from ckpttools.engines.aux_rules import (
     LATER_LAYER_NORM,
     VLLM,
     capture_rule,
@@ -40,7 +40,7 @@ from ckpttools.formats.aux_rules import (
     fc_options,
     layout_engine,
 )
-from ckpttools.formats.flavor import detect_flavor
+from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line

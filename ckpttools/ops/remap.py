@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ckpttools.errors import MappingError, opt
-from ckpttools.formats.config import canonical_shapes, essentials, require_valid_config
+from ckpttools.engines.config_rules import canonical_shapes, weight_problems
+from ckpttools.formats.config import essentials, require_valid_config
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.guard import check_output
@@ -226,7 +227,9 @@ def plan_remap(
     )
     req.check()
     with open_checkpoint(drafter, download=download) as ck:
-        require_valid_config(ck.config, str(drafter), canonical_shapes(ck.config, ck.tensors))
+        require_valid_config(
+            ck.config, str(drafter), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors))
+        )
         check_output(out, [ck.root, *req.inputs()])
         target_ck = _OnDemand(target)
         try:
@@ -385,7 +388,7 @@ class _Rows:
 
 
 def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand, out: Path) -> WritePlan:
-    from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.engines.flavor import detect_flavor
 
     detect_flavor(ck.config, ck.tensors.keys()).refuse(str(ck.source), "remap")
     rows = _vocab_rows(ck, req)

@@ -110,7 +110,7 @@ def context_limits(target: str | None, drafter: str | None, engine_args: list[st
     """The lengths a context axis marks: the target's context (an engine's --context-length or
     --max-model-len first), the drafter's max_position_embeddings and its rope scaling's
     original length and factor."""
-    from ckpttools.formats.config import context_length
+    from ckpttools.engines.config_rules import context_length
 
     tcfg, dcfg = _read_config(target), _read_config(drafter)
     target_ctx = _arg_value(engine_args, "--context-length", "--max-model-len") or context_length(tcfg)[0]

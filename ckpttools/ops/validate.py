@@ -13,31 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError, MappingError, NoWeightsError
+from ckpttools.engines.config_rules import context_length, weight_problems
 from ckpttools.formats.config import (
     aux_layer_ids,
     config_problems,
-    context_length,
     default_num_layers,
     essentials,
     lookup,
-    weight_problems,
 )
-from ckpttools.formats.aux_rules import (
+from ckpttools.engines.aux_rules import (
     FC_OPTION_SOURCES,
     LATER_LAYER_NORM,
     capture_rule,
     default_boundaries,
     fc_options,
+    sglang_default_aux_ids,
 )
-from ckpttools.formats.conventions import load_target_config, sglang_default_aux_ids
-from ckpttools.formats.names import (
-    QK_NORM,
-    QWEN3_DRAFTER_ARCH,
-    canonical_name,
-    is_training_only,
-    sglang_loads,
-    suggest_rename,
-)
+from ckpttools.formats.conventions import load_target_config
+from ckpttools.engines.names import QK_NORM, QWEN3_DRAFTER_ARCH, sglang_loads, suggest_rename
+from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 from ckpttools.schemas import load_schema
 
@@ -655,7 +649,7 @@ def _sglang_missing(name: str) -> str:
 
 
 def _weight_field_findings(cfg: dict[str, Any], canon: dict[str, Any], seen: set[str]) -> list[Finding]:
-    """Config fields the weights contradict (formats/config.py weight_problems); not those already said."""
+    """Config fields the weights contradict (engines/config_rules.py weight_problems); not those already said."""
     shapes = {n: tuple(t.shape) for n, t in canon.items()}
     out = []
     for where, why in weight_problems(cfg, shapes).items():
@@ -864,7 +858,7 @@ def _target_hidden_findings(d: Any, t: Any) -> list[Finding]:
 
 def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
     """Aux layer ids against the target, read the way the engine reads them for the target's class
-    (formats/aux_rules.py holds each rule with the source lines it was read from)."""
+    (engines/aux_rules.py holds each rule with the source lines it was read from)."""
     L = t.num_hidden_layers
     if not isinstance(L, int):  # the target schema requires it; a bad value was reported before
         return []
@@ -1220,7 +1214,7 @@ def _other_kind_report(
 ) -> ValidationReport | None:
     """A drafter kind that is not EAGLE-3 (MTP, DFlash, ...): the EAGLE-3 checks do not apply;
     what does is that it fits the target (vocabulary and hidden size)."""
-    from ckpttools.formats.flavor import detect_flavor
+    from ckpttools.engines.flavor import detect_flavor
 
     f = detect_flavor(cfg, list(ck.tensors) if ck is not None else [])
     if f.is_plain_eagle3 or not f.is_drafter:

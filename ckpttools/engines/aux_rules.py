@@ -35,6 +35,7 @@ __all__ = [
     "LATER_LAYER_NORM",
     "later_layer_norm_names",
     "layout_engine",
+    "sglang_default_aux_ids",
 ]
 
 _SG = "sglang 0.5.17: sglang/srt/models/"
@@ -242,3 +243,12 @@ def later_layer_norm_names(names: dict[str, str], src_engine: str, out_engine: s
         m = _LATER_NORM.fullmatch(new)
         out[n] = f"layers.{m.group(1)}.{swap[m.group(2)]}.weight" if m else new
     return out
+
+
+def sglang_default_aux_ids(num_target_layers: int, target_arch: str | None = "LlamaForCausalLM") -> list[int]:
+    """The ids that make SGLang capture its own default boundaries [2, L//2, L-3] for a target
+    of this class (for Llama: [1, L//2 - 1, L - 4]); see :data:`RULES`."""
+    L = num_target_layers
+    ids = capture_rule("sglang", target_arch)[0].ids_for(default_boundaries(L), L)
+    assert ids is not None  # every rule in the table can express the default
+    return ids

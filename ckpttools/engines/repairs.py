@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ckpttools.formats.config import context_length
+from ckpttools.engines.config_rules import context_length
 from ckpttools.formats.conventions import CONFIG_DTYPE
 from ckpttools.formats.names import canonical_name, layer_index
 
