@@ -467,8 +467,12 @@ def test_context_finding_names_sglangs_override(tmp_path: Path) -> None:
 def test_context_finding_under_vllm_speaks_of_vllm(tmp_path: Path) -> None:
     d = build_drafter(tmp_path / "d", max_position_embeddings=2048)
     t = build_target(tmp_path / "t", max_position_embeddings=8192)
-    f = _find(validate(d, t, engine="vllm"), "target.context_length")
+    f = _find(validate(d, t, engine="vllm==0.32"), "target.context_length")
     assert "SGLang" not in f.message and "vLLM 0.32 raises" in f.message and f.severity == "warning"
+    assert "speculative.py:1677-1709" in f.message
+    # each release's own rule: 0.33 raises it only for rope types that size the cache alone
+    f = _find(validate(d, t, engine="vllm==0.33"), "target.context_length")
+    assert "vLLM 0.33 raises" in f.message and "only for rope types" in f.message and "1807-1846" in f.message
 
 
 def test_missing_num_hidden_layers_names_the_model_types_default(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import click
 
 from ckpttools.cli import params as P
 from ckpttools.errors import EXIT_USAGE, CkptError
+from ckpttools.engines.releases import known_specs
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, 3 verify measured nothing."
@@ -309,8 +310,8 @@ def vocab_build_cmd(
     default="sglang",
     show_default=True,
     callback=lambda ctx, p, v: _release_spec(v),
-    help="Whose reading to check against: sglang or vllm, optionally a release (sglang==0.5.23); "
-    "without one, the newest known release (the report names it).",
+    help="Whose reading to check against: sglang or vllm, optionally a release, NAME==VERSION or NAME@VERSION "
+    f"(known: {', '.join(known_specs())}); without one, the newest known release (the report names it).",
 )
 @click.option(
     "--load-plan",
@@ -549,8 +550,8 @@ def export_cmd(
     default="auto",
     show_default=True,
     callback=lambda ctx, p, v: _engine_spec(v),
-    help="auto, torch, sglang or vllm, optionally with a release: sglang==0.5.23 (or sglang@0.5.23); without one, "
-    "the release the server (or --engine-python) reports.",
+    help="auto, torch, sglang or vllm, optionally with a release, NAME==VERSION or NAME@VERSION "
+    f"(known: {', '.join(known_specs())}); without one, the release the server (or --engine-python) reports.",
 )
 @click.option(
     "--prompts",

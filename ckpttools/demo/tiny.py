@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpttools.engines.flavor import LAYOUT_ARCH, TARGET_ARCH
 from ckpttools.errors import ConfigError
 from ckpttools.formats.conventions import CONFIG_DTYPE
 from ckpttools.io.plan import Data, Hole, PlannedTensor, WritePlan, execute
@@ -106,10 +107,9 @@ def _make_weights(
 
 def mla_dims(hidden: int, head_dim: int, latent: int = 256) -> dict[str, int]:
     """MLA projection sizes for a tiny model: kv_lora_rank ``latent`` with a rope part of
-    latent / 8. 256 + 32 and 512 + 64 are the two latent widths SGLang 0.5.17's triton MLA
-    decode kernel has blocks for (288 and 576: kernels/ops/attention/decode_attention.py:638-646;
-    others fail to compile); vLLM 0.32's CPU MLA backend takes 576 only ("Head dimension 288
-    is not supported by MLA", observed)."""
+    latent / 8. 256 + 32 and 512 + 64 are the two latent widths SGLang's triton MLA decode
+    kernel has blocks for (288 and 576; others fail to compile); vLLM's CPU MLA backend takes
+    576 only (the release tables' claims ``mla_latent``, engines/claims.py)."""
     if latent not in (256, 512):
         raise ConfigError(f"MLA latent width {latent}: the engines' MLA kernels take 256 or 512")
     return {
@@ -132,7 +132,7 @@ def _layer_tensors(
     mla: int | None = None,
     drafter: bool = True,
 ) -> dict[str, tuple[int, ...]]:
-    """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang 0.5.17) the ``first``
+    """A decoder layer's tensors. In an EAGLE-3 drafter (SGLang's layout) the ``first``
     layer's attention takes [embedding; hidden] (2H) and uses input_layernorm on the
     embedding; every drafter layer has hidden_norm (later layers fuse the residual into it)."""
     qin = 2 * H if first else H
@@ -216,11 +216,11 @@ def build_drafter(
     """Write a tiny EAGLE-3 drafter in one of :data:`DRAFTER_FLAVORS`.
 
     Args:
-        flavor: ``sglang`` (LlamaForCausalLMEagle3, layers.N.), ``eagle`` (official release:
-            LlamaForCausalLM, midlayer., max_position_embeddings 2048, fp16), ``vllm``
-            (Eagle3LlamaForCausalLM), ``speculators`` (nested speculators_config), ``mla``
-            (Eagle3DeepseekV2ForCausalLM), ``modelopt`` (d2t only, frequency order),
-            ``training`` (fp32, ``model.`` prefix, training-only extra tensors).
+        flavor: ``sglang`` (layers.N.), ``eagle`` (official release: midlayer.,
+            max_position_embeddings 2048, fp16), ``vllm``, ``speculators`` (nested
+            speculators_config), ``mla``, ``modelopt`` (d2t only, frequency order),
+            ``training`` (fp32, ``model.`` prefix, training-only extra tensors); each with
+            the class name of engines.flavor.LAYOUT_ARCH.
         mapping: absolute target ids of the draft slots (default: a random ascending set).
         draft_vocab_size: Vd; None writes a full-vocab head with no mapping tensors.
         weight_fn: makes each float tensor (name, shape) -> float32 array; default random.
@@ -228,7 +228,7 @@ def build_drafter(
             (``fc_norm.N``, ``input_norm``) and config flags; ``num_aux`` other than 3
             writes ``num_aux_hidden_states``.
         qk_norm: per-head ``q_norm``/``k_norm`` in every layer, as a Qwen3-architecture
-            drafter has them (vLLM serves it as Eagle3Qwen3ForCausalLM; SGLang 0.5.17 has no
+            drafter has them (vLLM serves it with its Qwen3 drafter class; SGLang has no
             class for it).
 
     Returns:
@@ -331,15 +331,7 @@ def _mapping_tensors(ids: np.ndarray, vocab_size: int, with_t2d: bool) -> dict[s
     return out
 
 
-_DRAFTER_ARCH = {
-    "sglang": "LlamaForCausalLMEagle3",
-    "eagle": "LlamaForCausalLM",
-    "vllm": "Eagle3LlamaForCausalLM",
-    "mla": "Eagle3DeepseekV2ForCausalLM",
-    "modelopt": "LlamaForCausalLMEagle3",
-    "training": "LlamaForCausalLMEagle3",
-    "speculators": "Eagle3Speculator",
-}
+_DRAFTER_ARCH = LAYOUT_ARCH
 
 
 def _drafter_config(
@@ -384,9 +376,9 @@ def _speculators_config(
 ) -> dict[str, Any]:
     """The speculators library's layout: the layer config nested, the EAGLE-3 fields on top."""
     inner = {k: v for k, v in layer_cfg.items() if k not in ("architectures", "draft_vocab_size")}
-    inner["architectures"] = ["LlamaForCausalLM"]
+    inner["architectures"] = [TARGET_ARCH["llama"]]
     cfg: dict[str, Any] = {
-        "architectures": ["Eagle3Speculator"],
+        "architectures": [LAYOUT_ARCH["speculators"]],
         "speculators_model_type": "eagle3",
         "speculators_version": "0.3.0",
         "draft_vocab_size": draft_vocab_size,
@@ -397,7 +389,7 @@ def _speculators_config(
             "algorithm": "eagle3",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
             "default_proposal_method": "greedy",
-            "verifier": {"name_or_path": "tiny-target", "architectures": ["LlamaForCausalLM"]},
+            "verifier": {"name_or_path": "tiny-target", "architectures": [TARGET_ARCH["llama"]]},
         },
     }
     if aux_layer_ids is not None:
@@ -464,9 +456,9 @@ def build_target(
     }
     cfg: dict[str, Any]
     if text_config:
-        cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": text}
+        cfg = {"architectures": [TARGET_ARCH["kimi_k25"]], "model_type": "kimi_k25", "text_config": text}
     else:
-        cfg = {"architectures": ["LlamaForCausalLM"], **text}
+        cfg = {"architectures": [TARGET_ARCH["llama"]], **text}
     cfg = {**cfg, **(config_overrides or {})}
     return write_tensors(out, tensors, cfg, max_shard_size=max_shard_size, force=force)
 
@@ -486,7 +478,7 @@ def build_deepseek_target(
     config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny DeepSeek-V3 target (MLA attention, every layer a dense MLP:
-    ``first_k_dense_replace`` = the layer count), HF names as DeepseekV3ForCausalLM has them."""
+    ``first_k_dense_replace`` = the layer count), HF names as transformers' DeepSeek-V3 class has them."""
     H = hidden_size
     m = mla_dims(H, 64, mla_latent)  # qk_nope 32 + rope: the q/k head; the latent for the MLA kernels
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
@@ -522,7 +514,7 @@ def _deepseek_config(
     H: int, num_layers: int, num_heads: int, inter: int, vocab_size: int, m: dict[str, int]
 ) -> dict[str, Any]:
     return {
-        "architectures": ["DeepseekV3ForCausalLM"],
+        "architectures": [TARGET_ARCH["deepseek"]],
         "model_type": "deepseek_v3",
         "hidden_size": H,
         "intermediate_size": inter,
@@ -573,7 +565,7 @@ def build_gpt_oss_target(
 ) -> Path:
     """Write a tiny gpt-oss target in bf16 (attention sinks, biases, a MoE of ``num_experts``
     experts with every one routed, sliding and full layers alternating), HF names as
-    GptOssForCausalLM has them: ``mlp.experts.gate_up_proj`` is (E, H, 2I) with gate and up
+    transformers' gpt-oss class has them: ``mlp.experts.gate_up_proj`` is (E, H, 2I) with gate and up
     interleaved (gate in the even columns), ``down_proj`` (E, I, H)."""
     H, hd, E, inter = hidden_size, 64, num_experts, intermediate_size
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, H)}
@@ -608,7 +600,7 @@ def _gpt_oss_config(
     H: int, hd: int, num_layers: int, num_heads: int, num_kv_heads: int, E: int, inter: int, vocab_size: int
 ) -> dict[str, Any]:
     return {
-        "architectures": ["GptOssForCausalLM"],
+        "architectures": [TARGET_ARCH["gpt_oss"]],
         "model_type": "gpt_oss",
         "hidden_size": H,
         "intermediate_size": inter,
@@ -675,7 +667,7 @@ def build_huge_sparse(
     names += [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab_size, hidden))]
     per = -(-len(names) // num_shards)
     config = {
-        "architectures": ["DeepseekV3ForCausalLM"],
+        "architectures": [TARGET_ARCH["deepseek"]],
         "model_type": "deepseek_v3",
         "hidden_size": hidden,
         "num_hidden_layers": layer,
@@ -761,8 +753,8 @@ def build_known_pair(
     back. The figures above then hold only when the first captured boundary is b; a
     capture one layer off gives 1.0 with the ``id`` drafter.
 
-    ``target_arch`` is ``llama``, ``deepseek`` (DeepseekV3ForCausalLM, MLA) or ``gpt_oss``
-    (GptOssForCausalLM: its experts carry the flips). ``mla_latent`` (256 or 512) sizes the MLA
+    ``target_arch`` is ``llama``, ``deepseek`` (DeepSeek-V3, MLA) or ``gpt_oss`` (its experts
+    carry the flips); their classes are engines.flavor.TARGET_ARCH's. ``mla_latent`` (256 or 512) sizes the MLA
     latent of a DeepSeek target and an ``mla`` drafter (see :func:`mla_dims`).
     ``drafter_layers`` above 1 writes a multi-layer drafter (its later layers add nothing too).
 

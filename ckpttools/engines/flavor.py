@@ -8,7 +8,53 @@ from typing import Any
 
 from ckpttools.formats.names import D2T_ALIASES, canonical_name
 
-__all__ = ["Flavor", "detect_flavor", "FLAVORS"]
+__all__ = [
+    "Flavor",
+    "detect_flavor",
+    "FLAVORS",
+    "LLAMA_TARGET",
+    "MLA_ARCHS",
+    "SPECULATORS_ARCHS",
+    "FIXABLE_ARCHS",
+    "fixable_kind",
+    "LAYOUT_ARCH",
+    "TARGET_ARCH",
+]
+
+#: the Llama target class, whose aux-layer rule most target classes share (engines/aux_rules.py)
+LLAMA_TARGET = "LlamaForCausalLM"
+#: the MLA drafter classes by name: SGLang's, and vLLM's alias for it (vllm registry.py:673)
+MLA_ARCHS = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+#: the vllm-project/speculators format's class (transformers_utils/configs/speculators/base.py)
+SPECULATORS_ARCHS = ("Eagle3Speculator",)
+#: the names ``validate --fix`` renames to SGLang's Llama drafter class, and why each fails there:
+#: ``plain_llama`` (SGLang builds a plain Llama), ``vllm_name`` (vLLM's class name)
+FIXABLE_ARCHS = {"LlamaForCausalLM": "plain_llama", "Eagle3LlamaForCausalLM": "vllm_name"}
+
+
+#: the ``architectures[0]`` each drafter layout is published with (the demo's tiny drafters use them)
+LAYOUT_ARCH = {
+    "sglang": "LlamaForCausalLMEagle3",
+    "eagle": "LlamaForCausalLM",
+    "vllm": "Eagle3LlamaForCausalLM",
+    "mla": "Eagle3DeepseekV2ForCausalLM",
+    "modelopt": "LlamaForCausalLMEagle3",
+    "training": "LlamaForCausalLMEagle3",
+    "speculators": "Eagle3Speculator",
+}
+#: target classes by family, as their config.json names them (their aux-layer rules: engines/aux_rules.py)
+TARGET_ARCH = {
+    "llama": LLAMA_TARGET,
+    "deepseek": "DeepseekV3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "kimi_k25": "KimiK25ForConditionalGeneration",
+}
+
+
+def fixable_kind(arch: object) -> str | None:
+    """Which of :data:`FIXABLE_ARCHS`' reasons ``arch`` is (None: not one ``validate --fix`` renames)."""
+    return FIXABLE_ARCHS.get(arch) if isinstance(arch, str) else None
+
 
 #: flavor id -> what it is
 FLAVORS: dict[str, str] = {

