@@ -334,7 +334,7 @@ def _advice_cases() -> list[Case]:
             ["validate", "dd", "--target", "t", "--engine", "vllm"],
             0,
             short,
-            stdout_has="vLLM 0.32 raises",
+            stdout_has="raises the drafter's max_position_embeddings",
         ),
         Case(
             "cfg-advice-export-not-fix",

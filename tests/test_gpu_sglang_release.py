@@ -112,6 +112,63 @@ def test_load_plan_equals_sglang_parameters_and_logs_are_recorded(tmp_path):
     assert not report["mislabelled"]["plan_vs_engine"]
 
 
+def _with_extra_bias(root: Path) -> tuple[Path, Path]:
+    """A Llama drafter with a bias SGLang's Llama drafter has no parameter for (dropped without a word)."""
+    import numpy as np
+
+    from ckpttools.demo.tiny import write_tensors
+
+    tp, dp = build_known_pair(root)
+    with open_checkpoint(dp) as ck:
+        ts = {n: ck.read(n).copy() for n in ck.tensors}
+        cfg = dict(ck.config or {})
+    w = ts["layers.0.self_attn.o_proj.weight"]
+    ts["layers.0.self_attn.o_proj.bias"] = np.zeros(w.shape[0], w.dtype)
+    write_tensors(root / "extra", ts, cfg)
+    return tp, root / "extra"
+
+
+_FAMILIES = {
+    "two-layer": lambda root: build_known_pair(root, drafter_layers=2),
+    "mla": lambda root: build_known_pair(root, target_arch="deepseek", drafter_flavor="mla"),
+    "qwen3": lambda root: build_known_pair(root, qk_norm=True),
+    "extra-tensor": _with_extra_bias,
+}
+
+
+@pytest.mark.parametrize("family", list(_FAMILIES))
+def test_load_plan_equals_sglang_parameters_per_family(tmp_path, family):
+    """For each other drafter family, SGLang 0.5.17's real draft-model parameters after load_weights
+    equal the load plan of the 0.5.17 table (and the 0.5.23 table, whose loaders are the same code)."""
+    from ckpttools.engines.load_plan import load_plan
+    from ckpttools.engines.releases import SGLANG_0_5_23
+
+    tp, dp = _FAMILIES[family](tmp_path / family)
+    dump = tmp_path / f"{family}.dump.json"
+    extra = ["--custom-weight-loader", "tests.gpu_dump.dump_params"]
+    spec = _spec(tp, dp, f"sglang-plan-{family}.log", *extra, env={"CKPT_DUMP": str(dump)})
+    with RunningServer(spec) as srv:
+        srv.wait_ready(None)
+        _dump(spec.url)
+        time.sleep(1)
+    state = json.loads(dump.read_text()) if dump.is_file() else None
+    diff = compare_plan(dp, state, SGLANG_0_5_17) if state else ["no dump"]
+    with open_checkpoint(dp) as ck:
+        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+        cfg = dict(ck.config or {})
+    old, new = (load_plan(heads, cfg, r).to_dict() for r in (SGLANG_0_5_17, SGLANG_0_5_23))
+    dropped = [t["name"] for t in old["tensors"] if t["fate"] == "dropped"]
+    print(
+        f"\n{family}: SGLang built {state['class'] if state else None} with "
+        f"{len(state['params']) if state else 0} parameters; dropped per the plan: {dropped}; "
+        f"plan vs engine: {diff or 'equal'}"
+    )
+    assert not diff
+    assert old["tensors"] == new["tensors"] and old["params"] == new["params"]
+    if family in ("qwen3", "extra-tensor"):
+        assert dropped, "the plan names the tensor SGLang drops"
+
+
 def test_logs_of_servers_that_accept_nothing_refuse_at_start_or_die_on_the_first_request(tmp_path):
     prompts = _prompts(tmp_path)
     # nothing accepted: the swapping drafter behind the repeat target (1.0)

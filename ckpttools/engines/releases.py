@@ -392,6 +392,11 @@ _SG_CLASSES_23 = (
 SGLANG_0_5_23 = dataclasses.replace(
     SGLANG_0_5_17,
     version="0.5.23",
+    claims=Cited(
+        SGLANG_CLAIMS,
+        "inherited from 0.5.17 (ckpttools.engines.claims.SGLANG_CLAIMS): the drafter classes, their load_weights, "
+        "the context rule and the aux capture were diffed unchanged; the file:line in the texts are 0.5.17's",
+    ),
     date="2026-10-30",
     read_from="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl (PyPI)",
     drafter_swap=Cited(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError, MappingError, NoWeightsError
-from ckpttools.engines.claims import applied, applying, claim
+from ckpttools.engines.claims import applied, applying, claim, label
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
 from ckpttools.engines.config_rules import context_length, weight_problems
@@ -511,39 +511,70 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sgl
 def _name_findings(
     ck: Checkpoint, engine: str = "sglang", cfg: dict[str, Any] | None = None
 ) -> tuple[list[Finding], dict[str, Any]]:
-    """Tensors an engine would drop; and the tensors by canonical name."""
+    """Tensors the engine would drop (or refuse), as the applied release's load plan says; and the
+    tensors by canonical name. Where the plan cannot say (no drafter class, or a loader not
+    modelled), SGLang's name patterns decide (engines/names.py)."""
     out: list[Finding] = []
-    canon: dict[str, Any] = {}
+    canon: dict[str, Any] = {c: t for c, t in ((canonical_name(n)[0], t) for n, t in ck.tensors.items())}
     qk = [n for n in ck.tensors if QK_NORM.match(n)]
     out += _qk_norm_findings(qk, engine, cfg)
-    for name, t in ck.tensors.items():
-        c, rules = canonical_name(name)
-        canon[c] = t
-        if not sglang_loads(name) and name not in qk:
-            if is_training_only(name):
-                out.append(
-                    Finding(
-                        "tensors.training_only",
-                        "info",
-                        name,
-                        "a training-only tensor: SGLang drops it, as it should",
-                        "ckpt export drops it from the output",
-                    )
-                )
-                continue
-            new = suggest_rename(name)
-            out.append(
-                Finding(
-                    "tensors.dropped",
-                    "error" if new else "warning",
-                    name,
-                    "SGLang does not know this name and drops the tensor without a word",
-                    f"rename it to {new!r} (ckpt validate --fix does)"
-                    if new
-                    else "remove it, or rename it to a name SGLang loads",
-                )
-            )
+    fates = _plan_fates(ck, cfg, engine)
+    for name in ck.tensors:
+        fate = fates.get(name) if fates is not None else (None if sglang_loads(name) else ("dropped", None))
+        if fate is None or name in qk or canonical_name(name)[0] == "t2d":
+            continue
+        out.append(_dropped_finding(name, engine, *fate))
     return out, canon
+
+
+def _plan_fates(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> dict[str, tuple[str, str | None]] | None:
+    """{tensor: (fate, reason)} for the tensors the applied release drops or refuses; None when its
+    load plan has no class or loader model for this drafter."""
+    from ckpttools.engines.load_plan import load_plan
+
+    if config_problems(cfg):  # a field the plan would size from is unusable (validate says which)
+        return None
+    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+    plan = load_plan(heads, cfg or {}, applied(engine))
+    if plan.cls is None or not plan.tensors:
+        return None
+    return {t.name: (t.fate, t.reason) for t in plan.tensors if t.fate in ("dropped", "refused")}
+
+
+def _dropped_finding(name: str, engine: str, fate: str, reason: str | None) -> Finding:
+    if is_training_only(name):
+        who = (
+            "SGLang drops it"
+            if engine == "sglang"
+            else f"{label(engine)} " + ("drops it" if fate == "dropped" else "refuses the load over it")
+        )
+        return Finding(
+            "tensors.training_only",
+            "info" if fate == "dropped" else "error",
+            name,
+            f"a training-only tensor: {who}" + (", as it should" if fate == "dropped" else ""),
+            "ckpt export drops it from the output",
+        )
+    new = suggest_rename(name)
+    if engine == "sglang" and sglang_loads(name) and reason:
+        msg = f"SGLang loads this tensor to no effect, without a word: {reason}"
+        return Finding("tensors.dropped", "error", name, msg, "rename it to the name the forward reads")
+    elif engine == "sglang":
+        msg = "SGLang does not know this name and drops the tensor without a word"
+    elif fate == "refused":
+        msg = f"{label(engine)}'s loader has no parameter for this name and refuses the load ({reason or 'no such parameter'})"
+    else:
+        msg = f"{label(engine)} drops this tensor without a word ({reason or 'no such parameter'})"
+    hint = (
+        f"rename it to {new!r} (ckpt validate --fix does)"
+        if new and engine == "sglang"
+        else (
+            "remove it, or rename it to a name SGLang loads"
+            if engine == "sglang"
+            else "ckpt export --format vllm writes the names vLLM loads"
+        )
+    )
+    return Finding("tensors.dropped", "error" if new or fate == "refused" else "warning", name, msg, hint)
 
 
 def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) -> list[Finding]:
