@@ -802,6 +802,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
+    from tests.corpus_trtllm import trtllm_cases  # here: corpus_trtllm imports this module
 
     cases = (
         safetensors_cases()
@@ -822,6 +823,7 @@ def all_cases() -> list[Case]:
         + config_field_cases()
         + dry_run_cases()
         + swap_cases()
+        + trtllm_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -466,7 +466,7 @@ def remap_cmd(
 @cli.command("export", epilog=EXIT_CODES_HELP)
 @click.argument("src")
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory.")
-@click.option("--format", "fmt", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["sglang", "vllm", "trtllm"]), default="sglang", show_default=True)
 @click.option("--target", help="The target (checkpoint, repo id or config.json): aux layer ids and context length.")
 @click.option(
     "--dtype",

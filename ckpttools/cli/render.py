@@ -627,11 +627,14 @@ def render_plan(d: dict[str, Any]) -> str:
         out += [f"    {c['key']}: {c['before']!r} -> {c['after']!r}" for c in d["config_diff"]]
     elif d["layout"] == "directory":
         out.append("  config.json: unchanged")
-    kept = [s["name"] for s in d["side_files"] if s["kept"]]
+    kept = [s["name"] for s in d["side_files"] if s["kept"] and s["why"] is None]
+    made = [f"{s['name']} ({s['why']})" for s in d["side_files"] if s["kept"] and s["why"] is not None]
     quiet = ("written anew", "the source's weights (read as tensors)")
     skipped = [f"{s['name']} ({s['why']})" for s in d["side_files"] if not s["kept"] and s["why"] not in quiet]
     if kept:
         out.append(f"  side files copied: {', '.join(kept)}")
+    if made:
+        out.append(f"  side files made: {', '.join(made)}")
     if skipped:
         out.append(f"  side files skipped: {', '.join(skipped)}")
     if d["check"]:

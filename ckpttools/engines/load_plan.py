@@ -165,8 +165,9 @@ def _resolve_class(release: EngineRelease, cfg: Mapping[str, Any]) -> DrafterCla
     arch = _arch(cfg)
     if release.name == "vllm" and arch == "Eagle3Speculator":
         arch = "Eagle3Qwen3ForCausalLM" if cfg.get("model_type") == "qwen3" else "Eagle3LlamaForCausalLM"
-    if release.name == "trtllm" and arch and "Llama" in arch:
-        return release.drafter_classes.value[0]  # any Llama name (eagle3-facts.md; not read here)
+    if release.name == "trtllm" and arch is not None and "draft_vocab_size" in cfg:
+        # TensorRT-LLM strips "Eagle3" and puts "EAGLE3" in front (the table's class_resolution)
+        arch = "EAGLE3" + arch.replace("Eagle3", "")
     return release.drafter_class(arch)
 
 

@@ -147,6 +147,12 @@ class EngineRelease:
     #: what the operations say this release does, as message templates: {key: (text, source)}
     #: (:mod:`ckpttools.engines.claims`)
     claims: Cited[Mapping[str, tuple[str, str]]] = field(default_factory=lambda: Cited({}, "none"))
+    #: what ``export`` writes for an engine whose layout is not SGLang's or vLLM's (None: export has no
+    #: format of its own for it), for ckpttools.ops.export_trtllm: the ``architecture`` to write, the
+    #: ``layer_prefix`` of one layer and of layer N of several, the ``d2t_dtype`` and when d2t exists,
+    #: the tensors the class has no parameter for, when ``embed_tokens`` is built, what is ``refused``
+    #: (and why), and the serving-config ``fragment``'s key and field names
+    export_format: Cited[Mapping[str, Any] | None] = field(default_factory=lambda: Cited(None, "none"))
 
     @property
     def spec(self) -> str:
@@ -766,9 +772,32 @@ VLLM_0_33 = dataclasses.replace(
 # TensorRT-LLM, PyTorch backend. NOT read from the 1.2.1 release: PyPI's tensorrt-llm 1.2.1 is a
 # stub that downloads from pypi.nvidia.com, which cannot be reached here. Read instead from the
 # stored NVIDIA/TensorRT-LLM main (commit 00679c66), tensorrt_llm/_torch/models/modeling_speculative.py,
-# by class and function (no line numbers in that copy).
+# by class and function (no line numbers in that copy). The facts export needs beyond that file were
+# read from the stored copies named with their commit (each file's copy is of its own commit): how a
+# class is resolved (modeling_auto.py), how weights reach modules (modeling_utils.py), where a target
+# captures hidden states (modeling_llama.py, speculative/eagle3.py) and the serving config's fields
+# (llmapi/llm_args.py).
 
 _TR = "tensorrt_llm/_torch/models/modeling_speculative.py@00679c66 "
+_TR_AUTO = "tensorrt_llm/_torch/models/modeling_auto.py@01bffee1 "
+_TR_UTILS = "tensorrt_llm/_torch/models/modeling_utils.py@000a01de "
+_TR_LLAMA = "tensorrt_llm/_torch/models/modeling_llama.py@012cf909 "
+_TR_EAGLE3 = "tensorrt_llm/_torch/speculative/eagle3.py@001e6700 "
+_TR_ARGS = "tensorrt_llm/llmapi/llm_args.py@fcd3f316 "
+
+#: TensorRT-LLM's capture rule: a target decoder layer hands its output (hidden_states + residual) to
+#: the spec metadata under its own layer_idx, so id = the layer whose output is captured (boundary id + 1),
+#: ids 0..L-1; -1 is the model's final post-norm output, not a boundary; no id names the embeddings' output
+_TR_CAPTURE = aux_rules.CaptureRule(
+    "trtllm",
+    "plus1",
+    True,
+    _TR_LLAMA + "LlamaDecoderLayer.forward (maybe_capture_hidden_states(self.layer_idx, hidden_states, residual) "
+    "after the MLP); " + _TR_EAGLE3 + "Eagle3OneModelSpecMetadata.maybe_capture_hidden_states (hidden_states + "
+    "residual) and __post_init__ (default (1, L//2-1, L-4), ids sorted); " + _TR + "SpecDecOneEngineForCausalLM."
+    "forward (layer_idx -1: the model's output); " + _TR_ARGS + "SaveHiddenStatesDecodingConfig (-1: the final "
+    "post-norm hidden state). Read for Llama decoder layers; assumed for other target classes",
+)
 
 _TR_RULES = LoaderRules(
     substr_renames=(("^layers.0.", "midlayer."), ("^layers.N.", "midlayer.N.")),
@@ -791,13 +820,8 @@ TRTLLM_1_2 = EngineRelease(
         (
             DrafterClass(
                 "Eagle3ForCausalLM",
-                (
-                    "EAGLE3LlamaForCausalLM",
-                    "Eagle3DeepSeekV3ForCausalLM",
-                    "LlamaForCausalLM",
-                    "LlamaForCausalLMEagle3",
-                    "Eagle3LlamaForCausalLM",
-                ),
+                # the names it is registered under; a config reaches them through class_resolution
+                ("EAGLE3LlamaForCausalLM", "Eagle3DeepSeekV3ForCausalLM"),
                 "tensorrt_llm/_torch/models/modeling_speculative.py",
                 "Eagle3DraftModel: model.midlayer (a ModuleList midlayer.N when num_hidden_layers > 1; only the first "
                 "layer has input_layernorm), fc only when more than one layer is captured, optional input_norm "
@@ -813,8 +837,15 @@ TRTLLM_1_2 = EngineRelease(
         verified=False,
     ),
     class_resolution=Cited(
-        "any Llama architecture name plus draft_vocab_size resolves to Eagle3ForCausalLM (MLA when kv_lora_rank)",
-        "eagle3-facts.md (modeling_speculative.py, speculative/eagle3.py); not read here",
+        "with draft_vocab_size in the config (null counts): 'Eagle3' is stripped from architectures[0] and "
+        "'EAGLE3' put in front, so LlamaForCausalLM, LlamaForCausalLMEagle3 and Eagle3LlamaForCausalLM reach "
+        "EAGLE3LlamaForCausalLM, Eagle3ForCausalLM (MLA attention when kv_lora_rank); without it, "
+        "architectures[0] as it is (LlamaForCausalLM is then a plain Llama)",
+        _TR_AUTO
+        + "AutoModelForCausalLM._resolve_class (hasattr(pretrained_config, 'draft_vocab_size')); "
+        + _TR
+        + '@register_auto_model("EAGLE3LlamaForCausalLM"), Eagle3ForCausalLM.__init__ (_use_mla, '
+        "_ensure_draft_vocab_size: null becomes vocab_size)",
         verified=False,
     ),
     loaders=Cited({"trtllm_eagle3": _TR_RULES}, _TR_RULES.source, verified=False),
@@ -836,12 +867,14 @@ TRTLLM_1_2 = EngineRelease(
         _TR + "Eagle3DraftModel.__init__ (d2t torch.empty int32)",
         verified=False,
     ),
-    aux_rules=Cited(
-        None, "the serving config's eagle3_layers_to_capture, not the drafter (eagle3-facts.md)", verified=False
-    ),
+    aux_rules=Cited(_TR_CAPTURE, _TR_CAPTURE.source, verified=False),
     aux_ids_from=Cited(
-        "the serving config (EagleDecodingConfig.eagle3_layers_to_capture); fc width from spec_config.num_capture_layers",
-        _TR + "Eagle3DraftModel.__init__ (spec_config.num_capture_layers)",
+        "the serving config (EagleDecodingConfig.eagle3_layers_to_capture), not the drafter's config; fc width "
+        "from spec_config.num_capture_layers (the number of ids, else 3)",
+        _TR
+        + "Eagle3DraftModel.__init__ (spec_config.num_capture_layers); "
+        + _TR_ARGS
+        + "EagleDecodingConfig.eagle3_layers_to_capture (Set[int]) and num_capture_layers",
         verified=False,
     ),
     eagle31_options=Cited(
@@ -866,7 +899,65 @@ TRTLLM_1_2 = EngineRelease(
     log_line=Cited("not read", "not read", verified=False),
     launch_flags=Cited((), "not read (configured through the LLM API's speculative_config)", verified=False),
     weight_update=Cited((), "not read", verified=False),
-    notes=("TensorRT-LLM 1.2.1's own source was not available; every fact here is from main @00679c66.",),
+    export_format=Cited(
+        {
+            # any name reaching EAGLE3LlamaForCausalLM with draft_vocab_size; this one names a drafter and, were
+            # draft_vocab_size lost, fails to resolve instead of building a plain Llama
+            "architecture": "LlamaForCausalLMEagle3",
+            # one layer: the class's own name, read with no rename (and by the older single-layer class);
+            # several: layers.N., which load_weights renames to midlayer.N. (other readers know layers.N.,
+            # none midlayer.N.)
+            "layer_prefix": ("midlayer.", "layers.{i}."),
+            "d2t_dtype": "I32",
+            "d2t_when": "draft_vocab_size != vocab_size",
+            "no_param": ("t2d",),
+            "embed_tokens": "only_when_hidden_differs",
+            "later_layers_have_input_layernorm": False,
+            "norm_before_fc_in": "eagle_config",
+            # read with hasattr: a null would be taken as the aux states' width
+            "null_means_absent": False,
+            "fc_only_for_several_captured": True,
+            "refused": {
+                "mla": "TensorRT-LLM builds an MLA drafter's attention only under a Llama architecture name with "
+                "kv_lora_rank and loads it through DeepseekV3WeightLoader, which ckpttools does not model "
+                "(Eagle3DeepseekV2ForCausalLM resolves to EAGLE3DeepseekV2ForCausalLM, registered nowhere read)",
+                "qk_norm": "TensorRT-LLM's Eagle3Attention is its plain Attention, with no q_norm/k_norm: the per-head "
+                "norms would be dropped",
+            },
+            "fragment": {
+                "key": "speculative_config",
+                "decoding_type": ("decoding_type", "Eagle3"),
+                "max_draft_len": "max_draft_len",
+                "model": "speculative_model",
+                "layers": "eagle3_layers_to_capture",
+            },
+        },
+        _TR + "Eagle3ForCausalLM.load_weights (layers.0. -> midlayer. for one layer, layers.N. -> midlayer.N. "
+        "otherwise, midlayer names kept; model. put before all but lm_head: bare names), Eagle3DraftModel.__init__ "
+        "(midlayer a ModuleList only when num_hidden_layers > 1; fc only when num_capture_layers > 1; d2t an int32 "
+        "Parameter only when draft_vocab_size != vocab_size; hidden_size_in is target_hidden_size whenever the "
+        "config has that key (hasattr), embed_tokens only when it differs from hidden_size; input_norm only with "
+        "eagle_config.norm_before_fc; fc_norm from config.fc_norm), Eagle3DecoderLayer.__init__ (input_layernorm "
+        "only in the first layer unless eagle_config.next_layer_regular is false), Eagle3Attention (subclasses "
+        "Attention, adds no q/k norms; attention/attention.py itself not read), Eagle3ForCausalLM.load_weights "
+        "(_use_mla: DeepseekV3WeightLoader); "
+        + _TR_UTILS
+        + "_load_weights_impl and _load_weights_impl_v2 (each module takes its own prefix's tensors: a tensor no "
+        "module has is never read, t2d included); "
+        + _TR_AUTO
+        + "AutoModelForCausalLM._resolve_class; "
+        + _TR_EAGLE3
+        + "Eagle3OneModelWorker.draft_decoder (target id = d2t[draft] + draft); "
+        + _TR_ARGS
+        + "DecodingBaseConfig (max_draft_len, speculative_model alias speculative_model_dir), "
+        "Eagle3DecodingConfig (decoding_type 'Eagle3'), EagleDecodingConfig (eagle3_layers_to_capture; "
+        "validate_eagle_config: max_draft_len must be > 0)",
+        verified=False,
+    ),
+    notes=(
+        "TensorRT-LLM 1.2.1's own source was not available; modeling_speculative.py is main @00679c66, the other "
+        "files the stored copies of the commits named in each source (not one checkout).",
+    ),
 )
 
 #: every known release, by engine, oldest first

@@ -155,11 +155,14 @@ class PlannedTensor:
 
 @dataclass(frozen=True)
 class SideFile:
-    """A file beside the source's weights: copied (``skipped`` None) or not, and why."""
+    """A file beside the source's weights: copied (``skipped`` None) or not, and why; or, with
+    ``data``, a file the operation makes while planning (``made`` says what it is), written as it is."""
 
     name: str
     path: str
     skipped: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    made: str | None = None
 
 
 @dataclass
@@ -322,7 +325,9 @@ def _execute_directory(
             if plan.config is not None:
                 w.add_json("config.json", plan.config)
             for s in plan.side_files:
-                if s.skipped is None:
+                if s.data is not None:
+                    w.add_bytes(s.name, s.data)
+                elif s.skipped is None:
                     w.add_file(s.name, s.path)
             if plan.manifest is not None:
                 assert hashes is not None

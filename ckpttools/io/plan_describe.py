@@ -56,7 +56,10 @@ def describe(plan: WritePlan) -> dict[str, Any]:
         "bytes": {"total": plan.bytes_total, **plan.bytes_by_kind()},
         "max_shard_size": plan.max_shard_size,
         "config_diff": plan.config_diff(),
-        "side_files": [{"name": s.name, "kept": s.skipped is None, "why": s.skipped} for s in plan.side_files],
+        "side_files": [
+            {"name": s.name, "kept": s.skipped is None, "why": s.made if s.data is not None else s.skipped}
+            for s in plan.side_files
+        ],
         "check": plan.check.what if plan.check is not None else None,
         "manifest": None
         if m is None

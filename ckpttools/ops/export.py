@@ -55,7 +55,7 @@ from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
 
-FORMATS = ("sglang", "vllm")
+FORMATS = ("sglang", "vllm", "trtllm")
 DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
 _FLOATS = ("F32", "F16", "BF16", "F64")
 
@@ -268,6 +268,10 @@ def plan_export(
     with open_checkpoint(src, download=download) as ck:
         require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
         check_output(out, [ck.root, *([target] if target is not None else [])])
+        if format == "trtllm":
+            from ckpttools.ops.export_trtllm import plan_trtllm  # it imports this module
+
+            return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
@@ -311,13 +315,15 @@ def export(
     fsync: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ExportReport:
-    """Export a drafter of any detected layout to SGLang's (or vLLM's) layout.
+    """Export a drafter of any detected layout to SGLang's (or vLLM's, or TensorRT-LLM's) layout.
 
     Args:
         src: the drafter (any flavor ``ckpt inspect`` detects; sharded, fp32, ``model.``
             prefixes all fine).
         out: the output directory; nothing appears there unless validate passes.
-        format: ``sglang`` or ``vllm``.
+        format: ``sglang``, ``vllm`` or ``trtllm`` (TensorRT-LLM's PyTorch backend: the weights and
+            config its EAGLE-3 loader reads, plus a serving-config fragment with the captured layers;
+            :mod:`ckpttools.ops.export_trtllm`, read from its source, not run).
         target: the target model; gives aux layer ids when the source has none and the
             context length max_position_embeddings must cover.
         dtype: ``bf16``, ``fp16``, ``keep``, or ``auto`` (the default): the target's dtype
