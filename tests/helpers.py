@@ -71,7 +71,9 @@ def compare_plan(drafter: Path, dump: dict, release: Any, repacked: tuple[str, .
     sum, all_ones}}}, read from the running engine) differ from the load plan's prediction for
     ``release``; empty when they agree on names, class, file sums and the norms left at ones.
     Parameters of the kinds in ``repacked`` are compared by name only (a backend that moves their
-    values elsewhere after loading, as vLLM's CPU GEMM dispatch does)."""
+    values elsewhere after loading, as vLLM's CPU GEMM dispatch does). Parameters the plan says
+    are ``derived`` from one parameter are compared by value together: their sums add up to the
+    file's sum for that parameter (a split, as vLLM's MLA W_UV / W_UK_T of kv_b_proj)."""
     from ckpttools.engines.load_plan import load_plan
 
     with open_checkpoint(drafter) as ck:
@@ -83,6 +85,7 @@ def compare_plan(drafter: Path, dump: dict, release: Any, repacked: tuple[str, .
     bad = [f"class {dump['class']} vs plan {plan['class']}"] if dump["class"] != plan["class"] else []
     bad += [f"engine has {n}, the plan does not" for n in sorted(set(got) - set(want))]
     bad += [f"the plan has {n}, the engine does not" for n in sorted(set(want) - set(got))]
+    bad += [f"the engine loaded the drafter; the plan says: {m}" for m in plan["refused"]]
     into: dict[str, float] = {}
     for t in plan["tensors"]:
         if t["fate"] in ("loaded", "renamed") and t.get("param") in want:
@@ -97,4 +100,19 @@ def compare_plan(drafter: Path, dump: dict, release: Any, repacked: tuple[str, .
             continue
         if p["source"] == "file" and n in into and not np.isclose(g["sum"], into[n], rtol=2e-2, atol=1e-2):
             bad.append(f"{n}: engine sum {g['sum']:.4f}, the file's {into[n]:.4f}")
+    return bad + _derived_sums(want, got, into)
+
+
+def _derived_sums(want: dict, got: dict, into: dict[str, float]) -> list[str]:
+    parts: dict[str, list[str]] = {}
+    for n, p in want.items():
+        if p["source"] == "derived":
+            parts.setdefault(p["derived_from"], []).append(n)
+    bad = []
+    for src, names in parts.items():
+        if src not in into or not all(n in got for n in names):
+            continue
+        total = sum(got[n]["sum"] for n in names)
+        if not np.isclose(total, into[src], rtol=2e-2, atol=1e-2):
+            bad.append(f"{', '.join(names)}: engine sums {total:.4f} together, the file's {src} {into[src]:.4f}")
     return bad

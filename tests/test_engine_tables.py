@@ -132,6 +132,7 @@ def test_every_fact_has_a_source(rel: EngineRelease) -> None:
             "sglang_mla",
             "vllm_llama",
             "vllm_qwen3",
+            "vllm_mla",
             "trtllm_eagle3",
             "unmodelled",
         )
@@ -173,9 +174,16 @@ def test_context_rules() -> None:
     assert "rope" in VLLM_0_33.context_rule.value  # 0.33 raises it only for rope types that size the cache alone
 
 
+def _uncited(rules: R.LoaderRules) -> R.LoaderRules:
+    return dataclasses.replace(rules, source="", derived=tuple((n, f, "") for n, f, _ in rules.derived))
+
+
 def test_vllm_0_33_is_0_32_with_medusa_and_mlp_speculator_dropped() -> None:
     assert VLLM_0_33.drafter_classes.value == VLLM_0_32.drafter_classes.value
-    assert VLLM_0_33.loaders.value == VLLM_0_32.loaders.value
+    # the same rules; 0.33's MLA rules cite 0.33's own mla_attention.py lines
+    assert {k: _uncited(v) for k, v in VLLM_0_33.loaders.value.items()} == {
+        k: _uncited(v) for k, v in VLLM_0_32.loaders.value.items()
+    }
     assert set(VLLM_0_33.dropped_methods.value) == {"medusa", "mlp_speculator"}
     assert VLLM_0_32.dropped_methods.value == ()
     assert "per-request-spec-decode-metrics" in VLLM_0_32.launch_flags.value
@@ -202,6 +210,18 @@ def test_drafter_classes() -> None:
         for arch in ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "LlamaForCausalLM"):
             assert rel.drafter_class(arch).cls == "Eagle3LlamaForCausalLM"  # type: ignore[union-attr]
         assert rel.drafter_class("Eagle3Qwen3ForCausalLM").loader == "vllm_qwen3"  # type: ignore[union-attr]
+        for arch in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"):
+            dc = rel.drafter_class(arch)
+            assert dc is not None and dc.cls == "Eagle3DeepseekV2ForCausalLM" and dc.loader == "vllm_mla"
+        mla = rel.loaders.value["vllm_mla"]
+        assert (".fused_qkv_a_proj", ".q_a_proj", "0") in mla.stacked and mla.unknown == "refused"
+        assert {d[0] for d in mla.derived} == {
+            ".self_attn.mla_attn.mla_attn.W_UV",
+            ".self_attn.mla_attn.mla_attn.W_UK_T",
+        }
+        assert "deepseek_eagle3.py:" in mla.source
+    old, new = (r.loaders.value["vllm_mla"] for r in (VLLM_0_32, VLLM_0_33))
+    assert ", 1325;" in old.derived[0][2] and "1347" not in old.derived[0][2] and ", 1347;" in new.derived[0][2]
 
 
 def test_flags_are_spelled_for_the_command_line() -> None:

@@ -160,7 +160,91 @@ def test_mla_drafter(root: Path) -> None:
     assert lone.tensor("layers.0.self_attn.q_a_proj.weight").fate == "dropped"
     assert lone.param(fused).source == "init"
     vl = _plan(path, "vllm")
-    assert vl.cls == "Eagle3DeepseekV2ForCausalLM" and not vl.verified and vl.notes
+    assert vl.cls == "Eagle3DeepseekV2ForCausalLM" and vl.verified and _codes(vl) == []
+
+
+def _fates(plan: LoadPlan) -> dict[str, tuple[str, str | None, str | None]]:
+    return {t.name: (t.fate, t.param, t.shard) for t in plan.tensors}
+
+
+def _sources(plan: LoadPlan) -> dict[str, tuple[str, str | None]]:
+    return {p["name"]: (p["source"], p.get("init") or p.get("derived_from")) for p in plan.to_dict()["params"]}
+
+
+@pytest.mark.parametrize("spec", ["vllm==0.32", "vllm==0.33"])
+def test_vllm_mla_plan_of_a_tiny_mla_drafter(root: Path, spec: str) -> None:
+    """vLLM's MLA drafter (deepseek_eagle3.py): q_a_proj and kv_a_proj_with_mqa stacked into
+    fused_qkv_a_proj, gate/up into gate_up_proj, model. in front, d2t renamed, t2d skipped;
+    embed_tokens shared with the target; W_UV and W_UK_T split from kv_b_proj after loading."""
+    path = build_drafter(root / f"vl-mla-{spec}", "mla")
+    plan = _plan(path, spec)
+    a, m = "model.layers.0.self_attn.", "model.layers.0.mlp."
+    assert plan.cls == "Eagle3DeepseekV2ForCausalLM" and plan.verified and not plan.refused
+    assert _fates(plan) == {
+        "fc.weight": ("loaded", "model.fc.weight", None),
+        "layers.0.self_attn.q_a_proj.weight": ("loaded", a + "fused_qkv_a_proj.weight", "0"),
+        "layers.0.self_attn.kv_a_proj_with_mqa.weight": ("loaded", a + "fused_qkv_a_proj.weight", "1"),
+        "layers.0.self_attn.q_a_layernorm.weight": ("loaded", a + "q_a_layernorm.weight", None),
+        "layers.0.self_attn.q_b_proj.weight": ("loaded", a + "q_b_proj.weight", None),
+        "layers.0.self_attn.kv_a_layernorm.weight": ("loaded", a + "kv_a_layernorm.weight", None),
+        "layers.0.self_attn.kv_b_proj.weight": ("loaded", a + "kv_b_proj.weight", None),
+        "layers.0.self_attn.o_proj.weight": ("loaded", a + "o_proj.weight", None),
+        "layers.0.mlp.gate_proj.weight": ("loaded", m + "gate_up_proj.weight", "0"),
+        "layers.0.mlp.up_proj.weight": ("loaded", m + "gate_up_proj.weight", "1"),
+        "layers.0.mlp.down_proj.weight": ("loaded", m + "down_proj.weight", None),
+        "layers.0.input_layernorm.weight": ("loaded", "model.layers.0.input_layernorm.weight", None),
+        "layers.0.hidden_norm.weight": ("loaded", "model.layers.0.hidden_norm.weight", None),
+        "layers.0.post_attention_layernorm.weight": ("loaded", "model.layers.0.post_attention_layernorm.weight", None),
+        "norm.weight": ("loaded", "model.norm.weight", None),
+        "lm_head.weight": ("loaded", "lm_head.weight", None),
+        "d2t": ("renamed", "draft_id_to_target_id", None),
+        "t2d": ("dropped", None, None),
+    }
+    kvb = a + "kv_b_proj.weight"
+    file_params = [a + n + ".weight" for n in ("fused_qkv_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_layernorm")]
+    file_params += [kvb, a + "o_proj.weight", m + "gate_up_proj.weight", m + "down_proj.weight", "model.fc.weight"]
+    file_params += [
+        f"model.layers.0.{n}.weight" for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm")
+    ]
+    assert _sources(plan) == {
+        "model.embed_tokens.weight": ("shared", None),
+        **{n: ("file", None) for n in file_params},
+        "model.norm.weight": ("file", None),
+        "lm_head.weight": ("file", None),
+        "draft_id_to_target_id": ("file", None),
+        a + "mla_attn.mla_attn.W_UV": ("derived", kvb),
+        a + "mla_attn.mla_attn.W_UK_T": ("derived", kvb),
+    }
+    assert _codes(plan) == [] and _codes(plan, "warning") == []
+
+
+def test_vllm_mla_plan_of_broken_mla_drafters(root: Path) -> None:
+    """A lone q_a_proj leaves fused_qkv_a_proj's second shard at init (vLLM loads each shard on
+    its own); no d2t leaves the map at zeros; q_lora_rank null builds kv_a_proj_with_mqa, which
+    the loader's stacking still sends to fused_qkv_a_proj: the load raises; an input_norm (the
+    class has none) raises; a bias is ignored; a second layer's hidden_norm is never read."""
+    path = build_drafter(root / "vl-mla-broken", "mla")
+    kva = "layers.0.self_attn.kv_a_proj_with_mqa.weight"
+    lone = _plan(_rewrite(path, root / "vl-mla-lone", drop=(kva, "d2t")), "vllm==0.32")
+    fused = lone.param("model.layers.0.self_attn.fused_qkv_a_proj.weight")
+    assert fused.source == "file" and "shards 1" in (fused.reason or "")
+    assert lone.param("draft_id_to_target_id").source == "init" and lone.param("draft_id_to_target_id").init
+    assert {"param_partly_init"} <= set(_codes(lone)) and "param_at_init" in _codes(lone, "warning")
+    null_q = _plan(_rewrite(path, root / "vl-mla-nullq", config=lambda c: {**c, "q_lora_rank": None}), "vllm==0.32")
+    assert null_q.tensor(kva).fate == "refused" and null_q.refused
+    assert null_q.tensor("layers.0.self_attn.q_a_proj.weight").fate == "refused"  # no q_a_proj without q_lora_rank
+    with open_checkpoint(path) as ck:
+        arrays = {n: ck.read(n) for n in ck.tensors}
+        cfg = dict(ck.config or {})
+    w = arrays["norm.weight"]
+    extra = write_tensors(root / "vl-mla-extra", {**arrays, "input_norm.weight": w, "fc.bias": w[:1]}, cfg)
+    ex = _plan(extra, "vllm==0.32")
+    assert ex.tensor("input_norm.weight").fate == "refused" and ex.tensor("fc.bias").fate == "dropped"
+    two = {**arrays, **{k.replace("layers.0.", "layers.1."): v for k, v in arrays.items() if k.startswith("layers.0.")}}
+    p2 = _plan(write_tensors(root / "vl-mla-two", two, {**cfg, "num_hidden_layers": 2}), "vllm==0.32")
+    assert not p2.refused and not p2.param("model.layers.1.hidden_norm.weight").used
+    assert p2.tensor("layers.1.hidden_norm.weight").fate == "dropped"
+    assert len([p for p in p2.params if p.source == "derived"]) == 4
 
 
 def test_modelopt_and_speculators(root: Path) -> None:

@@ -628,11 +628,13 @@ def _vllm_draft_state(tp: Path, vp: Path, log: Path) -> dict:
         return r.json()["results"][0]
 
 
-@pytest.mark.parametrize("family", ["llama", "eagle31", "two-layer", "qwen3", "extra-tensor"])
+@pytest.mark.parametrize("family", ["llama", "eagle31", "two-layer", "qwen3", "extra-tensor", "mla"])
 def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
     """For each drafter family, the parameters vLLM 0.32 really built (names, class, the sums of
     what it loaded from the file, norms left at ones) equal what `ckpt validate --load-plan`
-    predicts; a tensor the engine drops is named as dropped by the plan."""
+    predicts; a tensor the engine drops is named as dropped by the plan. mla: an MLA drafter behind
+    a DeepSeek-V3 target (latent 512 + 64, what vLLM's CPU MLA backend takes), whose W_UV and W_UK_T
+    the plan says are split from kv_b_proj after loading."""
     from ckpttools.engines.load_plan import load_plan
     from ckpttools.engines.releases import VLLM_0_32
 
@@ -642,6 +644,7 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
         "eagle31": {"fc_norm": True, "norm_output": True},
         "two-layer": {"drafter_layers": 2},
         "qwen3": {"qk_norm": True},
+        "mla": {"target_arch": "deepseek", "drafter_flavor": "mla", "mla_latent": 512},
     }.get(family, {})
     tp, dp = build_known_pair(tmp_path / family, **opts)
     vp = Path(export(dp, tmp_path / f"{family}-vllm", format="vllm", target=tp).output)
@@ -657,6 +660,8 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
         f"{diff or 'equal'}"
     )
     assert not diff
+    if family == "mla":
+        _check_mla_state(vp, state)
     if family == "extra-tensor":
         from ckpttools.io.checkpoint import open_checkpoint
 
@@ -666,6 +671,23 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
             ).to_dict()
         fate = {t["name"]: t["fate"] for t in plan["tensors"]}
         assert fate["layers.0.self_attn.o_proj.bias"] == "dropped"
+
+
+def _check_mla_state(vp: Path, state: dict) -> None:
+    """The MLA drafter's class, and kv_b_proj by value: the CPU build leaves MLA's kv_b_proj
+    unpacked (vllm/model_executor/layers/attention/mla_attention.py:603-606, layers/linear.py:206-211),
+    so the engine's equals the file's, as its W_UV and W_UK_T together do (compare_plan)."""
+    import numpy as np
+
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    assert state["class"] == "Eagle3DeepseekV2ForCausalLM"
+    with open_checkpoint(vp) as ck:
+        want = float(np.asarray(ck.read("layers.0.self_attn.kv_b_proj.weight"), dtype=np.float64).sum())
+    got = state["params"]["model.layers.0.self_attn.kv_b_proj.weight"]["sum"]
+    assert got == pytest.approx(want, rel=2e-2, abs=1e-2)
+    derived = [n for n in state["params"] if ".mla_attn.mla_attn." in n]
+    assert sorted(derived) == [f"model.layers.0.self_attn.mla_attn.mla_attn.{n}" for n in ("W_UK_T", "W_UV")]
 
 
 def _with_extra_bias(src: Path, dst: Path) -> Path:

@@ -238,7 +238,7 @@ def render_load_plan(plan: dict[str, Any]) -> list[str]:
         why = f"  ({t['reason']})" if t.get("reason") else ""
         out.append(f"  tensor  {t['fate']:<8} {t['name']}{where}{why}")
     for p in sorted(plan["params"], key=lambda p: (p["source"] == "file", p["name"])):
-        init = f" = {p['init']}" if p.get("init") else ""
+        init = f" = {p['init']}" if p.get("init") else f" <- {p['derived_from']}" if p.get("derived_from") else ""
         out.append(f"  param   {p['source']:<11} {p['name']}{init}" + ("" if p.get("used", True) else "  (never read)"))
     out += [f"  cast    {c}" for c in plan.get("casts", [])] + [f"  switch  {s}" for s in plan.get("switches", [])]
     return out

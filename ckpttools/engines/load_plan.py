@@ -11,8 +11,9 @@ gate/up fusion aside), ``renamed`` (a rename rule of the engine's applied first:
 ``aux_norm_*``, d2t), ``dropped`` (no effect on the model: skipped, no parameter, or loaded into a
 parameter the forward never reads) and ``refused`` (the engine's loader raises on it; vLLM only).
 Parameter sources: ``file``, ``shared`` (the target's tensor, nothing in the file), ``init``
-(nothing loads it: ``init`` says what it holds) and ``overwritten`` (the file's tensor is loaded,
-then replaced by the target's).
+(nothing loads it: ``init`` says what it holds), ``overwritten`` (the file's tensor is loaded,
+then replaced by the target's) and ``derived`` (made after loading from another parameter, which
+``derived_from`` names: vLLM's MLA attention splits kv_b_proj).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ckpttools.formats import names as canon_names
 __all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "plan_findings", "FATES", "SOURCES"]
 
 FATES = ("loaded", "renamed", "dropped", "refused")
-SOURCES = ("file", "shared", "init", "overwritten")
+SOURCES = ("file", "shared", "init", "overwritten", "derived")
 
 Headers = Mapping[str, tuple[Sequence[int], str]]
 
@@ -59,6 +60,7 @@ class ParamPlan:
     init: str | None = None
     used: bool = True
     reason: str | None = None
+    derived_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "source": self.source, "kind": self.kind}
@@ -68,6 +70,8 @@ class ParamPlan:
             d["used"] = False
         if self.reason is not None:
             d["reason"] = self.reason
+        if self.derived_from is not None:
+            d["derived_from"] = self.derived_from
         return d
 
 
@@ -286,6 +290,64 @@ def _params_vllm(cfg: Mapping[str, Any], qwen3: bool) -> dict[str, _Param]:
     return p
 
 
+#: what transformers' DeepseekV2Config / DeepseekV3Config hold for a key the drafter's config leaves
+#: out (transformers 5.19, vLLM 0.32's: models/deepseek_v2/configuration_deepseek_v2.py:79 and 107,
+#: models/deepseek_v3/configuration_deepseek_v3.py:86 and 94); vLLM builds the MLA drafter from them
+_MLA_LAYERS_DEFAULT = {"deepseek_v2": 32, "deepseek_v3": 61}
+_MLA_Q_LORA_DEFAULT = 1536
+
+
+def _mla_num_layers(cfg: Mapping[str, Any]) -> int:
+    n = cfg.get("num_hidden_layers")
+    return n if type(n) is int and n > 0 else _MLA_LAYERS_DEFAULT.get(str(cfg.get("model_type")), 32)
+
+
+def _mla_layer_params(prefix: str, first: bool, q_lora: bool) -> dict[str, _Param]:
+    """One vLLM MLA drafter layer (deepseek_eagle3.py:38-148 on deepseek_v2.py's MLA attention
+    and MLP): fused q_a/kv_a when q_lora_rank is set, else kv_a_proj_with_mqa and q_proj."""
+    a = f"{prefix}self_attn."
+    if q_lora:
+        p = {
+            f"{a}fused_qkv_a_proj.weight": _Param("linear", shards=("0", "1")),
+            f"{a}q_a_layernorm.weight": _Param("rmsnorm"),
+            f"{a}q_b_proj.weight": _Param("linear"),
+        }
+    else:
+        p = {f"{a}kv_a_proj_with_mqa.weight": _Param("linear"), f"{a}q_proj.weight": _Param("linear")}
+    p |= {
+        f"{a}kv_a_layernorm.weight": _Param("rmsnorm"),
+        f"{a}kv_b_proj.weight": _Param("linear"),
+        f"{a}o_proj.weight": _Param("linear"),
+        f"{prefix}mlp.gate_up_proj.weight": _Param("linear", shards=("0", "1")),
+        f"{prefix}mlp.down_proj.weight": _Param("linear"),
+        f"{prefix}input_layernorm.weight": _Param("rmsnorm"),
+        f"{prefix}post_attention_layernorm.weight": _Param("rmsnorm"),
+        f"{prefix}hidden_norm.weight": _Param("rmsnorm"),
+    }
+    if not first:
+        p[f"{prefix}hidden_norm.weight"] = _Param(
+            "rmsnorm", used=False, unused_why="a later layer's forward reads input_layernorm, never hidden_norm"
+        )
+    return p
+
+
+def _params_vllm_mla(cfg: Mapping[str, Any]) -> dict[str, _Param]:
+    opts = aux_rules.fc_options(dict(cfg), "vllm")  # fc_norm and its count as deepseek_eagle3.py:189-220 reads them
+    q_lora = cfg.get("q_lora_rank", _MLA_Q_LORA_DEFAULT) is not None
+    p: dict[str, _Param] = {"model.embed_tokens.weight": _Param("embedding")}
+    for i in range(_mla_num_layers(cfg)):
+        p |= _mla_layer_params(f"model.layers.{i}.", i == 0, q_lora)
+    p["model.fc.weight"] = _Param("fc")
+    if opts.fc_norm:
+        p |= {f"model.fc_norm.{j}.weight": _Param("rmsnorm") for j in range(opts.num_aux)}
+    p["model.norm.weight"] = _Param("rmsnorm")
+    p["lm_head.weight"] = _Param("lm_head")  # ParallelLMHead always (deepseek_eagle3.py:299-303)
+    v, vd = _vocab(cfg)
+    if vd is not None and vd != v:
+        p["draft_id_to_target_id"] = _Param("d2t")
+    return p
+
+
 def _params_trtllm(cfg: Mapping[str, Any]) -> dict[str, _Param]:
     opts = aux_rules.fc_options(dict(cfg), "vllm")
     eagle = _eagle(cfg)
@@ -366,8 +428,14 @@ def _map_vllm(name: str, params: Mapping[str, _Param], rules: LoaderRules, cfg: 
         return _Mapped(None, None, tuple(applied), "input_norm. mapped to nothing: norm_before_fc is off")
     if "fc." in name and not _eagle(cfg).get("use_aux_hidden_state", True):
         return _Mapped(None, None, tuple(applied), "fc. mapped to nothing: use_aux_hidden_state is off")
+    return _vllm_lookup(name, applied, params, rules)
+
+
+def _vllm_lookup(name: str, applied: list[str], params: Mapping[str, _Param], rules: LoaderRules) -> _Mapped:
+    """AutoWeightsLoader's part of a vLLM load: rotary tensors dropped, the mapper's renames and
+    stacking, then the parameter, an ignored suffix, or a ValueError."""
     if any(s in name for s in rules.skip):
-        return _Mapped(None, None, tuple(applied), "rotary inv_freq: dropped by AutoWeightsLoader")
+        return _Mapped(None, None, tuple(applied), "rotary tensor: dropped by AutoWeightsLoader")
     for old, new in rules.substr_renames:
         if old in name:
             name = name.replace(old, new)
@@ -375,9 +443,23 @@ def _map_vllm(name: str, params: Mapping[str, _Param], rules: LoaderRules, cfg: 
     stacked, shard = _stack(name, rules)
     if stacked in params:
         return _Mapped(stacked, shard, tuple(applied))
-    if stacked.endswith(".bias"):
-        return _Mapped(None, None, tuple(applied), f"no parameter {stacked!r}; unexpected .bias is ignored")
+    if rules.ignored_suffixes and stacked.endswith(rules.ignored_suffixes):
+        return _Mapped(None, None, tuple(applied), f"no parameter {stacked!r}; an unexpected suffix is ignored")
     return _Mapped(None, None, tuple(applied), "refused")
+
+
+def _map_vllm_mla(name: str, params: Mapping[str, _Param], rules: LoaderRules) -> _Mapped:
+    """Eagle3DeepseekV2ForCausalLM.load_weights: t2d skipped, d2t renamed, model. in front of all
+    but lm_head; no input_norm, fc or mask_hidden cases (a name with no parameter raises)."""
+    if "t2d" in name:
+        return _Mapped(None, None, (), "skipped by name (t2d)")
+    applied: list[str] = []
+    if "d2t" in name:
+        name = name.replace("d2t", rules.d2t_to)
+        applied.append(f"d2t -> {rules.d2t_to}")
+    elif "lm_head" not in name:
+        name = rules.prefix + name
+    return _vllm_lookup(name, applied, params, rules)
 
 
 def _map_trtllm(name: str, params: Mapping[str, _Param], rules: LoaderRules, cfg: Mapping[str, Any]) -> _Mapped:
@@ -395,16 +477,20 @@ def _map_trtllm(name: str, params: Mapping[str, _Param], rules: LoaderRules, cfg
     return _Mapped(None, None, tuple(applied), f"no parameter {stacked!r} (assumed skipped: not read)")
 
 
+def _rules(dc: DrafterClass, release: EngineRelease) -> LoaderRules:
+    return release.loaders.value[dc.loader if dc.loader in release.loaders.value else next(iter(release.loaders.value))]
+
+
 def _mapper(dc: DrafterClass, release: EngineRelease, cfg: Mapping[str, Any]) -> Any:
-    rules = release.loaders.value[
-        dc.loader if dc.loader in release.loaders.value else next(iter(release.loaders.value))
-    ]
+    rules = _rules(dc, release)
     if dc.loader == "sglang_llama":
         return lambda n, p: _map_sglang_llama(n, p, rules)
     if dc.loader == "sglang_mla":
         return lambda n, p: _map_sglang_mla(n, p, rules)
     if dc.loader in ("vllm_llama", "vllm_qwen3"):
         return lambda n, p: _map_vllm(n, p, rules, cfg)
+    if dc.loader == "vllm_mla":
+        return lambda n, p: _map_vllm_mla(n, p, rules)
     return lambda n, p: _map_trtllm(n, p, rules, cfg)
 
 
@@ -415,6 +501,8 @@ def _params_for(dc: DrafterClass, cfg: Mapping[str, Any]) -> dict[str, _Param]:
         return _params_sglang_mla(cfg)
     if dc.loader in ("vllm_llama", "vllm_qwen3"):
         return _params_vllm(cfg, dc.loader == "vllm_qwen3")
+    if dc.loader == "vllm_mla":
+        return _params_vllm_mla(cfg)
     return _params_trtllm(cfg)
 
 
@@ -499,6 +587,17 @@ def _param_plans(
     return out
 
 
+def _derived(rules: LoaderRules, params: list[ParamPlan]) -> list[ParamPlan]:
+    """The parameters the engine makes after loading from a parameter of the class (the table's
+    ``derived`` rules), each naming the one it is made from."""
+    out = []
+    for p in params:
+        for new, old, how in rules.derived:
+            if p.name.endswith(old):
+                out.append(ParamPlan(p.name[: -len(old)] + new, "derived", p.kind, reason=how, derived_from=p.name))
+    return out
+
+
 def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], release: EngineRelease) -> LoadPlan:
     """What ``release`` builds from a drafter with these tensors ({name: (shape, safetensors dtype)})
     and this config.json: class, tensor fates, parameter sources, casts and switches."""
@@ -533,6 +632,7 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         tensors = _mla_pairs(tensors)
     plan.tensors = tensors
     plan.params = _param_plans(release, cfg, params, tensors)
+    plan.params += _derived(_rules(dc, release), plan.params)
     plan.refused += [
         f"{t.name}: {release.spec}'s loader raises ValueError (no such parameter)"
         for t in tensors
@@ -541,7 +641,8 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
     plan.casts = _casts(release, cfg, tensor_names_and_shapes, tensors)
     plan.switches = _switches(release, dc, cfg, tensor_names_and_shapes)
     if "num_hidden_layers" not in cfg:
-        plan.notes.append("num_hidden_layers is missing: the class builds transformers' default, 32 layers")
+        n = _mla_num_layers(cfg) if dc.loader == "vllm_mla" else 32
+        plan.notes.append(f"num_hidden_layers is missing: the class builds transformers' default, {n} layers")
     return plan
 
 
@@ -605,7 +706,7 @@ def _option_switches(release: EngineRelease, dc: DrafterClass, cfg: Mapping[str,
     before = opts.norm_before_fc if release.name != "trtllm" else bool(_eagle(cfg).get("norm_before_fc", False))
     return {
         "fc_norm": opts.fc_norm,
-        "norm_before_fc": before and dc.loader != "sglang_mla",
+        "norm_before_fc": before and dc.loader not in ("sglang_mla", "vllm_mla"),
         "bias": bool(cfg.get("bias")) and release.name != "vllm",  # vLLM's fc is built without a bias
         "qk_norm": dc.loader == "vllm_qwen3",
     }

@@ -70,7 +70,8 @@ class DrafterClass:
     archs: tuple[str, ...]
     module: str
     builds: str
-    loader: str  # "sglang_llama" | "sglang_mla" | "vllm_llama" | "vllm_qwen3" | "trtllm_eagle3" | "unmodelled"
+    #: "sglang_llama" | "sglang_mla" | "vllm_llama" | "vllm_qwen3" | "vllm_mla" | "trtllm_eagle3" | "unmodelled"
+    loader: str
     source: str
     verified: bool = True
 
@@ -83,7 +84,10 @@ class LoaderRules:
     file part, shard) fusions; ``skip``: substrings whose tensor is skipped (``d2t`` handled
     apart); ``d2t_to``: what d2t becomes; ``prefix``: the prefix the loader puts in front of a
     bare name; ``unknown``: what happens to a name with no parameter (``"dropped"`` silently,
-    ``"warned"``: dropped with a log line, ``"refused"``: the load fails)."""
+    ``"warned"``: dropped with a log line, ``"refused"``: the load fails); ``ignored_suffixes``:
+    name endings a name with no parameter is dropped for instead of ``unknown``; ``derived``:
+    (param suffix, suffix of the param it is computed from, how) for parameters the engine makes
+    from a loaded one after loading."""
 
     substr_renames: tuple[tuple[str, str], ...]
     stacked: tuple[tuple[str, str, str], ...]
@@ -93,6 +97,8 @@ class LoaderRules:
     unknown: str
     source: str
     verified: bool = True
+    ignored_suffixes: tuple[str, ...] = ()
+    derived: tuple[tuple[str, str, str], ...] = ()
 
 
 _QKV = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"))
@@ -525,6 +531,50 @@ _VL_RULES = LoaderRules(
     + _VL
     + "model_executor/models/utils.py:376-448 (an unknown name raises ValueError 442-448; .bias ignored 458; "
     "rotary inv_freq dropped 229-236)",
+    ignored_suffixes=(".bias",),
+)
+
+_VL_DS3 = _VL + "model_executor/models/deepseek_eagle3.py"
+_VL_ATTN = _VL + "model_executor/layers/attention/mla_attention.py"
+
+
+def _mla_derived(fn: str, split: str, uv: str, uk: str, amx: str) -> tuple[tuple[str, str, str], ...]:
+    """vLLM's MLA attention's W_UV and W_UK_T, made from kv_b_proj after loading (the release's
+    mla_attention.py lines: split_kv_b_proj, its call, each parameter, the AMX backend's early return)."""
+    where = f"{_VL_ATTN}:{fn} (split_kv_b_proj), {split}"
+    return (
+        (
+            ".self_attn.mla_attn.mla_attn.W_UV",
+            ".self_attn.kv_b_proj.weight",
+            f"split from kv_b_proj after loading: its v part per head, as [heads, kv_lora_rank, v_head_dim] "
+            f"({where}, {uv}; the reference path: CPU without AMX, GPU without AITER; the AMX backend makes "
+            f"neither and empties kv_b_proj, {amx})",
+        ),
+        (
+            ".self_attn.mla_attn.mla_attn.W_UK_T",
+            ".self_attn.kv_b_proj.weight",
+            f"split from kv_b_proj after loading: its nope part per head, as [heads, qk_nope_head_dim, "
+            f"kv_lora_rank] ({where}, {uk})",
+        ),
+    )
+
+
+_VL_MLA_RULES = LoaderRules(
+    substr_renames=(("midlayer.", "layers.0."),),
+    stacked=_GATE_UP + ((".fused_qkv_a_proj", ".q_a_proj", "0"), (".fused_qkv_a_proj", ".kv_a_proj_with_mqa", "1")),
+    skip=("t2d", "rotary_pos_emb.inv_freq", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"),
+    d2t_to="draft_id_to_target_id",
+    prefix="model.",
+    unknown="refused",
+    source=_VL_DS3 + ":370-398 (t2d skipped 376-377, d2t renamed 378-380, model. added to all but lm_head "
+    "381-382, then AutoWeightsLoader 394-398 hands model.* to the inner model's load_weights), 258-271 "
+    "(midlayer. -> layers.0.; gate/up into gate_up_proj, q_a_proj and kv_a_proj_with_mqa into fused_qkv_a_proj "
+    "shards 0 and 1, whatever q_lora_rank is); "
+    + _VL
+    + "model_executor/models/utils.py:118-129 (substr, then stacked), 233-240 and 471 (rotary tensors dropped), "
+    "386-399 (a child's own load_weights), 428-448 (an unknown name raises ValueError), 458 (.bias ignored)",
+    ignored_suffixes=(".bias",),
+    derived=_mla_derived("407-422", "1248-1255", "1325", "1327", "1225-1231"),
 )
 
 _VL_CLASSES = (
@@ -566,11 +616,21 @@ _VL_CLASSES = (
     DrafterClass(
         "Eagle3DeepseekV2ForCausalLM",
         ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"),
-        _VL + "model_executor/models/deepseek_eagle3.py",
-        "an MLA EAGLE-3 drafter (its load_weights is not modelled by ckpttools)",
-        "unmodelled",
-        _VL + "model_executor/models/registry.py:672-673",
-        verified=False,
+        _VL_DS3,
+        "num_hidden_layers MLA layers (layer 0's fused_qkv_a_proj, or kv_a_proj_with_mqa and q_proj when "
+        "q_lora_rank is null, takes 2H; later layers read input_layernorm), embed_tokens, fc (ReplicatedLinear, "
+        "no bias), optional fc_norm.N (no input_norm), norm, lm_head [draft_vocab_size, H], draft_id_to_target_id "
+        "(int64 zeros) when draft_vocab_size != the target's vocab; after loading, each layer's W_UV and W_UK_T "
+        "split from kv_b_proj",
+        "vllm_mla",
+        _VL_DS3 + ":38-148 (layer; 82 input 2H on layer 0, 127-134 later layers' norm), 151-226 (model; 189-194 fc "
+        "size, 211-220 fc_norm), 274-314 (class; 299-303 lm_head, 307-314 d2t), 402 (alias); "
+        + _VL
+        + "model_executor/models/deepseek_v2.py:244-276 (MLP), 1051-1113 (MLA projections and norms); "
+        + _VL
+        + "model_executor/layers/mla.py:122 (mla_attn); "
+        + _VL
+        + "model_executor/models/registry.py:672-673",
     ),
 )
 
@@ -594,6 +654,7 @@ VLLM_0_32 = EngineRelease(
                 _VL_RULES,
                 source=_VL_Q3 + ":142-153, 280-283, 398-446; " + _VL + "model_executor/models/utils.py:376-448",
             ),
+            "vllm_mla": _VL_MLA_RULES,
         },
         _VL_RULES.source,
     ),
@@ -758,6 +819,18 @@ VLLM_0_33 = dataclasses.replace(
     ),
     context_override=Cited(None, _V33_ROPE),
     sharing=dataclasses.replace(VLLM_0_32.sharing, source=_VL + "v1/spec_decode/llm_base_proposer.py:1418-1545"),
+    loaders=Cited(
+        {
+            **VLLM_0_32.loaders.value,
+            "vllm_mla": dataclasses.replace(
+                _VL_MLA_RULES,
+                derived=_mla_derived("408-423", "1270-1277", "1347", "1349", "1247-1253"),
+                source=_VL_MLA_RULES.source + "; 0.33's deepseek_eagle3.py, models/deepseek_v2.py and layers/mla.py "
+                "are byte-identical to 0.32's (cmp), its models/utils.py differs only after line 1009",
+            ),
+        },
+        VLLM_0_32.loaders.source,
+    ),
     launch_flags=dataclasses.replace(
         VLLM_0_32.launch_flags, source=_VL + "engine/arg_utils.py:732 and 1866, 746 and 1695"
     ),
