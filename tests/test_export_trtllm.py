@@ -21,7 +21,7 @@ from ckpttools.demo.tiny import DRAFTER_FLAVORS, build_drafter, build_target
 from ckpttools.engines.load_plan import load_plan, plan_findings
 from ckpttools.engines.releases import TRTLLM_1_2
 from ckpttools.errors import CkptError, ConfigError
-from ckpttools.formats.aux_rules import capture_rule
+from ckpttools.engines.aux_rules import capture_rule
 from ckpttools.io.checkpoint import numpy_dtype, open_checkpoint
 from ckpttools.ops.export import ExportRejected, export, plan_export
 from ckpttools.ops.export_trtllm import FRAGMENT_NAME

@@ -1,7 +1,7 @@
 """Drafter kinds that are not EAGLE-3 (issue 14): inspect names each with its evidence and the
 engine flag that serves it; validate checks only what applies; export and remap refuse (exit 2)
 instead of mangling them. Each checkpoint is built here with the tensor names and config keys
-that mark the kind in SGLang 0.5.17 and vLLM 0.32 (sources in formats/flavor.py)."""
+that mark the kind in SGLang 0.5.17 and vLLM 0.32 (sources in engines/flavor.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_target, write_tensors
+from ckpttools.engines.releases import SGLANG_0_5_23
 from ckpttools.ops.inspect import inspect
 from ckpttools.ops.validate import validate
 

@@ -156,7 +156,7 @@ def _plan_config(
 
 
 def _carry_fc_options(cfg: dict[str, Any], fmt: str, changes: list[str]) -> None:
-    """EAGLE-3.1 options in the form the output engine reads (formats/aux_rules.fc_options):
+    """EAGLE-3.1 options in the form the output engine reads (engines/aux_rules.fc_options):
     vLLM reads fc_norm, not the legacy use_aux_norm; fc's width follows num_aux_hidden_states
     or eagle_config's ids, never top-level ids, so it is written when the ids say otherwise."""
     if fmt == "vllm" and cfg.get("use_aux_norm") and not cfg.get("fc_norm"):

@@ -37,11 +37,11 @@ import numpy as np
 
 from ckpttools.engines.releases import EngineRelease, resolve
 from ckpttools.errors import CkptError, ConfigError, opt
-from ckpttools.formats.aux_rules import LATER_LAYER_NORM, capture_rule, later_layer_norm_names, layout_engine
+from ckpttools.engines.aux_rules import LATER_LAYER_NORM, capture_rule, later_layer_norm_names, layout_engine
 from ckpttools.formats.config import essentials
-from ckpttools.formats.flavor import detect_flavor
-from ckpttools.formats.names import QK_NORM
-from ckpttools.formats.repairs import repair_config
+from ckpttools.engines.flavor import detect_flavor
+from ckpttools.engines.names import QK_NORM
+from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.plan import Cast, Check, Copy, Data, ManifestPlan, PlannedTensor, SideFile, TensorRef, WritePlan
 from ckpttools.io.plan import side_files as source_side_files

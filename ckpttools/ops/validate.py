@@ -520,17 +520,20 @@ def _name_findings(
     out += _qk_norm_findings(qk, engine, cfg)
     fates = _plan_fates(ck, cfg, engine)
     for name in ck.tensors:
-        fate = fates.get(name) if fates is not None else (None if sglang_loads(name) else ("dropped", None))
+        fate = fates.get(name) if fates is not None else (None if sglang_loads(name) else ("dropped", None, "error:"))
         if fate is None or name in qk or canonical_name(name)[0] == "t2d":
             continue
         out.append(_dropped_finding(name, engine, *fate))
     return out, canon
 
 
-def _plan_fates(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> dict[str, tuple[str, str | None]] | None:
-    """{tensor: (fate, reason)} for the tensors the applied release drops or refuses; None when its
-    load plan has no class or loader model for this drafter."""
-    from ckpttools.engines.load_plan import load_plan
+def _plan_fates(
+    ck: Checkpoint, cfg: dict[str, Any] | None, engine: str
+) -> dict[str, tuple[str, str | None, str]] | None:
+    """{tensor: (fate, reason, consequence)} for the tensors the applied release drops or refuses;
+    None when its load plan has no class or loader model for this drafter. The consequence is the
+    plan's (engines/load_plan.py), prefixed with its severity."""
+    from ckpttools.engines.load_plan import load_plan, plan_findings
 
     if config_problems(cfg):  # a field the plan would size from is unusable (validate says which)
         return None
@@ -538,43 +541,50 @@ def _plan_fates(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> dict
     plan = load_plan(heads, cfg or {}, applied(engine))
     if plan.cls is None or not plan.tensors:
         return None
-    return {t.name: (t.fate, t.reason) for t in plan.tensors if t.fate in ("dropped", "refused")}
+    said = {
+        f["tensor"]: f"{f['severity']}:{f['consequence']}" for f in plan_findings(plan) if f["code"] == "tensor_dropped"
+    }
+    return {
+        t.name: (t.fate, t.reason, said.get(t.name, "error:")) for t in plan.tensors if t.fate in ("dropped", "refused")
+    }
 
 
-def _dropped_finding(name: str, engine: str, fate: str, reason: str | None) -> Finding:
+def _dropped_finding(name: str, engine: str, fate: str, reason: str | None, said: str = "error:") -> Finding:
+    """One tensor the engine drops or refuses, as its load plan says (``said``: the plan's
+    ``severity:consequence``)."""
+    who = "SGLang" if engine == "sglang" else label(engine)
     if is_training_only(name):
-        who = (
-            "SGLang drops it"
-            if engine == "sglang"
-            else f"{label(engine)} " + ("drops it" if fate == "dropped" else "refuses the load over it")
+        how = "drops it, as it should" if fate == "dropped" else "refuses the load over it"
+        sev = "info" if fate == "dropped" else "error"
+        return Finding("tensors.training_only", sev, name, f"a training-only tensor: {who} {how}", _EXPORT_DROPS)
+    if fate == "dropped" and (reason or "").startswith("loaded into"):
+        severity, _, consequence = said.partition(":")
+        msg = f"{who} loads this tensor to no effect, without a word: {reason}" + (
+            f"; {consequence}" if consequence else ""
         )
-        return Finding(
-            "tensors.training_only",
-            "info" if fate == "dropped" else "error",
-            name,
-            f"a training-only tensor: {who}" + (", as it should" if fate == "dropped" else ""),
-            "ckpt export drops it from the output",
-        )
-    new = suggest_rename(name)
-    if engine == "sglang" and sglang_loads(name) and reason:
-        msg = f"SGLang loads this tensor to no effect, without a word: {reason}"
-        return Finding("tensors.dropped", "error", name, msg, "rename it to the name the forward reads")
-    elif engine == "sglang":
+        hint = "rename it to the name the forward reads" if severity == "error" else "drop it if it is unused"
+        # not an error when the norm the forward reads is in the file too (vLLM's layout carries both)
+        return Finding("tensors.dropped", "error" if severity == "error" else "info", name, msg, hint)
+    new = suggest_rename(name) if engine == "sglang" else None
+    if engine == "sglang":
         msg = "SGLang does not know this name and drops the tensor without a word"
-    elif fate == "refused":
-        msg = f"{label(engine)}'s loader has no parameter for this name and refuses the load ({reason or 'no such parameter'})"
-    else:
-        msg = f"{label(engine)} drops this tensor without a word ({reason or 'no such parameter'})"
-    hint = (
-        f"rename it to {new!r} (ckpt validate --fix does)"
-        if new and engine == "sglang"
-        else (
-            "remove it, or rename it to a name SGLang loads"
-            if engine == "sglang"
-            else "ckpt export --format vllm writes the names vLLM loads"
+        hint = (
+            f"rename it to {new!r} (ckpt validate --fix does)"
+            if new
+            else "remove it, or rename it to a name SGLang loads"
         )
-    )
+    else:
+        why = reason or "no such parameter"
+        msg = (
+            f"{who}'s loader has no parameter for this name and refuses the load ({why})"
+            if fate == "refused"
+            else f"{who} drops this tensor without a word ({why})"
+        )
+        hint = "ckpt export --format vllm writes the names vLLM loads"
     return Finding("tensors.dropped", "error" if new or fate == "refused" else "warning", name, msg, hint)
+
+
+_EXPORT_DROPS = "ckpt export drops it from the output"
 
 
 def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) -> list[Finding]:
