@@ -414,6 +414,8 @@ def config_cases() -> list[Case]:
     for name, (setup, vcode) in variants.items():
         out += [
             Case(f"config-{name}-validate", ["validate", "dd"], vcode, setup),
+            # the load plan reads the same fields (a huge layer count once hung it)
+            Case(f"config-{name}-load-plan", ["validate", "dd", "--load-plan", "--engine", "vllm"], vcode, setup),
             # export sets draft_vocab_size from lm_head's rows, which repairs that one
             Case(
                 f"config-{name}-export",

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpttools.formats.config import INT_BOUNDS
 from ckpttools.engines.releases import DrafterClass, EngineRelease, LoaderRules
 from ckpttools.engines import aux_rules, names
 from ckpttools.formats import names as canon_names
@@ -618,6 +619,11 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         )
         plan.refused.append(msg)
         plan.tensors = [TensorPlan(n, "refused", reason="no drafter class") for n in tensor_names_and_shapes]
+        return plan
+    n = cfg.get("num_hidden_layers")
+    if type(n) is int and not 0 < n <= INT_BOUNDS["num_hidden_layers"]:
+        plan.refused.append(f"num_hidden_layers is {n}: no class of this size is built (the config is unusable)")
+        plan.tensors = [TensorPlan(t, "refused", reason="unusable num_hidden_layers") for t in tensor_names_and_shapes]
         return plan
     if dc.loader == "unmodelled":
         plan.verified = False
