@@ -106,7 +106,7 @@ def compare_plan(drafter: Path, dump: dict, release: Any, repacked: tuple[str, .
 def _derived_sums(want: dict, got: dict, into: dict[str, float]) -> list[str]:
     parts: dict[str, list[str]] = {}
     for n, p in want.items():
-        if p["source"] == "derived":
+        if p.get("derived_from"):
             parts.setdefault(p["derived_from"], []).append(n)
     bad = []
     for src, names in parts.items():

@@ -212,8 +212,8 @@ def test_vllm_mla_plan_of_a_tiny_mla_drafter(root: Path, spec: str) -> None:
         "model.norm.weight": ("file", None),
         "lm_head.weight": ("file", None),
         "draft_id_to_target_id": ("file", None),
-        a + "mla_attn.mla_attn.W_UV": ("derived", kvb),
-        a + "mla_attn.mla_attn.W_UK_T": ("derived", kvb),
+        a + "mla_attn.mla_attn.W_UV": ("overwritten", kvb),
+        a + "mla_attn.mla_attn.W_UK_T": ("overwritten", kvb),
     }
     assert _codes(plan) == [] and _codes(plan, "warning") == []
 
@@ -244,7 +244,7 @@ def test_vllm_mla_plan_of_broken_mla_drafters(root: Path) -> None:
     p2 = _plan(write_tensors(root / "vl-mla-two", two, {**cfg, "num_hidden_layers": 2}), "vllm==0.32")
     assert not p2.refused and not p2.param("model.layers.1.hidden_norm.weight").used
     assert p2.tensor("layers.1.hidden_norm.weight").fate == "dropped"
-    assert len([p for p in p2.params if p.source == "derived"]) == 4
+    assert len([p for p in p2.params if p.derived_from]) == 4
 
 
 def test_modelopt_and_speculators(root: Path) -> None:

@@ -11,9 +11,9 @@ gate/up fusion aside), ``renamed`` (a rename rule of the engine's applied first:
 ``aux_norm_*``, d2t), ``dropped`` (no effect on the model: skipped, no parameter, or loaded into a
 parameter the forward never reads) and ``refused`` (the engine's loader raises on it; vLLM only).
 Parameter sources: ``file``, ``shared`` (the target's tensor, nothing in the file), ``init``
-(nothing loads it: ``init`` says what it holds), ``overwritten`` (the file's tensor is loaded,
-then replaced by the target's) and ``derived`` (made after loading from another parameter, which
-``derived_from`` names: vLLM's MLA attention splits kv_b_proj).
+(nothing loads it: ``init`` says what it holds), ``overwritten`` (set after loading: the
+file's tensor replaced by the target's, or, with ``derived_from``, made from another loaded
+parameter: vLLM's MLA attention splits kv_b_proj into W_UV and W_UK_T).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ckpttools.formats import names as canon_names
 __all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "plan_findings", "FATES", "SOURCES"]
 
 FATES = ("loaded", "renamed", "dropped", "refused")
-SOURCES = ("file", "shared", "init", "overwritten", "derived")
+SOURCES = ("file", "shared", "init", "overwritten")
 
 Headers = Mapping[str, tuple[Sequence[int], str]]
 
@@ -595,7 +595,7 @@ def _derived(rules: LoaderRules, params: list[ParamPlan]) -> list[ParamPlan]:
     for p in params:
         for new, old, how in rules.derived:
             if p.name.endswith(old):
-                out.append(ParamPlan(p.name[: -len(old)] + new, "derived", p.kind, reason=how, derived_from=p.name))
+                out.append(ParamPlan(p.name[: -len(old)] + new, "overwritten", p.kind, reason=how, derived_from=p.name))
     return out
 
 
@@ -815,7 +815,7 @@ def _param_findings(plan: LoadPlan, where: str) -> list[dict[str, Any]]:
                     "warning" if p.kind == "d2t" else "error", "param_at_init", msg, text, param=p.name, init=p.init
                 )
             )
-        elif p.source == "overwritten":
+        elif p.source == "overwritten" and p.derived_from is None:  # derived: made from loaded weights, no loss
             msg = f"{where} loads {p.name} from the file, then replaces it with the target's"
             text = "the drafter's own tensor is discarded; right only if it equals the target's"
             out.append(_finding("warning", "param_overwritten", msg, text, param=p.name))
