@@ -257,6 +257,22 @@ def edit_json(rel: str, change: Callable[[dict], object]) -> Setup:
     return s
 
 
+def with_tensor(src: str, dst: str, name: str) -> Setup:
+    """A copy of the drafter ``src`` with one more (tiny) tensor named ``name``."""
+
+    def s(d: Path, base: Path) -> None:
+        from ckpttools.demo.tiny import write_tensors
+        from ckpttools.io.checkpoint import open_checkpoint
+
+        with open_checkpoint(base / src) as ck:
+            ts = {n: np.asarray(ck.read(n)).copy() for n in ck.tensors}
+            cfg = dict(ck.config or {})
+        ts[name] = np.ones(4, np.float32)
+        write_tensors(d / dst, ts, cfg)
+
+    return s
+
+
 # ----------------------------------------------------------------------------- the cases
 def safetensors_cases() -> list[Case]:
     out = []
@@ -1394,6 +1410,23 @@ def flag_cases() -> list[Case]:
         Case("flag-verify-engine-release-unknown", ["verify", "--host", "{srv}/sg-ok", "--engine", "vllm==9"], 2),
         Case("flag-verify-engine-trtllm", ["verify", "--host", "{srv}/sg-ok", "--engine", "trtllm==1.2"], 2),
         Case("flag-validate-in-place-needs-fix", ["validate", "d", "--in-place"], 2, d),
+        # --fix repairs for SGLang only: a vLLM release with it is refused, not ignored
+        Case("flag-validate-fix-engine-vllm", ["validate", "d", "--engine", "vllm==0.33", "--fix", "-o", "o"], 2, d),
+        Case(
+            "flag-validate-fix-engine-0517", ["validate", "d", "--engine", "sglang==0.5.17", "--fix", "-o", "o"], 0, d
+        ),
+        # a layer index of 20 digits in a tensor name (once a traceback; 1e9 took GBs of memory)
+        *(
+            Case(
+                f"hostile-layer-index-{n}-{what}", argv, code, with_tensor("d", "dh", f"layers.{n}.mlp.up_proj.weight")
+            )
+            for n in ("10000000000000000000", "1000000000")
+            for what, argv, code in (
+                ("validate", ["validate", "dh"], 1),
+                ("load-plan", ["validate", "dh", "--load-plan", "--engine", "vllm", "--json"], 1),
+                ("export", ["export", "dh", "-o", "o", "--format", "trtllm"], 2),
+            )
+        ),
         Case(
             "flag-remap-fill-mean",
             ["remap", "d", "--to", "m.safetensors", "--fill", "mean", "-o", "o", "--fsync", "--quiet", "--json"],

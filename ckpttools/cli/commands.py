@@ -311,7 +311,8 @@ def vocab_build_cmd(
     show_default=True,
     callback=lambda ctx, p, v: _release_spec(v),
     help="Whose reading to check against: sglang or vllm, optionally a release, NAME==VERSION or NAME@VERSION "
-    f"(known: {', '.join(known_specs())}); without one, the newest known release (the report names it).",
+    f"(known: {', '.join(s for s in known_specs() if s.startswith(('sglang', 'vllm')))}); without one, the newest "
+    "known release (the report names it). --fix takes SGLang releases only.",
 )
 @click.option(
     "--load-plan",
@@ -361,6 +362,10 @@ def validate_cmd(
         raise click.UsageError("-o/--in-place/--force/--dry-run go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
+    if do_fix and not engine.strip().lower().startswith(("sglang", "sgl")):
+        raise click.UsageError(
+            "--fix repairs for SGLang only; for vLLM, ckpt export --format vllm writes what it loads"
+        )
     from ckpttools.cli.render import render_fix, render_validation
 
     if do_fix:
@@ -368,9 +373,11 @@ def validate_cmd(
 
         if dry_run:
             return _show_plan(
-                lambda: plan_fix(drafter, out, target=target, in_place=in_place, download=False), as_json, force
+                lambda: plan_fix(drafter, out, target=target, in_place=in_place, download=False, engine=engine),
+                as_json,
+                force,
             )
-        res = fix(drafter, out, target=target, in_place=in_place, force=force)
+        res = fix(drafter, out, target=target, in_place=in_place, force=force, engine=engine)
         _show(res, as_json, render_fix)
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
@@ -551,7 +558,8 @@ def export_cmd(
     show_default=True,
     callback=lambda ctx, p, v: _engine_spec(v),
     help="auto, torch, sglang or vllm, optionally with a release, NAME==VERSION or NAME@VERSION "
-    f"(known: {', '.join(known_specs())}); without one, the release the server (or --engine-python) reports.",
+    f"(known: {', '.join(s for s in known_specs() if s.startswith(('sglang', 'vllm')))}); without one, the release "
+    "the server (or --engine-python) reports.",
 )
 @click.option(
     "--prompts",

@@ -134,4 +134,8 @@ def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dic
 
 
 def _span(ids: list[int]) -> str:
-    return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else str(ids)
+    """``0..5`` for consecutive ids (sorted, distinct), else the list (at most 8 shown): never a range
+    as long as the largest id, which a name such as ``layers.10000000000000000000.`` makes huge."""
+    if len(ids) > 1 and ids[-1] - ids[0] + 1 == len(ids):
+        return f"{ids[0]}..{ids[-1]}"
+    return str(ids) if len(ids) <= 8 else f"{ids[:4]} ... {ids[-2:]} ({len(ids)} ids)"

@@ -621,8 +621,9 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         plan.tensors = [TensorPlan(n, "refused", reason="no drafter class") for n in tensor_names_and_shapes]
         return plan
     n = cfg.get("num_hidden_layers")
-    if type(n) is int and not 0 < n <= INT_BOUNDS["num_hidden_layers"]:
-        plan.refused.append(f"num_hidden_layers is {n}: no class of this size is built (the config is unusable)")
+    if n is not None and not (type(n) is int and 0 < n <= INT_BOUNDS["num_hidden_layers"]):
+        shown = repr(n) if len(repr(n)) <= 40 else repr(n)[:37] + "..."
+        plan.refused.append(f"num_hidden_layers is {shown}: not a usable layer count, no class is built")
         plan.tensors = [TensorPlan(t, "refused", reason="unusable num_hidden_layers") for t in tensor_names_and_shapes]
         return plan
     if dc.loader == "unmodelled":

@@ -795,6 +795,14 @@ VLLM_0_33 = dataclasses.replace(
                 "drops",
                 _V33_ROPE,
             ),
+            # the rope types whose drafter context vLLM 0.33 raises, space-separated (_CACHE_ONLY_ROPE_TYPES)
+            "context.cache_only_rope": ("default linear llama3 ntk proportional", _V33_ROPE),
+            "context.limit": (
+                "{vllm} keeps the drafter's max_position_embeddings for rope type {rope} and limits max_model_len "
+                "to it (vllm/config/speculative.py:100-112 and 1807-1846): the server then serves at most "
+                "{dctx:,} tokens per request, not the target's context",
+                _V33_ROPE,
+            ),
         },
         "ckpttools.engines.claims.VLLM_CLAIMS, the context rule replaced (" + _V33_ROPE + ")",
     ),

@@ -111,7 +111,7 @@ def plan_trtllm(
         config_before=ck.config,
         side_files=_sides(ck, fragment, layout),
         manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
-        check=_check(Path(out), release, layout, captured, fields),
+        check=_check(Path(out), release, layout, captured, fields, target),
         inputs=[ck.root, *([target] if target is not None else [])],
         max_shard_size=parse_size(max_shard_size),
         report=fields,
@@ -406,12 +406,37 @@ def _sides(ck: Checkpoint, fragment: bytes, layout: dict[str, Any]) -> list[Side
     return [*kept, SideFile(FRAGMENT_NAME, "", data=fragment, made=made)]
 
 
+#: validate's checks that hold whatever engine loads the drafter (config fields against each other and
+#: the weights, shapes, the vocabulary map, the target's sizes); the others are SGLang's or vLLM's reading
+NEUTRAL_CHECKS = (
+    "config.schema",
+    "config.type",
+    "config.hidden_act",
+    "config.layers_present",
+    "config.num_aux_hidden_states",
+    "tensors.shape",
+    "mapping.",
+    "target.hidden_size",
+    "target.vocab_size",
+    "target.schema",
+    "target.type",
+    "target.rope",
+)
+
+
 def _check(
-    dest: Path, release: EngineRelease, layout: dict[str, Any], captured: list[int] | None, fields: dict[str, Any]
+    dest: Path,
+    release: EngineRelease,
+    layout: dict[str, Any],
+    captured: list[int] | None,
+    fields: dict[str, Any],
+    target: Any = None,
 ) -> Check:
-    """What the release builds from the written tree, before it is moved into place: an error (a tensor
-    dropped, a parameter left at init, fc sized for other aux states) leaves nothing at ``dest``."""
-    from ckpttools.ops.validate import Finding, ValidationReport, _add_load_plan
+    """What the release builds from the written tree, before it is moved into place, and validate's
+    engine-neutral checks (:data:`NEUTRAL_CHECKS`, against the target when given): an error (a tensor
+    dropped, a parameter left at init, fc sized for other aux states, a shape or a map the config
+    contradicts) leaves nothing at ``dest``."""
+    from ckpttools.ops.validate import Finding, ValidationReport, _add_load_plan, validate
 
     def run(tree: Path) -> dict[str, Any]:
         with open_checkpoint(tree) as written:
@@ -420,17 +445,24 @@ def _check(
             rep.engine_release, rep.engine_release_from = release.spec, "the newest known release"
             _add_load_plan(rep, written, release)
             bad = _fc_mismatch(written, captured, layout)
+            neutral = validate(written, target).findings
+        rep.findings[:0] = [f for f in neutral if f.severity == "error" and f.id.startswith(NEUTRAL_CHECKS)]
         if bad:
             rep.findings.insert(0, Finding("trtllm.capture_count", "error", "fc.weight", bad, None))
         if not rep.ok:
             raise ExportRejected(
-                f"the load plan found {len(rep.errors)} error(s) in the export "
+                f"the checks found {len(rep.errors)} error(s) in the export "
                 f"({', '.join(f.id for f in rep.errors)}); nothing was written to {dest}",
                 ExportReport(**{**fields, "validation": rep.to_dict()}),
             )
         return rep.to_dict()
 
-    return Check(f"the load plan of {release.spec} (read from its source): any error leaves nothing at the output", run)
+    against = f", against the target {target}" if target is not None else ""
+    return Check(
+        f"the load plan of {release.spec} (read from its source) and validate's engine-neutral checks{against}: "
+        "any error leaves nothing at the output",
+        run,
+    )
 
 
 def _fc_mismatch(ck: Checkpoint, captured: list[int] | None, layout: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import NoWeightsError, UnsafePathError
+from ckpttools.errors import ConfigError, NoWeightsError, UnsafePathError, opt
 from ckpttools.formats.conventions import load_target_config
 from ckpttools.engines.names import suggest_rename
 from ckpttools.engines.repairs import repair_config
@@ -72,6 +72,18 @@ def _fix_renames(ck: Checkpoint, report: ValidationReport) -> tuple[dict[str, st
     return renames, changes
 
 
+def _sglang_only(engine: str) -> str:
+    """fix repairs towards SGLang's classes and names: any SGLang release, nothing else."""
+    from ckpttools.engines.releases import resolve
+
+    if resolve(engine).name != "sglang":
+        raise ConfigError(
+            f"{engine}: fix repairs a drafter for SGLang only",
+            hint=f"for vLLM, ckpt export {opt('format')} vllm writes what it loads",
+        )
+    return engine
+
+
 def plan_fix(
     drafter: str | Path,
     out: str | Path | None = None,
@@ -79,10 +91,11 @@ def plan_fix(
     target: str | Path | None = None,
     in_place: bool = False,
     download: bool = True,
+    engine: str = "sglang",
 ) -> WritePlan:
-    """What :func:`fix` would write, as a :class:`~ckpttools.io.plan.WritePlan` (validate runs;
-    nothing is written). Its ``report`` holds the changes, what stays unfixed, validate's verdict
-    before, and (in place) the backup's path."""
+    """What :func:`fix` would write, as a :class:`~ckpttools.io.plan.WritePlan` (validate runs, for
+    ``engine``: an SGLang release, ``sglang==VERSION``; nothing is written). Its ``report`` holds the
+    changes, what stays unfixed, validate's verdict before, and (in place) the backup's path."""
     if in_place == (out is not None):
         raise ValueError("give exactly one of an output path or in_place=True")
     with open_checkpoint(drafter, download=download) as ck:
@@ -96,7 +109,7 @@ def plan_fix(
                 path=str(drafter),
                 hint="write a fixed copy with an output path instead",
             )
-        before = validate(ck, target)
+        before = validate(ck, target, engine=_sglang_only(engine))
         tcfg = load_target_config(target)[0] if target is not None else None
         cfg, changes = _fix_config(ck, before, tcfg)
         renames, renamed = _fix_renames(ck, before)
@@ -141,6 +154,7 @@ def fix(
     target: str | Path | None = None,
     in_place: bool = False,
     force: bool = False,
+    engine: str = "sglang",
 ) -> FixResult:
     """Write a corrected copy of a drafter and validate it.
 
@@ -156,9 +170,9 @@ def fix(
         NoWeightsError: a config.json alone cannot be fixed into a checkpoint.
         OutputExistsError: ``out`` exists and ``force`` is not set.
     """
-    plan = plan_fix(drafter, out, target=target, in_place=in_place)
+    plan = plan_fix(drafter, out, target=target, in_place=in_place, engine=engine)
     r = plan.report
     written = execute(plan, force=force, in_place=in_place, backup=r["backup"])
-    after = validate(written.output, target)
+    after = validate(written.output, target, engine=engine)
     backup = str(r["backup"]) if r["backup"] else None
     return FixResult(str(written.output), backup, r["changes"], r["before"], after, r["unfixed"])

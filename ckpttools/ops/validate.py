@@ -203,8 +203,13 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     out += _draft_vocab_finding(essentials(cfg))
     out += _architecture_findings(cfg, engine)
     out += _field_findings(cfg, engine)
-    out += _dtype_findings(essentials(cfg))
+    out += _dtype_findings(essentials(cfg), engine)
     return out
+
+
+def _sglang_said(engine: str) -> str:
+    """What a finding about SGLang's behaviour adds when validate checks another engine's reading."""
+    return "" if engine == "sglang" else f" (SGLang's behaviour; {label(engine)}'s is not in its table)"
 
 
 _CONFIG_SCHEMA_FIX = "fix config.json to match schemas/eagle3-drafter-config.schema.json"
@@ -368,7 +373,8 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                     "config.draft_vocab_size",
                     "info",
                     "$.draft_vocab_size",
-                    "draft_vocab_size is null: SGLang serves a full-vocabulary head taken from the target",
+                    "draft_vocab_size is null: SGLang serves a full-vocabulary head taken from the target"
+                    + _sglang_said(engine),
                 )
             )
     if lookup(cfg, "num_hidden_layers")[1] is None:
@@ -399,14 +405,15 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
     return out
 
 
-def _dtype_findings(ess: Any) -> list[Finding]:
+def _dtype_findings(ess: Any, engine: str = "sglang") -> list[Finding]:
     if ess.torch_dtype is None:
         return [
             Finding(
                 "config.torch_dtype",
                 "warning",
                 "$.torch_dtype",
-                "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto",
+                "torch_dtype is missing: SGLang serves the drafter as float16 under --dtype auto"
+                + _sglang_said(engine),
                 "set torch_dtype to the dtype the weights are in (bfloat16 or float16)",
             )
         ]
@@ -416,7 +423,7 @@ def _dtype_findings(ess: Any) -> list[Finding]:
                 "config.torch_dtype",
                 "warning",
                 ess.sources.get("torch_dtype", "$.torch_dtype"),
-                "torch_dtype is float32: SGLang serves it as float16 under --dtype auto",
+                "torch_dtype is float32: SGLang serves it as float16 under --dtype auto" + _sglang_said(engine),
                 "export to bf16 (ckpt export --dtype bf16) and say so in torch_dtype",
             )
         ]
@@ -978,21 +985,26 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
                 "error" if engine == "sglang" else "warning",
                 "$.torch_dtype",
                 f"the drafter is {d.torch_dtype} (served as {_served(d.torch_dtype)}) but the target is "
-                f"{t.torch_dtype}: " + claim("sglang:dtype.crash"),
+                f"{t.torch_dtype}: " + claim("sglang:dtype.crash") + _sglang_said(engine),
                 f"ckpt export --target TARGET casts to {t.torch_dtype}; or launch with --dtype {t.torch_dtype}",
             )
         )
     return out
 
 
-def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str) -> Finding:
+def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, rope: str = "default") -> Finding:
     covers = f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} ({thow}): "
     if engine == "vllm":
+        cache_only = applied("vllm").claims.value.get("context.cache_only_rope")
+        limited = cache_only is not None and rope not in cache_only[0].split()
         return Finding(
             "target.context_length",
             "warning",
             "$.max_position_embeddings",
-            covers + claim("vllm:context.raise", dctx=dctx),
+            covers
+            + (
+                claim("vllm:context.limit", rope=rope, dctx=dctx) if limited else claim("vllm:context.raise", dctx=dctx)
+            ),
             f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does)",
         )
     return Finding(
@@ -1013,7 +1025,8 @@ def _target_context_findings(
     dctx, dhow = context_length(cfg)
     tctx, thow = context_length(tcfg)
     if dctx is not None and tctx is not None and dctx < tctx:
-        out.append(_context_finding(dctx, dhow, tctx, thow, engine))
+        rope = d.rope_scaling.get("rope_type", d.rope_scaling.get("type")) if isinstance(d.rope_scaling, dict) else None
+        out.append(_context_finding(dctx, dhow, tctx, thow, engine, rope if isinstance(rope, str) else "default"))
     if d.rope_theta is not None and t.rope_theta is not None and float(d.rope_theta) != float(t.rope_theta):
         out.append(
             Finding(
@@ -1148,7 +1161,11 @@ def _add_load_plan(rep: ValidationReport, drafter: Any, release: Any) -> None:
     heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
     plan = load_plan(heads, cfg or {}, release)
     rep.load_plan = plan.to_dict()
+    # validate's own dropped-tensor findings come from this plan already: one verdict, one severity
+    said = {f.location for f in rep.findings if f.id in ("tensors.dropped", "tensors.training_only")}
     for f in plan_findings(plan):
+        if f["code"] == "tensor_dropped" and f.get("tensor") in said:
+            continue
         sev = f["severity"] if f["severity"] in SEVERITIES else "warning"
         where = f.get("name") or f.get("param") or f.get("tensor") or "load plan"
         rep.findings.append(Finding(f"load_plan.{f['code']}", sev, str(where), f["message"], f.get("consequence")))
