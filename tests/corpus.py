@@ -1413,7 +1413,11 @@ def flag_cases() -> list[Case]:
         # --fix repairs for SGLang only: a vLLM release with it is refused, not ignored
         Case("flag-validate-fix-engine-vllm", ["validate", "d", "--engine", "vllm==0.33", "--fix", "-o", "o"], 2, d),
         Case(
-            "flag-validate-fix-engine-0517", ["validate", "d", "--engine", "sglang==0.5.17", "--fix", "-o", "o"], 0, d
+            "flag-validate-fix-engine-0517",
+            ["validate", "d", "--engine", "sglang==0.5.17", "--fix", "-o", "o"],
+            0,
+            d,
+            out="o",
         ),
         # a layer index of 20 digits in a tensor name (once a traceback; 1e9 took GBs of memory)
         *(
