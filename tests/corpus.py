@@ -257,6 +257,12 @@ def edit_json(rel: str, change: Callable[[dict], object]) -> Setup:
     return s
 
 
+def _link_out(d: Path, base: Path) -> None:
+    (d / "rel").mkdir()
+    (d / "rel" / "keep").write_text("kept")
+    (d / "lo").symlink_to("rel")
+
+
 def with_tensor(src: str, dst: str, name: str) -> Setup:
     """A copy of the drafter ``src`` with one more (tiny) tensor named ``name``."""
 
@@ -1410,6 +1416,17 @@ def flag_cases() -> list[Case]:
         Case("flag-verify-engine-release-unknown", ["verify", "--host", "{srv}/sg-ok", "--engine", "vllm==9"], 2),
         Case("flag-verify-engine-trtllm", ["verify", "--host", "{srv}/sg-ok", "--engine", "trtllm==1.2"], 2),
         Case("flag-validate-in-place-needs-fix", ["validate", "d", "--in-place"], 2, d),
+        # --force onto OUT that is a link: the link is replaced, its target untouched, nothing left beside it
+        *(
+            Case(
+                f"output-link-force-{fmt}",
+                ["export", "d", "-o", "lo", "--format", fmt, "--force"],
+                0,
+                both(d, _link_out),
+                out="lo",
+            )
+            for fmt in ("sglang", "trtllm")
+        ),
         # --fix repairs for SGLang only: a vLLM release with it is refused, not ignored
         Case("flag-validate-fix-engine-vllm", ["validate", "d", "--engine", "vllm==0.33", "--fix", "-o", "o"], 2, d),
         Case(

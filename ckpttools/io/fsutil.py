@@ -18,6 +18,7 @@ from pathlib import Path
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 
 __all__ = [
+    "remove_entry",
     "open_regular",
     "read_regular_bytes",
     "ensure_regular",
@@ -132,7 +133,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove(p: Path) -> None:
+def remove_entry(p: Path) -> None:
+    """Remove what is at ``p``: a real directory's tree; a link (never followed) or a file itself."""
+    p = Path(p)
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     else:
@@ -181,7 +184,7 @@ def clean_stale_temporaries(dest: str | Path) -> list[str]:
                 _note(msg)
                 done.append(msg)
                 continue
-        _remove(p)
+        remove_entry(p)
         msg = f"removed {p}, a temporary left by an interrupted run (pid {m['pid']})"
         _note(msg)
         done.append(msg)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import (
+    remove_entry,
     clean_stale_temporaries,
     kill_point,
     rename_exchange,
@@ -457,7 +458,7 @@ class CheckpointWriter:
                 assert self.backup is not None
                 rename_noreplace(self.tmp, self.backup)  # the original, kept
             else:
-                shutil.rmtree(self.tmp, ignore_errors=True)  # the old output
+                remove_entry(self.tmp)  # the old output (a link to one is removed, never followed)
             kill_point("after-rename")
             return
         # no rename-exchange here: the old tree steps aside first (a kill between the two
@@ -468,7 +469,7 @@ class CheckpointWriter:
         kill_point("after-exchange")
         os.rename(self.tmp, self.out)
         if not self.in_place:
-            shutil.rmtree(aside, ignore_errors=True)
+            remove_entry(aside)
         kill_point("after-rename")
 
     def abort(self) -> None:
