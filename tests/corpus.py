@@ -1412,6 +1412,8 @@ def flag_cases() -> list[Case]:
         Case("flag-validate-engine-unknown-release", ["validate", "d", "--engine", "sglang==0.4.9"], 2, d),
         Case("flag-validate-engine-unknown", ["validate", "d", "--engine", "trtllm"], 2, d),
         Case("flag-validate-engine-garbage", ["validate", "d", "--engine", "==="], 2, d),
+        # a 100 KB value is echoed cut (the error line stays one readable line)
+        Case("flag-validate-engine-100kb", ["validate", "d", "--engine", "sglang==" + "9" * 100_000], 2, d),
         Case("flag-validate-load-plan-config-only", ["validate", "d/config.json", "--load-plan"], 0, d),
         Case("flag-verify-engine-release-unknown", ["verify", "--host", "{srv}/sg-ok", "--engine", "vllm==9"], 2),
         Case("flag-verify-engine-trtllm", ["verify", "--host", "{srv}/sg-ok", "--engine", "trtllm==1.2"], 2),

@@ -66,15 +66,15 @@ class CkptGroup(click.Group):
             if os.environ.get("CKPT_DEBUG") == "1":
                 raise
             message, hint = e.render(_flag_namer(self, ctx))
-            click.echo(f"ckpt: error: {message}", err=True)
+            click.echo(f"ckpt: error: {_capped(message)}", err=True)
             if hint:
-                click.echo(f"ckpt: hint: {hint}", err=True)
+                click.echo(f"ckpt: hint: {_capped(hint)}", err=True)
             ctx.exit(e.exit_code)
         except OSError as e:
             # permissions, full disks and the like on paths the user gave
             if os.environ.get("CKPT_DEBUG") == "1":
                 raise
-            click.echo(f"ckpt: error: {e}", err=True)
+            click.echo(f"ckpt: error: {_capped(str(e))}", err=True)
             click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
             ctx.exit(EXIT_USAGE)
 
@@ -100,8 +100,21 @@ def _usage_error(e: click.UsageError) -> None:
         click.echo(e.format_message(), err=True)
         return
     cmd = e.ctx.command_path if e.ctx is not None else "ckpt"
-    click.echo(f"ckpt: error: {e.format_message()}", err=True)
+    click.echo(f"ckpt: error: {_capped(e.format_message())}", err=True)
     click.echo(f"ckpt: hint: see `{cmd} --help`", err=True)
+
+
+#: the longest error or hint line printed: an input echoed back (a 100 KB flag value, a megabyte
+#: class name) is cut, so the one line stays readable
+MAX_LINE = 2000
+
+
+def _capped(text: str) -> str:
+    """``text`` on one line, cut to :data:`MAX_LINE` characters with how many were left out."""
+    text = text.replace("\n", " ")
+    if len(text) <= MAX_LINE:
+        return text
+    return f"{text[: MAX_LINE - 60]} ... ({len(text) - MAX_LINE + 60:,} more characters)"
 
 
 def _notes_to_stderr() -> None:
