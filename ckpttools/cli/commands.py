@@ -514,17 +514,20 @@ def export_cmd(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Export a drafter of any layout so SGLang (or vLLM) loads it as intended.
+    """Export a drafter of any layout so SGLang (or vLLM, or TensorRT-LLM) loads it as intended.
 
     Reads official EAGLE, SpecForge/SGLang, vLLM/speculators, ModelOpt and fp32 training
     outputs. What it writes is validated before it is moved to OUT; if validate finds an
-    error, export exits 1, prints the findings, and leaves nothing at OUT.
+    error, export exits 1, prints the findings, and leaves nothing at OUT. --format trtllm
+    also writes trtllm-speculative-config.yaml (the captured layers); it follows TensorRT-LLM's
+    source only (no run), and is checked by its load plan and validate's engine-neutral checks.
 
     \b
     Examples:
       ckpt export ./EAGLE3-LLaMA3.1-8B -o ./for-sglang --target meta-llama/Llama-3.1-8B-Instruct
       ckpt export ./speculators-drafter -o ./for-sglang --dtype bf16
       ckpt export ./drafter -o ./for-vllm --format vllm --target ./target
+      ckpt export ./drafter -o ./for-trtllm --format trtllm --target ./target
     """
     try:
         from ckpttools.io.writer import parse_size

@@ -280,7 +280,8 @@ def _sglang_ids(
         return
     eagle["eagle_aux_hidden_state_layer_ids"] = got
     notes.append(
-        f"config.json keeps the aux layer ids {got} in SGLang's reading (TensorRT-LLM does not read them there)"
+        f"config.json holds the aux layer ids {got}, written in SGLang's reading (TensorRT-LLM does not read "
+        "them there)"
     )
 
 
