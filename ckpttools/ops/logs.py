@@ -1,7 +1,7 @@
 """``ckpt logs``: what SGLang and vLLM server logs say about speculative decoding.
 
 The line formats, each with the engine source line that writes it, are listed in
-:mod:`ckpttools.ops.logs_formats`.
+:mod:`ckpttools.engines.logs_formats`.
 
 Conventions, labelled as verify labels them: accept length = tokens per verify step =
 accepted drafts + 1 (SGLang's "accept len", vLLM's "Mean acceptance length"); accepted
@@ -44,7 +44,7 @@ from typing import IO, Any
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.ops.verify import verdict_exit_code
-from ckpttools.ops import logs_formats as F
+from ckpttools.engines import logs_formats as F
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "CONVENTIONS"]
 
