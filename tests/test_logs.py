@@ -152,3 +152,187 @@ def test_json_matches_the_schema(tmp_path: Path) -> None:
         tmp_path, [sgl_decode("10:00:00", 2, 2.0), "[2026-11-30 10:00:09] Start update_weights. Load format=auto"]
     )
     jsonschema.validate(read_logs([p]).to_dict(), schema)
+
+
+# ----------------------------------------------------------------------------- the fast path
+RECORDED = sorted((REPO / "tests" / "data").glob("sglang-*-logs/*.log"))
+SGL_EVENTS = [
+    "server_args=ServerArgs(model_path='t')",
+    "Load weight end. elapsed=0.19 s, type=LlamaForCausalLM, avail mem=1 GB, mem usage=0.01 GB.",
+    "Load weight end. elapsed=0.02 s, type=LlamaForCausalLMEagle3, avail mem=1 GB, mem usage=0.00 GB.",
+    "Prefill batch, #new-seq: 1, #new-token: 8, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0",
+    "The server is fired up and ready to roll!",
+    "Start update_weights. Load format=auto",
+    "Update engine weights online from disk begin.",
+    "Update weights end.",
+    "Warning: Target model's context_length (8192) is greater than the derived context_length (2048).",
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+    "Received sigquit from a child process. It usually means the child failed.",
+    '{"event": "request.finished", "rid": "a", "out": {"meta_info": {"completion_tokens": 40, "spec_verify_ct": 10, '
+    '"spec_num_correct_drafts": 30}}}',
+    '"request.finished" and no JSON',
+]
+ODD = [
+    '  File "x.py", line 1, in f',
+    "AssertionError: captured 1 of 3 aux hidden states",
+    "",
+    "\x00\x01 binary \xff\xfe",
+    "\xc3( invalid UTF-8",
+    "Decode batch without a prefix, accept len: 2.00,",
+    sgl_decode("10:00:00", 2, 3.0).replace("2026-11-30", "2026-02-30"),
+    sgl_decode("10:00:00", 2, 3.0).replace("] Decode", "] junk] Decode"),
+]
+
+
+def _decode_body(running: int, al: str, rate: str) -> str:
+    return (
+        sgl_decode("", running, 1.0)
+        .split("] ", 1)[1]
+        .replace("accept len: 1.00", f"accept len: {al}")
+        .replace("accept rate: 0.00", f"accept rate: {rate}")
+    )
+
+
+def _mixed_sglang(seed: int, n: int) -> bytes:
+    """Mostly decode lines in SGLang's layout (the fast path), the rest what a server and a
+    hostile file add: prefill and access lines, every event, tracebacks, request-log lines,
+    other ranks, time going back, impossible figures, other layouts, binary, long lines."""
+    import random
+
+    r = random.Random(seed)
+    tags = r.choice(["", " TP0", " DP0 TP0", " TP0 EP0"])
+    out, t = [], 36000
+    for _ in range(n):
+        t += r.choice([0, 0, 1]) - (3600 if r.random() < 0.002 else 0)
+        day = f"[2026-11-30 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+        stamp = day + r.choice([tags] * 30 + ["", " TP1", ".250"]) + "] "
+        k = r.random()
+        if k < 0.6:
+            al = r.choice([f"{r.uniform(1, 5):.2f}"] * 40 + ["1001.00", "nan", "0.50", "65.00", "-1.00", "4"])
+            rate = r.choice([f"{r.uniform(0, 1):.2f}"] * 40 + ["1.50", "nan"])
+            line = stamp + _decode_body(r.randint(0, 40), al, rate)
+            if r.random() < 0.02:
+                line = line.replace("#token: 52, ", r.choice(["#token: 52, #extra: 1, ", "#token: nan, "]))
+            out.append(line if r.random() > 0.01 else line + ", Decode batch, #running-req: 3")
+        elif k < 0.8:
+            out.append(stamp + SGL_EVENTS[3])
+        elif k < 0.95:
+            out.append(day + f'] INFO:     127.0.0.1:{r.randint(1, 9999)} - "POST /generate HTTP/1.1" 200 OK')
+        elif k < 0.99:
+            out.append(stamp + r.choice(SGL_EVENTS))
+        else:
+            out.append(r.choice(ODD) if r.random() > 0.02 else "y" * ((1 << 20) + 3))
+    return ("\r\n" if seed % 3 == 2 else "\n").join(out).encode("latin-1") + b"\n" * (seed % 2)
+
+
+def _mixed_vllm(seed: int, n: int) -> bytes:
+    import random
+
+    r = random.Random(seed)
+    out = ["(APIServer pid=41) INFO 12-01 08:54:10 [api_utils.py:327] vLLM server version 1.2.3, serving model t"]
+    for i in range(n):
+        t = f"12-01 08:{i // 60 % 60:02d}:{i % 60:02d}"
+        acc, k = r.randint(0, 31), r.random()
+        if k < 0.9:
+            out.append(
+                f"(APIServer pid=41) INFO {t} [loggers.py:282] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+                f"Avg generation throughput: {r.randint(0, 99)}.5 tokens/s, Running: 2 reqs, Waiting: 0 reqs"
+            )
+            out.append(vllm_spec(t, acc, 30, r.choice(["1.000, 0.500, 0.250", "1.5, 0, 0", "0.5, 0.5"]), 1 + acc / 10))
+        else:
+            out.append(r.choice(["(EngineCore_DP0 pid=7) Traceback (most recent call last):", "(EngineCore_DP0 pid=7) "
+                                 "ERROR 12-01 08:59:00 [core.py:1] EngineCore encountered a fatal error.", '  File "x"',
+                                 "torch.OutOfMemoryError: CUDA out of memory.", *ODD[3:6]]))  # fmt: skip
+    return "\n".join(out).encode("latin-1") + b"\n"
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, paths: list[str], chunk: int, **kw: object) -> dict:
+    """The report read line by line, and read the fast way: they must be the same, to the bit."""
+    from ckpttools.ops import logs
+
+    monkeypatch.setattr(logs, "_CHUNK", chunk)
+    got = []
+    for fast in (False, True):
+        monkeypatch.setattr(logs, "FAST", fast)
+        try:
+            r = read_logs(paths, **kw)  # type: ignore[arg-type]
+            got.append(json.dumps(r.to_dict() | {"exit": r.exit_code}, sort_keys=True))
+        except ConfigError as e:
+            got.append(str(e))
+    assert got[0] == got[1], f"{paths} at chunks of {chunk} bytes: the fast path differs"
+    return json.loads(got[0]) if got[0].startswith("{") else {}
+
+
+def test_fast_path_equals_line_by_line_on_recorded_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RECORDED, "the recorded SGLang logs are in tests/data"
+    logs = [str(p) for p in RECORDED] + ([str(EXCERPT)] if EXCERPT.is_file() else [])
+    for chunk in (4 << 20, 4096, 61, 7):
+        for p in logs:
+            _both_paths(monkeypatch, [p], chunk)
+    _both_paths(monkeypatch, logs, 997)  # one read of several files
+    _both_paths(monkeypatch, logs[:1], 4 << 20, min_accept_len=3.9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_path_equals_line_by_line_on_mixed_logs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seed: int
+) -> None:
+    from ckpttools.ops import logs_fast, logs_windows
+
+    n = [300, 3000, 8000][seed % 3]
+    data = _mixed_sglang(seed, n)
+    p = tmp_path / "s.log"
+    p.write_bytes(data)
+    gz = tmp_path / "s.log.gz"
+    gz.write_bytes(gzip.compress(data))
+    v = tmp_path / "v.log"
+    v.write_bytes(_mixed_vllm(seed, 400))
+    for chunk in (4 << 20, 65536, 1000, 61) if n < 8000 else (4 << 20, 65536, 1000):
+        rep = _both_paths(monkeypatch, [str(p)], chunk)
+        _both_paths(monkeypatch, [str(v)], chunk)
+    assert rep["window_count"] > 0.4 * data.count(b"Decode batch")
+    _both_paths(monkeypatch, [str(gz), str(p)], 4 << 20)
+    # few windows kept, small batches: the merging of kept entries and the queue's flushes
+    monkeypatch.setattr(logs_windows, "MAX_WINDOWS", 8)
+    monkeypatch.setattr(logs_fast, "QUEUE_MAX", 5 + seed)
+    for chunk in (4 << 20, 333):
+        _both_paths(monkeypatch, [str(p)], chunk)
+
+
+def test_the_fast_path_reads_most_decode_lines_itself(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The mixed log's decode lines are mostly queued as windows by the fast path, not read alone."""
+    from ckpttools.ops import logs_fast
+
+    queued = []
+    add = logs_fast.Queue.add
+    monkeypatch.setattr(logs_fast.Queue, "add", lambda q, b: (queued.append(len(b)), add(q, b))[1])
+    p = tmp_path / "s.log"
+    p.write_bytes(_mixed_sglang(1, 20000))
+    r = read_logs([str(p)])
+    assert sum(queued) > 0.9 * r.window_count > 0
+
+
+def test_every_keyword_is_found_by_the_fast_path() -> None:
+    """A line the per-line reader acts on is never passed over: each keyword holds a rare
+    character, or a needle (whose letter, when it has one, is in the needle)."""
+    from ckpttools.ops import logs, logs_fast
+
+    for key in [*logs._KEYWORDS, b"SpecDecoding metrics", b'"request.finished"']:
+        assert logs_fast.found(key), key
+    for letter, needle in logs_fast.NEEDLES:
+        assert letter in needle
+    for line in (sgl_decode("10:00:00", 3, 2.5, tags=" DP0 TP0").encode(), SGL_EVENTS[3].encode()):
+        assert not any(c in line for c in logs_fast.RARE)  # else the common lines are read alone (slow)
+
+
+def test_stdin_reads_as_the_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ckpttools.cli.commands import cli
+
+    p = tmp_path / "s.log"
+    p.write_bytes(_mixed_sglang(4, 3000))
+    a = CliRunner().invoke(cli, ["logs", str(p), "--json"])
+    b = CliRunner().invoke(cli, ["logs", "-", "--json"], input=p.read_bytes())
+    assert a.exit_code == b.exit_code and a.stdout.replace(json.dumps(str(p))[1:-1], "<stdin>") == b.stdout

@@ -69,6 +69,18 @@ DECODE = re.compile(
     rb"" + _NUM + rb", .*?(cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): " + _NUM + rb", #queue-req: "
     rb"([^,\s]+)"
 )
+_INT, _FRAC = rb"(\d{1,15})", rb"\d{1,15}\.\d{1,15}"
+#: every ``Decode batch`` in a block of lines; where it follows a prefix's ``] `` and has the
+#: fields in the order metrics_reporter.py writes them, with figures DECODE reads the same way
+#: and that pass its checks (an accept length in [1, 65], an accept rate in [0, 1]), the groups
+#: are #running-req, accept len, accept rate, gen throughput and #queue-req (the fast path);
+#: otherwise they are None and the line is read as any line
+DECODE_FAST = re.compile(
+    rb"Decode batch(?:(?<=\] Decode batch)(?: \[\d+\])?, #running-req: " + _INT + rb", #token: \d{1,15}, token usage: "
+    rb"" + _FRAC + rb", accept len: ((?:[1-9]|[1-5]\d|6[0-4])\.\d{1,15}|65\.0{1,15}), accept rate: "
+    rb"(0\.\d{1,15}|1\.0{1,15}), (?:cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): (" + _FRAC + rb"), "
+    rb"#queue-req: " + _INT + rb"(?=[,\s]))?"
+)
 SPEC = re.compile(
     rb"SpecDecoding metrics: Mean acceptance length: " + _NUM + rb", Accepted throughput: " + _NUM + rb" tokens/s, "
     rb"Drafted throughput: " + _NUM + rb" tokens/s, Accepted: " + _NUM + rb" tokens, Drafted: " + _NUM + rb" tokens, "

@@ -1,7 +1,9 @@
 """``ckpt logs``: what SGLang and vLLM server logs say about speculative decoding.
 
 The line formats, each with the engine source line that writes it, are listed in
-:mod:`ckpttools.engines.logs_formats`.
+:mod:`ckpttools.engines.logs_formats`. A chunk's SGLang decode lines are read at once, the
+rest line by line (:mod:`ckpttools.ops.logs_fast`); the figures are the same as reading every
+line alone (``FAST = False``), to the bit.
 
 Conventions, labelled as verify labels them: accept length = tokens per verify step =
 accepted drafts + 1 (SGLang's "accept len", vLLM's "Mean acceptance length"); accepted
@@ -24,9 +26,10 @@ How windows merge:
   ``accept_len`` only, an estimate weighting each line alike.
 
 A log is untrusted: it is read streaming in chunks (memory bounded by the chunk, the
-longest line kept and the windows kept), lines over :data:`MAX_LINE` bytes are skipped,
-invalid UTF-8 is replaced, and figures no server can write (accept length outside [1, 65],
-negative counts, more accepted than drafted, NaN) are skipped, each counted under its reason.
+longest line kept, the windows kept and the fast path's queue), lines over :data:`MAX_LINE`
+bytes are skipped, invalid UTF-8 is replaced, and figures no server can write (accept length
+outside [1, 65], negative counts, more accepted than drafted, NaN) are skipped, each counted
+under its reason.
 """
 
 from __future__ import annotations
@@ -37,24 +40,26 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.ops.verify import verdict_exit_code
+from ckpttools.ops import logs_fast
 from ckpttools.engines import logs_formats as F
+from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, Sums
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "CONVENTIONS"]
 
 #: a line longer than this is skipped (counted), never held whole
 MAX_LINE = 1 << 20
-#: the windows kept in the report; beyond, neighbours are merged (``window_stride`` says how many)
-MAX_WINDOWS = 4096
 #: the most accept length a server can report (64 draft steps, as the CLI bounds them, + 1)
 MAX_ACCEPT_LEN = 65.0
 _CHUNK = 4 << 20
+#: read blocks of whole lines the fast way (:mod:`ckpttools.ops.logs_fast`); False: each line alone
+FAST = True
 CONVENTIONS = ("tokens-per-step", "accepted-per-step")
 LABEL = "tokens per verify step (accepted drafts + 1), the engines' convention"
 SCHEMA_VERSION = 1
@@ -153,10 +158,27 @@ def _chunks(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[bytes]:
         yield b
 
 
-def _lines(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[tuple[int, list[bytes]]]:
-    """(first line number, whole lines) per chunk; a line over MAX_LINE is skipped, never held."""
+#: whole lines read at once: ``blob[lo:hi]``, each line ending in a newline
+Block = tuple[bytes, int, int]
+
+
+def _lines(f: IO[bytes], where: str, rep: LogsReport) -> Generator[tuple[int, Block], int, None]:
+    """(first line number, block of whole lines) per chunk: the line the last chunk left over,
+    completed, then the rest up to the chunk's last newline; where a line is over MAX_LINE, the
+    chunk's lines joined again with that line skipped (empty), never held whole. The reader sends
+    back how many lines it read in a block (it counts them as it reads)."""
     carry, long_line, n = b"", False, 1
     for chunk in _chunks(f, where, rep):
+        cut = None if long_line else _whole(carry, chunk)
+        if cut is not None:
+            head, lo, hi = cut
+            if hi - lo < 1 << 20:  # a small chunk (a pipe's): one block, the copy cheaper than two
+                n += yield n, (head + chunk[lo:hi], 0, len(head) + hi - lo)
+            else:
+                n += yield n, (head, 0, len(head))
+                n += yield n, (chunk, lo, hi)
+            carry = chunk[hi:]
+            continue
         parts = chunk.split(b"\n")
         if long_line:
             if len(parts) == 1:
@@ -176,14 +198,30 @@ def _lines(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[tuple[int, lis
                     _skip(rep, f"line longer than {MAX_LINE} bytes", f"{where}:{n + i}")
                     parts[i] = b""
         if parts:
-            yield n, parts
-            n += len(parts)
+            joined = b"\n".join(parts) + b"\n"
+            n += yield n, (joined, 0, len(joined))
     if long_line:
         _skip(rep, f"line longer than {MAX_LINE} bytes", f"{where}:{n}")
     elif carry:
-        yield n, [carry]
-        n += 1
+        n += yield n, (carry + b"\n", 0, len(carry) + 1)
     rep.lines += n - 1
+
+
+def _whole(carry: bytes, chunk: bytes) -> tuple[bytes, int, int] | None:
+    """The first line ``carry`` + the chunk's start (its newline included), and where the whole
+    lines after it start and end in the chunk; None when the chunk has no newline or a line there
+    (or the one left over) is over MAX_LINE."""
+    last = chunk.rfind(b"\n")
+    first = chunk.find(b"\n")
+    if last < 0 or len(carry) + first > MAX_LINE or len(chunk) - last - 1 > MAX_LINE:
+        return None
+    p = first + 1
+    while last - p > MAX_LINE:  # each step: the lines that end in the next MAX_LINE + 1 bytes
+        q = chunk.rfind(b"\n", p, p + MAX_LINE + 1)
+        if q < 0:
+            return None
+        p = q + 1
+    return carry + chunk[: first + 1], first + 1, last + 1
 
 
 def _skip(rep: LogsReport, why: str, example: str) -> None:
@@ -232,89 +270,7 @@ def _seconds(stamp: bytes) -> int:
     return _day(date) * 86400 + int(hms[0:2]) * 3600 + int(hms[3:5]) * 60 + int(hms[6:8])
 
 
-# ----------------------------------------------------------------------------- windows
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two neighbouring windows as one (the kept list is full): weighted by their verify steps."""
-    w = a["weight"] + b["weight"]
-
-    def mean(k: str, by: str = "weight") -> Any:
-        if a[k] is None or b[k] is None:
-            return a[k] if b[k] is None else b[k]
-        return (a[k] * a[by] + b[k] * b[by]) / (a[by] + b[by])
-
-    out = dict(a)
-    out.update(weight=w, n=a["n"] + b["n"], exact=a["exact"] and b["exact"], time_end=b["time_end"] or b["time"])
-    out["accept_length"] = mean("accept_length")
-    out["accepted_drafts_per_step"] = out["accept_length"] - 1
-    out["accept_rate"] = mean("accept_rate")
-    out["running_requests"] = mean("running_requests", "n")
-    out["throughput"] = mean("throughput", "n")
-    for k in ("accepted", "drafted"):
-        out[k] = None if a[k] is None or b[k] is None else a[k] + b[k]
-    pa, pb = a["per_position"], b["per_position"]
-    if pa and pb and len(pa) == len(pb):
-        out["per_position"] = [(x * a["weight"] + y * b["weight"]) / w for x, y in zip(pa, pb)]
-    else:
-        out["per_position"] = None
-    return out
-
-
-class _Kept:
-    """The windows kept for the report, in file order, at most MAX_WINDOWS: when full, pairs are
-    merged and each later entry stands for ``stride`` logged windows."""
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-        self.stride = 1
-        self.pending: dict[str, Any] | None = None
-
-    def add(self, w: dict[str, Any]) -> None:
-        self.pending = w if self.pending is None else _merge(self.pending, w)
-        if self.pending["n"] < self.stride:
-            return
-        self.items.append(self.pending)
-        self.pending = None
-        if len(self.items) >= MAX_WINDOWS:
-            it = self.items
-            self.items = [_merge(it[i], it[i + 1]) if i + 1 < len(it) else it[i] for i in range(0, len(it), 2)]
-            self.stride *= 2
-
-    def done(self) -> list[dict[str, Any]]:
-        if self.pending is not None:
-            self.items.append(self.pending)
-            self.pending = None
-        return self.items
-
-
-class _Sums:
-    """Weighted sums of windows: the merged figure is sum(weight x accept length) / sum(weight)."""
-
-    def __init__(self) -> None:
-        self.w = self.wal = 0.0
-        self.n = 0
-        self.exact = True
-        self.pos: list[float] | None = None
-        self.pos_w = 0.0
-
-    def add(self, win: dict[str, Any]) -> None:
-        self.n += 1
-        self.w += win["weight"]
-        self.wal += win["weight"] * win["accept_length"]
-        self.exact = self.exact and win["exact"]
-        p = win["per_position"]
-        if p is not None and (self.pos is None or len(self.pos) == len(p)):
-            self.pos = [a + b * win["weight"] for a, b in zip(self.pos or [0.0] * len(p), p)]
-            self.pos_w += win["weight"]
-
-    @property
-    def accept_length(self) -> float | None:
-        return self.wal / self.w if self.w > 0 else None
-
-    @property
-    def per_position(self) -> list[float] | None:
-        return [x / self.pos_w for x in self.pos] if self.pos and self.pos_w > 0 else None
-
-
+# ----------------------------------------------------------------------------- requests
 class _Requests:
     """Per-request figures (SGLang's request log): pooled counts, Welford mean and variance for
     the interval, a bounded sample for the percentiles, the acceptance histogram."""
@@ -395,7 +351,7 @@ class _Run:
         self.info: dict[str, Any] = {"index": index, "file": where, "line": line, "time": time}
         self.info |= {"engine": None, "target_class": None, "drafter_class": None, "ended_by": None}
         self.starts: set[str] = set()
-        self.sums = _Sums()
+        self.sums = Sums()
         self.loads = 0
         self.load_rank: str | None = None
         self.ready = False
@@ -413,8 +369,8 @@ class _Parser:
 
     def __init__(self, rep: LogsReport, pattern: re.Pattern[bytes] | None, kind: str, convention: str | None):
         self.rep, self.pattern, self.kind, self.convention = rep, pattern, kind, convention
-        self.kept = _Kept()
-        self.total = _Sums()
+        self.kept = Kept()
+        self.total = Sums()
         self.req = _Requests()
         self.engines: set[str] = set()
         self.where = ""
@@ -425,6 +381,8 @@ class _Parser:
         self.vstats: tuple[str | None, float | None, float | None, float | None] | None = None
         self.warmup_requests = 0
         self.n = 0
+        self.fastq = logs_fast.Queue()
+        self.prefix = logs_fast.Prefixes()
 
     # ---- bookkeeping
     def _new_run(self, line: int, time: str | None) -> _Run:
@@ -439,6 +397,11 @@ class _Parser:
         ev = {"kind": kind, "time": self.time, "file": self.where, "line": n, "run": self.run.info["index"]}
         self.rep.events.append(ev | {"text": text} | extra)
         return len(self.rep.events) - 1
+
+    def _event_body(self, kind: str, n: int, line: bytes, limit: int) -> None:
+        """An event whose text is the line after its prefix (not made when no more events are kept)."""
+        full = len(self.rep.events) >= MAX_EVENTS
+        self._event(kind, n, "" if full else _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], limit))
 
     def _stamp(self, line: bytes) -> tuple[str | None, str, str | None]:
         """(engine whose prefix the line has, rank tags or process, level) and the time it sets."""
@@ -458,16 +421,52 @@ class _Parser:
             t = _seconds(stamp)
         except ValueError:
             return
+        self._tick(t)
+
+    def _tick(self, t: int) -> bool:
+        """The run's clock at line ``self.n``; True: its time went back."""
         r = self.run
-        if r.last_t is not None and t < r.last_t - 1:
+        back = r.last_t is not None and t < r.last_t - 1
+        if back:
             r.back += 1
             if r.back == 1:
                 self._event(
                     "interleaved", self.n, "time goes backwards: lines of several servers interleave, or a clock moved"
                 )
         r.last_t = t if r.last_t is None else max(t, r.last_t)
+        return back
 
     # ---- dispatch
+    def feed_block(self, n: int, block: Block) -> int:
+        """A block of whole lines, the first numbered ``n``: the fast way, unless a pattern is given
+        (or FAST is off); returns how many lines."""
+        blob, lo, hi = block
+        if self.pattern is None and FAST:
+            return logs_fast.scan(self, n, blob, lo, hi, _seconds)
+        return self.feed_lines(n, blob[lo:hi])
+
+    def feed_lines(self, n: int, text: bytes) -> int:
+        """Whole lines (each ending in a newline) one at a time, the first numbered ``n``."""
+        self.flush_fast(True)  # the windows the fast path queued come first
+        lines = text.split(b"\n")[:-1]
+        for i, line in enumerate(lines):
+            self.feed(n + i, line)
+        return len(lines)
+
+    def flush_fast(self, whole: bool) -> None:
+        """The fast path's queued windows into the kept list and the sums (``whole``: every one)."""
+        b = self.fastq.take()
+        if b is None:
+            return
+        self.engines.add("sglang")
+        self.run.info["engine"] = self.run.info["engine"] or "sglang"
+        k = self.kept.add_batch(b, whole)
+        if k == 0 and not whole:  # an entry stands for more windows than the queue holds
+            k = self.kept.add_batch(b, True)
+        self.total.add_batch(b, k)
+        self.run.sums.add_batch(b, k)
+        self.fastq.put_back(b, k)
+
     def feed(self, n: int, line: bytes) -> None:
         self.n = n
         if self.in_tb and self._tb_line(n, line):
@@ -703,15 +702,15 @@ class _Parser:
             r.held.clear()
         r.ready = True
         r.alive_after = True
-        self._event("ready", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 120))
+        self._event_body("ready", n, line, 120)
 
     def _weights(self, n: int, line: bytes, _: bytes) -> None:
         self._stamp(line)
-        self._event("weight_update", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 200))
+        self._event_body("weight_update", n, line, 200)
 
     def _context(self, n: int, line: bytes, _: bytes) -> None:
         self._stamp(line)
-        self._event("context_override", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :], 240))
+        self._event_body("context_override", n, line, 240)
 
     def _traceback(self, n: int, line: bytes, _: bytes) -> None:
         self._stamp(line)
@@ -771,6 +770,7 @@ class _Parser:
         self.in_tb = False
 
     def finish(self) -> None:
+        self.flush_fast(True)
         self._close_run()
         self.rep.runs = [r.info for r in self.runs if r.starts or r.sums.n or r.info["index"] == 0]
         if len(self.engines - {None}) > 1:
@@ -879,13 +879,24 @@ def _read_one(p: _Parser, path: str) -> None:
     p.rep.files.append(where)
     p.where = where
     try:
-        for first, lines in _lines(f, where, p.rep):
-            for i, line in enumerate(lines):
-                p.feed(first + i, line)
+        blocks = _lines(f, where, p.rep)
+        got = _advance(blocks, None)
+        while got is not None:
+            count = p.feed_block(*got)
+            got = _advance(blocks, count)
+        p.flush_fast(True)
     finally:
         p.end_file()
         if f is not sys.stdin.buffer:
             f.close()
+
+
+def _advance(blocks: Generator[tuple[int, Block], int, None], sent: int | None) -> Any:
+    """The next chunk's lines, ``sent`` (a block's line count) given back; None at the end."""
+    try:
+        return blocks.send(sent)  # type: ignore[arg-type]
+    except StopIteration:
+        return None
 
 
 def _conclude(rep: LogsReport, p: _Parser) -> None:
