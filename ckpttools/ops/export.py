@@ -280,27 +280,51 @@ def plan_export(
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
         tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
-        report.tensors = len(tensors)
-        report.bytes_written = sum(t.nbytes for t in tensors)
-        params: dict[str, Any] = {"format": format, "target": str(target) if target else None, "dtype": dtype}
-        params["max_shard_size"] = max_shard_size
-        extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
-        if ck.hub is not None:
-            extra["hub"] = {"drafter": ck.hub_record()}
-        fields = report.to_dict()
-        return WritePlan(
-            "export",
-            str(out),
+        return export_write_plan(
+            ck,
+            out,
             tensors,
-            config=cfg,
-            config_before=ck.config,
-            side_files=side_files(ck),
-            manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
-            check=_validation(Path(out), target, format, fields),
-            inputs=[ck.root, *([target] if target is not None else [])],
-            max_shard_size=parse_size(max_shard_size),
-            report=fields,
+            cfg,
+            report,
+            {"format": format, "target": target, "dtype": dtype, "max_shard_size": max_shard_size},
+            side_files(ck),
+            lambda fields: _validation(Path(out), target, format, fields),
         )
+
+
+def export_write_plan(
+    ck: Checkpoint,
+    out: str | Path,
+    tensors: list[PlannedTensor],
+    cfg: dict[str, Any],
+    report: ExportReport,
+    params: dict[str, Any],
+    sides: list[Any],
+    check: Callable[[dict[str, Any]], Check],
+) -> WritePlan:
+    """The WritePlan of an export in any format: the report's totals, the manifest (``params``:
+    format, target, dtype, max_shard_size), and the ``check`` made from the report's fields."""
+    report.tensors = len(tensors)
+    report.bytes_written = sum(t.nbytes for t in tensors)
+    target = params["target"]
+    params = {**params, "target": str(target) if target else None}
+    extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
+    if ck.hub is not None:
+        extra["hub"] = {"drafter": ck.hub_record()}
+    fields = report.to_dict()
+    return WritePlan(
+        "export",
+        str(out),
+        tensors,
+        config=cfg,
+        config_before=ck.config,
+        side_files=sides,
+        manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
+        check=check(fields),
+        inputs=[ck.root, *([target] if target is not None else [])],
+        max_shard_size=parse_size(params["max_shard_size"]),
+        report=fields,
+    )
 
 
 def export(

@@ -43,9 +43,8 @@ from ckpttools.engines.flavor import detect_flavor
 from ckpttools.engines.names import QK_NORM
 from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.io.plan import Cast, Check, Copy, Data, ManifestPlan, PlannedTensor, SideFile, TensorRef, WritePlan
+from ckpttools.io.plan import Cast, Check, Copy, Data, PlannedTensor, SideFile, TensorRef, WritePlan
 from ckpttools.io.plan import side_files as source_side_files
-from ckpttools.io.writer import parse_size
 from ckpttools.ops.export import (
     _DROPPED_KEYS,
     _FLOATS,
@@ -56,6 +55,7 @@ from ckpttools.ops.export import (
     _plan_names,
     _set,
     _source_boundaries,
+    export_write_plan,
 )
 from ckpttools.vocab.mapping import VocabMapping
 
@@ -93,28 +93,17 @@ def plan_trtllm(
     captured = _captured(bounds, target_cfg, release)
     cfg, report.config_changes = _config(ck, names, out_dtype, target_cfg, layout, bounds, captured, report.notes)
     tensors = _tensors(ck, names, out_dtype, cfg, layout, report)
-    report.tensors = len(tensors)
-    report.bytes_written = sum(t.nbytes for t in tensors)
     fragment = _fragment(out, captured, bounds, layout)
     report.notes += _fragment_notes(captured, bounds, layout)
-    params: dict[str, Any] = {"format": "trtllm", "target": str(target) if target else None, "dtype": dtype}
-    params["max_shard_size"] = max_shard_size
-    extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
-    if ck.hub is not None:
-        extra["hub"] = {"drafter": ck.hub_record()}
-    fields = report.to_dict()
-    return WritePlan(
-        "export",
-        str(out),
+    return export_write_plan(
+        ck,
+        out,
         tensors,
-        config=cfg,
-        config_before=ck.config,
-        side_files=_sides(ck, fragment, layout),
-        manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
-        check=_check(Path(out), release, layout, captured, fields, target),
-        inputs=[ck.root, *([target] if target is not None else [])],
-        max_shard_size=parse_size(max_shard_size),
-        report=fields,
+        cfg,
+        report,
+        {"format": "trtllm", "target": target, "dtype": dtype, "max_shard_size": max_shard_size},
+        _sides(ck, fragment, layout),
+        lambda fields: _check(Path(out), release, layout, captured, fields, target),
     )
 
 
