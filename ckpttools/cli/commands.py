@@ -20,7 +20,6 @@ import click
 
 from ckpttools.cli import params as P
 from ckpttools.errors import EXIT_USAGE, CkptError
-from ckpttools.engines.releases import known_specs
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 success, 1 a check found problems, 2 bad usage or unreadable input, 3 verify measured nothing."
@@ -77,6 +76,20 @@ class CkptGroup(click.Group):
             click.echo(f"ckpt: error: {_capped(str(e))}", err=True)
             click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
             ctx.exit(EXIT_USAGE)
+
+
+class _ReleasesHelp(click.Option):
+    """An --engine option whose help lists the known SGLang and vLLM releases, read from the engine
+    tables only when the help is shown (not at every start-up)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ckpttools.engines.releases import known_specs
+
+        rec = super().get_help_record(ctx)
+        if rec is None:
+            return None
+        known = ", ".join(s for s in known_specs() if s.startswith(("sglang", "vllm")))
+        return rec[0], rec[1].replace("{releases}", known)
 
 
 def _flag_namer(group: click.Group, ctx: click.Context) -> Callable[[str], str]:
@@ -323,8 +336,9 @@ def vocab_build_cmd(
     default="sglang",
     show_default=True,
     callback=lambda ctx, p, v: _release_spec(v),
+    cls=_ReleasesHelp,
     help="Whose reading to check against: sglang or vllm, optionally a release, NAME==VERSION or NAME@VERSION "
-    f"(known: {', '.join(s for s in known_specs() if s.startswith(('sglang', 'vllm')))}); without one, the newest "
+    "(known: {releases}); without one, the newest "
     "known release (the report names it). --fix takes SGLang releases only.",
 )
 @click.option(
@@ -573,8 +587,9 @@ def export_cmd(
     default="auto",
     show_default=True,
     callback=lambda ctx, p, v: _engine_spec(v),
+    cls=_ReleasesHelp,
     help="auto, torch, sglang or vllm, optionally with a release, NAME==VERSION or NAME@VERSION "
-    f"(known: {', '.join(s for s in known_specs() if s.startswith(('sglang', 'vllm')))}); without one, the release "
+    "(known: {releases}); without one, the release "
     "the server (or --engine-python) reports.",
 )
 @click.option(
