@@ -389,10 +389,6 @@ def validate_cmd(
         raise click.UsageError("-o/--in-place/--force/--dry-run go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
-    if do_fix and not engine.strip().lower().startswith(("sglang", "sgl")):
-        raise click.UsageError(
-            "--fix repairs for SGLang only; for vLLM, ckpt export --format vllm writes what it loads"
-        )
     from ckpttools.cli.render import render_fix, render_validation
 
     if do_fix:
