@@ -21,6 +21,33 @@ def real_configs_dir() -> Path:
     return REAL_CONFIGS
 
 
+def pytest_configure(config):
+    """Every server any test launches (in this process or a ckpt subprocess) is one line in the
+    launch ledger (ckpttools.engines.launch._ledger); the summary counts them."""
+    if "CKPT_LAUNCH_LEDGER" not in os.environ and not hasattr(config, "workerinput"):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="ckpt-launches-", suffix=".jsonl")
+        os.close(fd)
+        os.environ["CKPT_LAUNCH_LEDGER"] = path
+        config._ckpt_ledger = path  # the controller owns (and removes) it; xdist workers inherit the variable
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = getattr(config, "_ckpt_ledger", None)
+    if path is None:
+        return
+    try:
+        lines = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    finally:
+        os.unlink(path)
+    by: dict[str, int] = {}
+    for ln in lines:
+        by[ln["engine"]] = by.get(ln["engine"], 0) + 1
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "none"
+    terminalreporter.write_line(f"engine servers started: {len(lines)} ({parts})")
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return

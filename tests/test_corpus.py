@@ -14,10 +14,20 @@ from tests.fake_servers import MisbehavingServer
 from tests.local_hub import LocalHub
 
 CASES = all_cases()
+NAMES = [c.name for c in CASES]
+
+
+def _selected(request: pytest.FixtureRequest) -> set[str]:
+    """The case names this session runs (all of them unless -k or node ids narrowed it)."""
+    here = [i for i in request.session.items if i.module is request.module]
+    if any(i.name == "test_totals" for i in here):  # the totals need every case
+        return set(NAMES)
+    return {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+def outcomes(request: pytest.FixtureRequest, tmp_path_factory) -> dict[str, Outcome]:
+    wanted = _selected(request)
     base = tmp_path_factory.mktemp("corpus-base")
     build_base(base)
     work = tmp_path_factory.mktemp("corpus-work")
@@ -25,13 +35,13 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
         subst = {"{srv}": srv.url, "{srvhostport}": srv.url.removeprefix("http://"), "{hub}": hub.url}
         home = str(tmp_path_factory.mktemp("hub-home"))
         env = lambda c: {k: v.replace("{hub}", hub.url).replace("{hubhome}", home) for k, v in c.env.items()}  # noqa: E731
-        cases = [replace(c, env=env(c)) for c in CASES]
+        cases = [replace(c, env=env(c)) for c in CASES if c.name in wanted]
         with ThreadPoolExecutor(max_workers=4) as pool:
             res = list(pool.map(lambda c: run_case(c, base, work, subst), cases))
     return {o.case.name: o for o in res}
 
 
-@pytest.mark.parametrize("name", [c.name for c in CASES])
+@pytest.mark.parametrize("name", NAMES)
 def test_case(outcomes: dict[str, Outcome], name: str) -> None:
     o = outcomes[name]
     assert not o.problems, f"{name}: {o.problems}\nstdout: {o.stdout[-600:]}\nstderr: {o.stderr[-600:]}"

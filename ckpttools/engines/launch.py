@@ -150,6 +150,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _ledger(engine: str, cmd: list[str], pid: int) -> None:
+    """One JSON line per server launch in the file ``CKPT_LAUNCH_LEDGER`` names, where it is set
+    (the test suite counts its server starts with it; a user can audit what was launched)."""
+    path = os.environ.get("CKPT_LAUNCH_LEDGER")
+    if not path:
+        return
+    line = json.dumps({"engine": engine, "pid": pid, "time": time.time(), "argv": cmd}) + "\n"
+    try:
+        with open(path, "a", encoding="utf-8") as f:  # one write: lines from parallel workers stay whole
+            f.write(line)
+    except OSError:
+        pass  # an audit file that cannot be written never stops a launch
+
+
 class RunningServer:
     """A server process in its own session, logging to a file; a context manager.
 
@@ -178,6 +192,7 @@ class RunningServer:
             start_new_session=True,
         )
         log.close()
+        _ledger(self.spec.engine, self.cmd, self.proc.pid)
         return self
 
     def log_tail(self, n: int = 25) -> str:
