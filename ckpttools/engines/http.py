@@ -449,17 +449,23 @@ def check_url(url: str) -> str:
 
 
 def detect_engine(url: str, client: Any) -> str:
-    """``sglang`` if /server_info (or /get_server_info) answers, ``vllm`` if /metrics has vllm: counters."""
+    """``sglang`` if /server_info (or /get_server_info) answers with SGLang's settings, ``vllm`` if
+    /metrics has vllm: counters. vLLM 0.32 answers /server_info too under VLLM_SERVER_DEV_MODE=1 (the
+    mode ckpttools' swap route runs it in), with ``vllm_config``, ``vllm_env`` and ``system_env``
+    (vllm/entrypoints/serve/dev/server_info/api_router.py:43-58): that answer is vLLM's."""
 
     base = url.rstrip("/")
     for path in ("/server_info", "/get_server_info"):
         resp = _send(client, "GET", base + path, path)
         if resp.status_code == 200:
             try:
-                if isinstance(resp.json(), dict):
-                    return "sglang"
+                info = resp.json()
             except CkptError:
-                pass
+                continue
+            if isinstance(info, dict) and "vllm_config" in info:
+                break
+            if isinstance(info, dict):
+                return "sglang"
     resp = _send(client, "GET", base + "/metrics", "/metrics")
     if resp.status_code == 200 and "vllm:" in resp.text:
         return "vllm"

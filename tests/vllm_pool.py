@@ -1,0 +1,222 @@
+"""Shared real vLLM servers for the tests: one per (target, drafter family, settings), started on
+first use and kept for the test session, as a user measures many drafters on one loaded target.
+
+A test takes a server from the pool, swaps its own drafter in through ckpttools' own swap
+(``ckpttools.engines.swap.swap_in``, the route vLLM 0.32's release table records) and checks the
+swap's report (every rank reached, the cached map replaced, the bytes read back) before it
+measures, so no test depends on what the test before it swapped in. Only tests about launching
+(failures, ``--sweep``, TP 2, the demo's own command, N drafters in one ``verify --launch``)
+start servers of their own.
+
+Every server also carries tests/vllm_ext.py's ``draft_state`` (the running draft model's
+parameters), for the load-plan comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
+#: servers kept running at once (each holds about 2 GB with its KV cache); the least recently used goes first
+MAX_ALIVE = 3
+ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
+STEPS = 3
+#: every pool server's settings beyond ARGS: a log window per second (ckpt logs reads them), a small KV cache
+ENV = {"VLLM_LOG_STATS_INTERVAL": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+@dataclass
+class Served:
+    """One running pool server: its URL, log, and what its swap route needs."""
+
+    key: str
+    url: str
+    target: Path
+    log: Path
+    server: Any
+    spec: dict[str, Any]
+    swaps: list[str] = field(default_factory=list)
+
+    def swap(self, drafter: str | Path) -> Any:
+        """Put ``drafter`` in place through ckpttools' swap and return the checked SwapResult
+        (an assertion error, with the server log's tail, if the swap did not hold)."""
+        from ckpttools.engines.swap import swap_in, swappable
+        from ckpttools.io.net import NetClient
+
+        assert self.server.proc.poll() is None, f"pool server {self.key} died:\n{self.server.log_tail(40)}"
+        why = swappable(self.first, drafter)
+        assert why is None, f"{drafter} cannot take the place of {self.key}'s drafter: {why}"
+        with NetClient(retries=0) as net:
+            res = swap_in("vllm", net, self.url, drafter, self.spec)
+        assert res.ok, f"swap of {drafter} into {self.key} failed: {res.why}\n{self.server.log_tail(40)}"
+        assert res.ranks == 1 and res.checked.startswith("read back"), res
+        if "d2t" in _names(drafter):
+            assert res.maps_replaced == 1, res
+        self.swaps.append(str(drafter))
+        return res
+
+    def load_target(self, target: Path) -> None:
+        """Another target of this server's architecture and sizes in place of the running one (the
+        constructed targets differ in their head only), through tests/vllm_ext.py's ``load_target``;
+        every tensor in which the two targets' files differ must read back as the new file's bytes."""
+        import hashlib
+
+        import httpx
+
+        from ckpttools.io.checkpoint import open_checkpoint
+
+        r = httpx.post(self.url + "/collective_rpc", json={"method": "load_target", "args": [str(target)]}, timeout=600)
+        assert r.status_code == 200, f"load_target on {self.key}: HTTP {r.status_code} {r.text[:500]}"
+        got = r.json()["results"][0]["digests"]
+        with open_checkpoint(target) as new, open_checkpoint(self.target) as old:
+            assert set(new.tensors) == set(old.tensors), f"{target} is not of {self.key}'s architecture"
+            changed = {n for n in new.tensors if bytes(new.read_bytes(n)) != bytes(old.read_bytes(n))}
+            want = {n: hashlib.sha256(bytes(new.read_bytes(n))).hexdigest() for n in got}
+        assert changed <= set(got), f"{sorted(changed - set(got))} could not be read back on {self.key}"
+        assert got == want, f"load_target on {self.key}: read back other bytes than {target}'s"
+        assert httpx.post(self.url + "/reset_prefix_cache", timeout=60).status_code == 200
+        self.target = target
+
+    @property
+    def first(self) -> Path:
+        return Path(self.server.spec.drafter)
+
+    def log_mark(self) -> int:
+        """Where the log ends now (``log_since`` reads from here)."""
+        return self.log.stat().st_size
+
+    def log_since(self, mark: int, out: Path) -> Path:
+        """The server's start-up lines (release, class) and what it logged after ``mark``, as one
+        log file: the log a server started for this run alone would have written around it."""
+        data = self.log.read_bytes()
+        ready = data.find(b"Application startup complete")
+        head = data[: data.find(b"\n", ready) + 1] if ready >= 0 else b""
+        out.write_bytes(head + data[max(mark, len(head)) :])
+        return out
+
+
+def _names(drafter: str | Path) -> set[str]:
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    with open_checkpoint(drafter) as ck:
+        return set(ck.tensors)
+
+
+#: the drafter families the pool serves, one server each: build_known_pair's options
+FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "eagle31": {"aux_layer_ids": (1, 3), "fc_norm": True, "norm_output": True},  # EAGLE-3.1, two aux states
+    "qwen3": {"qk_norm": True},
+    "two-layer": {"drafter_layers": 2},
+    "mla": {"target_arch": "deepseek", "drafter_flavor": "mla", "mla_latent": 512},  # what vLLM's CPU MLA takes
+}
+
+
+class VllmPool:
+    """The session's shared servers, by key; each started on first use. ``pair`` builds (once) the
+    known pairs they serve, ``serve`` puts one in place and returns the server."""
+
+    def __init__(self, python: str, root: Path) -> None:
+        self.python = python
+        self.root = root
+        self.servers: dict[str, Served] = {}
+        self.pairs: dict[tuple[Any, ...], tuple[Path, Path, Path]] = {}
+
+    def pair(self, family: str, target: str = "repeat", drafter: str = "id", live: dict[str, Any] | None = None):
+        """(target, drafter in SGLang's layout, the drafter exported for vLLM) of ``family``, built once.
+        ``live``: tests.helpers.with_live_attention's options (attention that matters), or None."""
+        key = (family, target, drafter, tuple(sorted((live or {}).items())) if live is not None else None)
+        if key not in self.pairs:
+            from ckpttools.demo.tiny import build_known_pair
+            from ckpttools.ops.export import export
+
+            from .helpers import with_live_attention
+
+            name = f"{family}-{target}-{drafter}" + (
+                "" if live is None else "-live" + "".join(f"-{k}{v}" for k, v in key[3])
+            )
+            d = self.root / "pairs" / name
+            tp, dp = build_known_pair(d, target=target, drafter=drafter, **FAMILIES[family])
+            if live is not None:
+                with_live_attention(Path(dp), **live)
+            vp = Path(export(dp, d / "drafter-vllm", format="vllm", target=tp).output)
+            self.pairs[key] = (Path(tp), Path(dp), vp)
+        return self.pairs[key]
+
+    def serve(
+        self, family: str, target: str = "repeat", drafter: str = "id", live: dict[str, Any] | None = None
+    ) -> tuple[Served, Any, tuple[Path, Path, Path]]:
+        """``family``'s server with this pair in place: (the server, the checked swap, the pair)."""
+        pair = self.pair(family, target, drafter, live)
+        first = self.pair(family)  # every family's server starts with its repeat/id pair
+        s = self.get(family, first[0], first[2])
+        if s.target != pair[0]:
+            s.load_target(pair[0])
+        return s, s.swap(pair[2]), pair
+
+    def get(self, key: str, target: Path, drafter: Path | None, *, extra_args: tuple[str, ...] = ()) -> Served:
+        """The server ``key`` (a target architecture, a drafter family, settings), started with
+        ``target`` and ``drafter`` if new. The caller then puts its own target (``Served.load_target``)
+        and drafter (``Served.swap``) in place. A pool server is never handed out dead."""
+        if key in self.servers:
+            s = self.servers[key]
+            assert s.server.proc.poll() is None, f"pool server {key} died:\n{s.server.log_tail(40)}"
+            self.servers[key] = self.servers.pop(key)  # the most recently used last
+            return s
+        from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+        from ckpttools.engines.releases import VLLM_0_32
+
+        while len(self.servers) >= MAX_ALIVE:
+            self.release(next(iter(self.servers)))
+        from ckpttools.engines.swap import prepare_launch, server_spec
+
+        log = self.root / f"{key.replace('/', '-')}.log"
+        spec = LaunchSpec(
+            "vllm",
+            str(target),
+            str(drafter) if drafter is not None else None,
+            port=free_port(),
+            steps=STEPS if drafter is not None else 0,
+            engine_args=[*ARGS, *extra_args],
+            python=self.python,
+            log_path=str(log),
+            ready_timeout=600,
+            env={**ENV, "VLLM_CACHE_ROOT": str(self.root / "vllm-cache")},
+        )
+        swap: dict[str, Any] = {}
+        if drafter is not None:
+            spec = prepare_launch(spec, VLLM_0_32)
+            # the swap route's worker extension, with the test's draft_state beside it (vLLM takes one class)
+            args = [a for a in spec.engine_args if a != "ckpt_swap.VllmDrafterSwap"]
+            i = args.index("--worker-extension-cls")
+            args.insert(i + 1, "tests.vllm_ext.SwapAndDraftState")
+            env = {**spec.env, "PYTHONPATH": os.pathsep.join([spec.env["PYTHONPATH"], str(REPO)])}
+            spec = dataclasses.replace(spec, engine_args=args, env=env)
+            swap = server_spec(VLLM_0_32, drafter)
+        srv = RunningServer(spec).start()
+        try:
+            t0 = time.monotonic()
+            srv.wait_ready(None)
+            print(f"\npool: vLLM server {key} ready in {time.monotonic() - t0:.0f} s")
+        except BaseException:
+            srv.stop()
+            raise
+        self.servers[key] = Served(key, spec.url, Path(target), log, srv, swap)
+        return self.servers[key]
+
+    def release(self, key: str) -> None:
+        """Stop the server ``key`` (a later ``get`` starts it again)."""
+        s = self.servers.pop(key, None)
+        if s is not None:
+            s.server.stop()
+
+    def close(self) -> None:
+        for s in self.servers.values():
+            s.server.stop()
+        self.servers.clear()
