@@ -131,7 +131,7 @@ def compare_drafters(
             progress(f"{drafters[i]}: its own server ({why})")
         entries[i] = entry = _own_server(launch, drafters[i], engine, why, out, verify_kwargs)
         if progress and entry["_error"] is not None:
-            progress(f"{drafters[i]}: {entry['_report'].verdict}")
+            progress(f"{drafters[i]}: {_progress_words(entry)}")
     out.drafters = [e for e in entries if e is not None]
     out.reports = [e.pop("_report") for e in out.drafters]
     out.errors = [e.pop("_error") for e in out.drafters]
@@ -185,7 +185,7 @@ def _shared_server(
                 if entry is not None:
                     entries[i] = entry
                     if progress:
-                        progress(f"{d}: {entry['_report'].verdict}")
+                        progress(f"{d}: {_progress_words(entry)}")
                     continue
             own.append((i, why or "the swap failed"))
         if dead is not None:
@@ -203,6 +203,13 @@ def _shared_server(
         server.stop()
         net.close()
     return own
+
+
+def _progress_words(entry: dict[str, Any]) -> str:
+    """A drafter's outcome as the progress line says it (a failure in full is the run's error)."""
+    if entry["_error"] is not None:
+        return "not measured: its run ended in an error (in its entry)"
+    return str(entry["_report"].verdict)
 
 
 def _checksum(launch: Any, net: Any, timeout: float) -> tuple[str | None, str]:
