@@ -155,9 +155,17 @@ def _file_digests(ck: Any, expected: dict[str, list[tuple[str, Any]]]) -> dict[s
 
 
 def _what(x: Any) -> str:
-    """A short, one-line description of a value a server sent."""
-    text = json.dumps(x)[:80] if isinstance(x, (dict, list, str, int, float, bool, type(None))) else "?"
-    return f"{type(x).__name__} {text!r}"
+    """A short, one-line description of a value a server sent (parsed JSON)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"bool {json.dumps(x)}"
+    if isinstance(x, str):
+        return f"text {x[:60]!r}"
+    if isinstance(x, (int, float)):
+        return f"{type(x).__name__} {x!r}"[:80]
+    kind = "a list" if isinstance(x, list) else "an object" if isinstance(x, dict) else type(x).__name__
+    return f"{kind} {json.dumps(x, default=str)[:60]!r}"
 
 
 _KIND_WORDS = {list: "a list", int: "a count", dict: "an object"}
@@ -167,7 +175,8 @@ class _BadAnswer(ServerError):
     """The server answered, but not as ckpt_swap.py answers: a failed swap (not a failed request)."""
 
 
-def _json(resp: Any, where: str) -> Any:
+def _json(resp: Any) -> Any:
+    """The answer's JSON; an answer that is not JSON is a bad answer, not a failed request."""
     try:
         return resp.json()
     except ServerError as e:
@@ -176,7 +185,7 @@ def _json(resp: Any, where: str) -> Any:
 
 def _results(resp: Any, where: str) -> list[Any]:
     """The ``results`` of a ``/collective_rpc`` answer, each worker's answer parsed (JSON text or a value)."""
-    body = _json(resp, where)
+    body = _json(resp)
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list):
         raise _BadAnswer(f"{where}: the answer is {_what(body)}, not an object with a results list")
@@ -220,8 +229,8 @@ def _answer_fault(a: Any, asked: _Asked) -> str | None:
     refused = a.get("refused")
     if refused is not None and (not isinstance(refused, str) or not refused.strip()):
         return f"{who}'s 'refused' is {_what(refused)}, not a reason"
-    kinds = (("loaded", list), ("skipped", list), ("maps_replaced", int), ("digests", dict), ("dtypes", dict))
-    for key, kind in (*kinds, ("numel", dict)):
+    kinds = (("loaded", list), ("skipped", list), ("maps_replaced", int), ("digests", dict))
+    for key, kind in (*kinds, ("dtypes", dict), ("numel", dict)):
         if key not in a:
             if refused:
                 continue
@@ -378,7 +387,7 @@ def _sglang_swap(
             "flush_cache": True,
         }
         where = url + spec["endpoint"]
-        done = _json(_post(net, url, spec["endpoint"], body, deadline), where)
+        done = _json(_post(net, url, spec["endpoint"], body, deadline))
         if not isinstance(done, dict) or done.get("success") is not True:  # {success, message}: http_server.py:1367
             raise _BadAnswer(f"{where}: the server did not apply the update: {_what(done)}")
         ours = {f"rank{r}.json": r for r in range(ranks)}
@@ -472,7 +481,7 @@ def target_checksum(
         )
     got = []
     for n in names:
-        vals = _json(_post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64}, timeout), url)
+        vals = _json(_post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64}, timeout))
         if not _numbers(vals):
             raise _BadAnswer(f"{url}/get_weights_by_name: {n} is {_what(vals)}, not the tensor's values")
         got.append([n, vals])
