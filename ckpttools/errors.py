@@ -102,6 +102,21 @@ class CkptError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def about(self, prefix: str, suffix: str = "") -> CkptError:
+        """The same error (class, hint, exit code) with its message between ``prefix`` and ``suffix``
+        (which name no parameter): e.g. which of several runs it ended."""
+        err = type(self).__new__(type(self))
+        CkptError.__init__(
+            err,
+            prefix + self._template + suffix,
+            path=self.path,
+            tensor=self.tensor,
+            url=self.url,
+            hint=self._hint_template,
+        )
+        err.exit_code = self.exit_code
+        return err
+
     def render(self, flag: Callable[[str], str]) -> tuple[str, str | None]:
         """Message and hint with each parameter written as ``flag(python_name)``."""
         hint = None if self._hint_template is None else _render(self._hint_template, flag)

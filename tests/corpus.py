@@ -826,6 +826,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
+    from tests.corpus_swap_answers import swap_answer_cases  # here: corpus_swap_answers imports this module
     from tests.corpus_trtllm import trtllm_cases  # here: corpus_trtllm imports this module
 
     cases = (
@@ -847,6 +848,7 @@ def all_cases() -> list[Case]:
         + config_field_cases()
         + dry_run_cases()
         + swap_cases()
+        + swap_answer_cases()
         + trtllm_cases()
     )
     names = [c.name for c in cases]

@@ -916,6 +916,9 @@ def _compare(drafters: list[str], o: dict[str, Any]) -> None:
 
         write_json(o["output_file"], rep.to_dict())
     _show(rep, o["as_json"], render_compare)
+    err = rep.error()  # a drafter that failed, or measured nothing: one error line, the run's exit code
+    if err is not None:
+        raise err
     sys.exit(rep.exit_code)
 
 

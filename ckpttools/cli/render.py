@@ -664,6 +664,8 @@ def render_compare(r: CompareReport) -> str:
             else f"own server: {sw['why']}"
         )
         out.append(f"  {e['drafter'].ljust(width)}  accept length {al}{ci_s}{tps}  ({how})")
+        if e.get("error"):
+            out.append(f"  {''.ljust(width)}  error: {' | '.join(e['error'].splitlines())}")
         if rep.per_position_acceptance:
             pos = "  ".join(f"{i + 1}: {a:.2f}" for i, a in enumerate(rep.per_position_acceptance))
             out.append(f"  {''.ljust(width)}  by draft position: {pos}")

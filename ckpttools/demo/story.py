@@ -87,6 +87,9 @@ def _measurer(
         kw: dict[str, Any] = {"prompts": str(prompts), "num_prompts": 12, "max_new_tokens": 64, "ignore_eos": True}
         rep = compare_drafters(spec, [str(d) for d in served], engine=engine, **kw)
         SERVER_STARTS.append(rep.server_starts)
+        err = rep.error()  # a drafter that failed or measured nothing: the story cannot be told
+        if err is not None:
+            raise err
         return rep.reports
 
     SERVER_STARTS.clear()

@@ -4,7 +4,9 @@ The engine-release table (``EngineRelease.drafter_swap``) says how a release all
 that runs inside the engine is ``engines/serverside/ckpt_swap.py`` (put on the server's PYTHONPATH
 at launch). After each swap the drafter's weights are read back, where the engine allows, and held
 against the file's bytes; a swap that is refused, reaches fewer ranks than the server has, replaces
-no cached mapping the drafter needs, or reads back other bytes, is a failed swap.
+no cached mapping the drafter needs, or reads back other bytes, is a failed swap; so is one where
+more ranks answer than the server has, or any field of a rank's answer is not of the type and in
+the range the server-side code gives it.
 
 - vLLM (worker extension): ``POST /collective_rpc {"method": "ckpt_swap", "args": [path]}`` runs in
   every worker; then ``POST /reset_prefix_cache``.
@@ -24,20 +26,25 @@ import json
 import math
 import os
 import pickle
+import re
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ckpttools.errors import ServerError
-from ckpttools.io.inputs import loads_json, read_json
+from ckpttools.io.inputs import loads_json
 
 __all__ = ["SERVERSIDE", "SwapResult", "swap_route", "prepare_launch", "swap_in", "target_checksum", "swappable"]
 
 SERVERSIDE = Path(__file__).resolve().parent / "serverside"
 _TORCH_DTYPES = {"BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.float32", "I64": "torch.int64"}
 _IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: the largest rank answer read: digests of a drafter's parameters take a few KiB
+_ANSWER_LIMIT = 16 << 20
 
 
 @dataclass
@@ -52,10 +59,14 @@ class SwapResult:
     checked: str = "not checked"
     why: str | None = None
     answers: list[dict[str, Any]] = field(default_factory=list)
+    #: the swap's request itself failed (no answer, a broken connection, an HTTP error): the
+    #: server may have died, which the caller can see (not in ``to_dict``)
+    request_failed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("answers")
+        d.pop("request_failed")
         return d
 
 
@@ -143,90 +154,214 @@ def _file_digests(ck: Any, expected: dict[str, list[tuple[str, Any]]]) -> dict[s
     return out
 
 
-def _rank_answer(a: Any, where: str) -> dict[str, Any]:
-    """One rank's answer, its fields of the types ckpt_swap.py writes; anything else is a ServerError."""
+def _what(x: Any) -> str:
+    """A short, one-line description of a value a server sent (parsed JSON)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"bool {json.dumps(x)}"
+    if isinstance(x, str):
+        return f"text {x[:60]!r}"
+    if isinstance(x, (int, float)):
+        return f"{type(x).__name__} {x!r}"[:80]
+    kind = "a list" if isinstance(x, list) else "an object" if isinstance(x, dict) else type(x).__name__
+    return f"{kind} {json.dumps(x, default=str)[:60]!r}"
+
+
+_KIND_WORDS = {list: "a list", int: "a count", dict: "an object"}
+
+
+class _BadAnswer(ServerError):
+    """The server answered, but not as ckpt_swap.py answers: a failed swap (not a failed request)."""
+
+
+def _json(resp: Any) -> Any:
+    """The answer's JSON; an answer that is not JSON is a bad answer, not a failed request."""
+    try:
+        return resp.json()
+    except ServerError as e:
+        raise _BadAnswer(str(e), url=e.url) from None
+
+
+def _results(resp: Any, where: str) -> list[Any]:
+    """The ``results`` of a ``/collective_rpc`` answer, each worker's answer parsed (JSON text or a value)."""
+    body = _json(resp)
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list):
+        raise _BadAnswer(f"{where}: the answer is {_what(body)}, not an object with a results list")
+    return [loads_json(r, where, error=_BadAnswer) if isinstance(r, str) else r for r in results]
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank{'s' if n != 1 else ''}"
+
+
+def _count(x: Any) -> TypeGuard[int]:
+    """A whole number of zero or more (a bool is not one)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What each rank's answer is held to: the server's rank count, the drafter sent, its tensors."""
+
+    ranks: int
+    path: str
+    tensors: frozenset[str]
+    has_d2t: bool
+
+
+def _answer_fault(a: Any, asked: _Asked) -> str | None:
+    """Why one rank's answer is not one that ckpt_swap.py writes for this request (None: it is).
+
+    Every field is held to the type and range that code gives it: ``rank`` one of the server's,
+    ``path`` the drafter sent (an answer for another path is another swap's), tensor names the
+    file's, sha256 digests as hex, counts whole and not negative, and no map replaced where the
+    drafter has none. A refused answer needs only its reason; an accepted one needs every field."""
     if not isinstance(a, dict):
-        raise ServerError(f"{where}: a rank answered {str(a)[:80]!r}, not an object")
-    for key, kind in (("digests", dict), ("dtypes", dict), ("numel", dict), ("loaded", list), ("skipped", list)):
-        if key in a and not isinstance(a[key], kind):
-            raise ServerError(f"{where}: a rank's {key!r} is {type(a[key]).__name__}, not {kind.__name__}")
+        return f"a rank answered {_what(a)}, not an object"
+    rank = a.get("rank")
+    if not _count(rank) or rank >= asked.ranks:
+        return f"a rank's 'rank' is {_what(rank)}, not one of the server's {asked.ranks} (0 to {asked.ranks - 1})"
+    who = f"rank {rank}"
+    if a.get("path") != asked.path:
+        return f"{who} answered for {_what(a.get('path'))}, not for {asked.path}"
+    refused = a.get("refused")
+    if refused is not None and (not isinstance(refused, str) or not refused.strip()):
+        return f"{who}'s 'refused' is {_what(refused)}, not a reason"
+    kinds = (("loaded", list), ("skipped", list), ("maps_replaced", int), ("digests", dict))
+    for key, kind in (*kinds, ("dtypes", dict), ("numel", dict)):
+        if key not in a:
+            if refused:
+                continue
+            return f"{who}'s answer has no {key!r}"
+        v = a[key]
+        if not isinstance(v, kind) or isinstance(v, bool):
+            return f"{who}'s {key!r} is {_what(v)}, not {_KIND_WORDS[kind]}"
+    for key in ("loaded", "skipped"):
+        for n in a.get(key, []):
+            if not isinstance(n, str) or n not in asked.tensors:
+                return f"{who}'s {key!r} names {_what(n)}, which is no tensor of the drafter's file"
     maps = a.get("maps_replaced", 0)
-    if isinstance(maps, bool) or not isinstance(maps, int) or maps < 0:
-        raise ServerError(f"{where}: a rank's 'maps_replaced' is {maps!r}, not a count")
-    if a.get("refused") is not None and not isinstance(a["refused"], str):
-        raise ServerError(f"{where}: a rank's 'refused' is {type(a['refused']).__name__}, not text")
-    return a
+    if not _count(maps):
+        return f"{who}'s 'maps_replaced' is {_what(maps)}, not a count"
+    if maps and not asked.has_d2t:
+        return f"{who} says it replaced {maps} draft-to-target maps, but the drafter has no d2t"
+    digests, dtypes, numel = a.get("digests", {}), a.get("dtypes", {}), a.get("numel", {})
+    if set(dtypes) != set(digests) or set(numel) != set(digests):
+        return f"{who}'s 'digests', 'dtypes' and 'numel' name different parameters"
+    for p, d in digests.items():
+        if not isinstance(d, str) or not _HEX64.fullmatch(d):
+            return f"{who}'s digest of {p} is {_what(d)}, not a sha256 in hex"
+        if not isinstance(dtypes[p], str) or not _count(numel[p]):
+            return f"{who}'s dtype or size of {p} is {_what(dtypes[p])} / {_what(numel[p])}"
+    return None
 
 
-def _check(answers: list[dict[str, Any]], ck: Any, spec: dict[str, Any], ranks: int) -> tuple[str | None, str]:
-    """(why the swap failed or None, how it was checked), against the drafter ``ck`` (open)."""
+def _check(
+    answers: list[Any], ck: Any, spec: dict[str, Any], asked: _Asked, file_ranks: list[int] | None = None
+) -> tuple[str | None, str]:
+    """(why the swap failed or None, how it was checked), against the drafter ``ck`` (open).
+
+    More answers than the server has ranks is a failed swap, as are fewer; so is any rank whose
+    parameter, held whole (in the file's dtype and size), reads back other bytes than the file's,
+    at any rank count. A parameter held as a shard, in another dtype or in a kernel format is not
+    compared, and the words say how many."""
+    ranks = asked.ranks
+    if len(answers) > ranks:
+        return (
+            f"{len(answers)} ranks answered, but the server has {_ranks(ranks)}: some answer is no rank's",
+            "not checked",
+        )
+    for i, a in enumerate(answers):
+        fault = _answer_fault(a, asked)
+        if fault is None and file_ranks is not None and a["rank"] != file_ranks[i]:
+            fault = f"the answer of rank {file_ranks[i]} says it is rank {a['rank']}'s"
+        if fault is not None:
+            return fault, "not checked"
+    seen = [a["rank"] for a in answers]
+    if len(set(seen)) < len(seen):
+        return f"rank {next(r for r in seen if seen.count(r) > 1)} answered twice", "not checked"
     if len(answers) < ranks:
         return f"the swap reached {len(answers)} of the server's {ranks} ranks", "not checked"
+    answers = sorted(answers, key=lambda a: a["rank"])
     for a in answers:
         if a.get("refused"):
-            return f"rank {a.get('rank')}: {a['refused']}", "not checked"
-    if ranks > 1:  # each rank holds its shard: the file's bytes are not any one rank's
-        return None, f"read back on {ranks} ranks; sharded weights are not compared with the file"
-    got, held, numel = answers[0].get("digests", {}), answers[0].get("dtypes", {}), answers[0].get("numel", {})
-    want = _file_digests(ck, _server_module()._expected({n: None for n in ck.tensors}, spec, set(got)))
-    same = [p for p in got if p in want and want[p][0] == got[p]]
-    # held otherwise: in another dtype, or processed into a kernel format after loading (other size)
-    other = [
-        p for p in got if p in want and (held.get(p) != _TORCH_DTYPES.get(want[p][1]) or numel.get(p) != want[p][2])
-    ]
-    bad = [p for p in got if p in want and p not in same and p not in other]
-    if bad:
-        return f"read back, {bad[0]} does not hold the file's bytes", "read back"
+            return f"rank {a['rank']}: {a['refused']}", "not checked"
+    params: set[str] = set().union(*(a["digests"] for a in answers))
+    want = _file_digests(ck, _server_module()._expected({n: None for n in ck.tensors}, spec, params))
+    same: set[str] = set()
+    for a in answers:
+        for p, got in a["digests"].items():
+            if p not in want:
+                return f"read back on rank {a['rank']}, {p} is filled by no tensor of the drafter's file", "read back"
+            digest, dtype, numel = want[p]
+            if a["dtypes"][p] != _TORCH_DTYPES.get(dtype) or a["numel"][p] != numel:
+                continue  # a shard, another dtype, or processed into a kernel format after loading (other size)
+            if got != digest:
+                return f"read back on rank {a['rank']}, {p} does not hold the file's bytes", "read back"
+            same.add(p)
     if not same:
         return "no parameter could be read back and held against the file", "not checked"
-    how = f"read back: {len(same)} parameters equal the file's bytes"
-    if other:
-        how += f"; {len(other)} held in another dtype or a kernel format, not compared"
+    on = f" on {ranks} ranks" if ranks > 1 else ""
+    how = f"read back{on}: {len(same)} parameters equal the file's bytes"
+    if params - same:
+        held = "sharded, in another dtype or a kernel format" if ranks > 1 else "in another dtype or a kernel format"
+        how += f"; {len(params - same)} held {held}, not compared"
     return None, how
 
 
-def swap_in(engine: str, net: Any, url: str, drafter: str | Path, spec: dict[str, Any], ranks: int = 1) -> SwapResult:
-    """Put ``drafter`` in place of the running one, check it, and reset the caches it leaves stale."""
+def swap_in(
+    engine: str,
+    net: Any,
+    url: str,
+    drafter: str | Path,
+    spec: dict[str, Any],
+    ranks: int = 1,
+    *,
+    timeout: float = 600.0,
+) -> SwapResult:
+    """Put ``drafter`` in place of the running one, check it, and reset the caches it leaves stale.
+
+    ``ranks`` is the server's tensor-parallel size: exactly that many ranks must answer.
+    ``timeout`` bounds each request of the swap (seconds, the run's ``timeout``)."""
     from ckpttools.io.checkpoint import open_checkpoint
 
     drafter = Path(os.path.realpath(drafter))
     t0 = time.monotonic()
     try:
         if engine == "vllm":
-            answers, how = _vllm_swap(net, url, drafter, spec)
+            answers, file_ranks, how = _vllm_swap(net, url, drafter, spec, timeout)
         else:
-            answers, how = _sglang_swap(net, url, drafter, spec, ranks)
-    except ServerError as e:
+            answers, file_ranks, how = _sglang_swap(net, url, drafter, spec, ranks, timeout)
+    except _BadAnswer as e:
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e))
+    except ServerError as e:
+        return SwapResult(False, time.monotonic() - t0, engine, why=str(e), request_failed=True)
     seconds = time.monotonic() - t0
-    ranks = max(ranks, len(answers)) if engine == "vllm" else ranks
     with open_checkpoint(drafter) as ck:  # headers, and the bytes the read-back is held against
-        why, checked = _check(answers, ck, spec, ranks)
-        has_d2t = "d2t" in ck.tensors
-    maps = sum(int(a.get("maps_replaced", 0)) for a in answers)
-    if why is None and has_d2t and min((int(a.get("maps_replaced", 0)) for a in answers), default=0) < 1:
+        asked = _Asked(ranks, str(drafter), frozenset(ck.tensors), "d2t" in ck.tensors)
+        why, checked = _check(answers, ck, spec, asked, file_ranks)
+    if why is not None:
+        return SwapResult(False, seconds, how, len(answers), 0, checked, why, answers)
+    maps = [int(a.get("maps_replaced", 0)) for a in answers]
+    if asked.has_d2t and min(maps, default=0) < 1:
         why = "no rank replaced the cached draft-to-target map: the figures would be measured under the old mapping"
-    return SwapResult(why is None, seconds, how, len(answers), maps, checked, why, answers)
+    return SwapResult(why is None, seconds, how, len(answers), sum(maps), checked, why, answers)
 
 
-def _post(net: Any, url: str, path: str, body: dict[str, Any] | None, deadline: float = 600.0) -> Any:
+def _post(net: Any, url: str, path: str, body: dict[str, Any] | None, deadline: float) -> Any:
     resp = net.request("POST", url + path, json=body, what=path, deadline=deadline, retries=0)
     if resp.status >= 400:
         raise ServerError(f"{url}{path}: HTTP {resp.status}: {resp.text[:300]}", url=url)
     return resp
 
 
-def _vllm_swap(net: Any, url: str, drafter: Path, spec: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
-    resp = _post(net, url, spec["endpoint"], {"method": "ckpt_swap", "args": [str(drafter)]})
-    results = resp.json().get("results")
-    if not isinstance(results, list):
-        raise ServerError(f"{url}{spec['endpoint']}: no results list in the answer", url=url)
-    where = url + spec["endpoint"]
-    answers = [
-        _rank_answer(loads_json(r, where, error=ServerError) if isinstance(r, str) else r, where) for r in results
-    ]
-    _post(net, url, spec["flush"], None)
-    return answers, f"worker extension through {spec['endpoint']}"
+def _vllm_swap(net: Any, url: str, drafter: Path, spec: dict[str, Any], deadline: float) -> tuple[list[Any], None, str]:
+    resp = _post(net, url, spec["endpoint"], {"method": "ckpt_swap", "args": [str(drafter)]}, deadline)
+    answers = _results(resp, url + spec["endpoint"])
+    _post(net, url, spec["flush"], None, deadline)
+    return answers, None, f"worker extension through {spec['endpoint']}"
 
 
 def byte_tensor_payload(text: str) -> str:
@@ -239,10 +374,11 @@ def byte_tensor_payload(text: str) -> str:
 
 
 def _sglang_swap(
-    net: Any, url: str, drafter: Path, spec: dict[str, Any], ranks: int
-) -> tuple[list[dict[str, Any]], str]:
+    net: Any, url: str, drafter: Path, spec: dict[str, Any], ranks: int, deadline: float
+) -> tuple[list[Any], list[int], str]:
+    # mkdtemp's folder is 0o700: only this user can write an answer there, and the server is this
+    # user's (ckpt started it); each answer read is checked to be this user's own regular file
     with tempfile.TemporaryDirectory(prefix="ckpt-swap-") as d:
-        os.chmod(d, 0o777)  # the server may run as another user
         answer = os.path.join(d, "rank{rank}.json")
         payload = byte_tensor_payload(json.dumps({"path": str(drafter), "answer": answer}))
         body = {
@@ -250,28 +386,88 @@ def _sglang_swap(
             "load_format": "ckpt_swap.sglang_load_drafter",
             "flush_cache": True,
         }
-        _post(net, url, spec["endpoint"], body)
-        answers = []
-        for r in range(ranks):
-            p = Path(answer.replace("{rank}", str(r)))
-            if p.is_file():
-                answers.append(_rank_answer(read_json(p, "swap answer", error=ServerError), str(p)))
-    return answers, f"custom weight loader through {spec['endpoint']}"
+        where = url + spec["endpoint"]
+        done = _json(_post(net, url, spec["endpoint"], body, deadline))
+        if not isinstance(done, dict) or done.get("success") is not True:  # {success, message}: http_server.py:1367
+            raise _BadAnswer(f"{where}: the server did not apply the update: {_what(done)}")
+        ours = {f"rank{r}.json": r for r in range(ranks)}
+        names = sorted(os.listdir(d))
+        stray = [n for n in names if n not in ours]
+        if stray:
+            raise _BadAnswer(
+                f"an answer came back as {stray[0]!r}, but the server has {_ranks(ranks)}: it is no rank's answer"
+            )
+        found = sorted((ours[n], n) for n in names)
+        answers = [_read_answer(os.path.join(d, n)) for _, n in found]
+    return answers, [r for r, _ in found], f"custom weight loader through {spec['endpoint']}"
 
 
-def target_checksum(engine: str, net: Any, url: str, target: str | Path | None = None) -> str | None:
-    """A digest of the target's weights as the server holds them (None: the engine gives no way).
+def _read_answer(path: str) -> Any:
+    """One rank's answer file: this user's own regular file (no link), of at most 16 MiB, as JSON."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _BadAnswer(f"{path}: not a regular file, so no rank's answer")
+    if st.st_uid != os.geteuid():
+        raise _BadAnswer(f"{path}: owned by user {st.st_uid}, not by this user ({os.geteuid()}): no rank's answer")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise _BadAnswer(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        after = os.fstat(fd)
+        if (after.st_ino, after.st_dev, after.st_uid) != (st.st_ino, st.st_dev, st.st_uid):
+            raise _BadAnswer(f"{path}: replaced while it was read")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(_ANSWER_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _ANSWER_LIMIT:
+        raise _BadAnswer(f"{path}: larger than {_ANSWER_LIMIT >> 20} MiB, no rank's answer")
+    return loads_json(data, path, error=_BadAnswer)
 
-    vLLM: through the worker extension, every worker's. SGLang: ``/get_weights_by_name`` of the
-    target's embedding, head and first tensors (the first 64 values of each)."""
+
+def _numbers(x: Any) -> bool:
+    """A non-empty list of numbers, or of such lists (a tensor's values, as ``tolist()`` gives them)."""
+    stack, seen = [x], 0
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            seen += 1
+        else:
+            return False
+    return seen > 0
+
+
+def target_checksum(
+    engine: str, net: Any, url: str, target: str | Path | None = None, ranks: int = 1, *, timeout: float = 600.0
+) -> tuple[str, str] | None:
+    """A digest of the target's weights as the server holds them, and what it was read from (None:
+    the engine gives no way). A check that could read nothing raises: it never stands for a digest.
+
+    vLLM: through the worker extension, every worker's (exactly ``ranks`` of them). SGLang:
+    ``/get_weights_by_name`` of the target's embedding, head and first norms (the first 64 rows
+    of each), each answer a tensor's values.
+
+    Raises:
+        ServerError: a request failed, an answer is not what was asked, or nothing could be read.
+    """
     if engine == "vllm":
-        resp = _post(net, url, "/collective_rpc", {"method": "ckpt_target_checksum"})
         where = url + "/collective_rpc"
-        raw = resp.json().get("results")
-        if not isinstance(raw, list):
-            raise ServerError(f"{where}: no results list in the answer", url=url)
-        results = [loads_json(r, where, error=ServerError) if isinstance(r, str) else r for r in raw]
-        return hashlib.sha256(json.dumps([_rank_answer(r, where).get("target") for r in results]).encode()).hexdigest()
+        results = _results(_post(net, url, "/collective_rpc", {"method": "ckpt_target_checksum"}, timeout), where)
+        if len(results) != ranks:
+            raise _BadAnswer(f"{where}: {len(results)} workers answered, but the server has {_ranks(ranks)}")
+        sums = []
+        for a in results:
+            rank, digest = (a.get("rank"), a.get("target")) if isinstance(a, dict) else (None, None)
+            if not (_count(rank) and rank < ranks and isinstance(digest, str) and _HEX64.fullmatch(digest)):
+                raise _BadAnswer(f"{where}: a worker answered {_what(a)}, not its rank and the target's checksum")
+            sums.append((rank, digest))
+        if len({r for r, _ in sums}) < len(sums):
+            raise _BadAnswer(f"{where}: a rank answered twice")
+        how = f"every target weight's sums on {_ranks(ranks)}, through the worker extension"
+        return hashlib.sha256(json.dumps(sorted(sums)).encode()).hexdigest(), how
     if target is None:
         return None
     from ckpttools.io.checkpoint import open_checkpoint
@@ -279,8 +475,15 @@ def target_checksum(engine: str, net: Any, url: str, target: str | Path | None =
     with open_checkpoint(target) as ck:
         names = [n for n in ck.tensors if n.endswith(("embed_tokens.weight", "lm_head.weight"))]
         names += [n for n in ck.tensors if n.endswith("norm.weight") and n not in names][:2]  # never fused
+    if not names:
+        raise _BadAnswer(
+            f"{target}: no embed_tokens, lm_head or norm weight, the tensors /get_weights_by_name is asked for"
+        )
     got = []
     for n in names:
-        resp = _post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64})
-        got.append([n, resp.text])
-    return hashlib.sha256(json.dumps(got).encode()).hexdigest()
+        vals = _json(_post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64}, timeout))
+        if not _numbers(vals):
+            raise _BadAnswer(f"{url}/get_weights_by_name: {n} is {_what(vals)}, not the tensor's values")
+        got.append([n, vals])
+    how = f"/get_weights_by_name of {len(names)} target tensors (their first 64 rows)"
+    return hashlib.sha256(json.dumps(got).encode()).hexdigest(), how

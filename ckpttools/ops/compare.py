@@ -5,7 +5,9 @@ then swapped in (``ckpttools.engines.swap``: the route the engine-release table 
 and measured on that server, in the order given. A drafter that cannot take the running one's place
 (another config, other tensors), or whose swap fails or cannot be checked, is measured on a server
 of its own after the shared one stops; the report says which and why. Before the first swap and
-after the last, the target's weights are read back: a swap never writes them.
+after the last, the target's weights are read back: a swap never writes them (a read that read
+nothing says "not checked" and why). A drafter whose run ends in an error (a server that died, with
+its exit code and log tail, or did not start) has it in its entry; the others are still measured.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpttools.errors import ServerError
+from ckpttools.errors import CkptError, ServerError
 
 __all__ = ["CompareReport", "compare_drafters", "MAX_DRAFTERS"]
 
@@ -39,17 +41,46 @@ class CompareReport:
     seconds: float = 0.0
     verdict: str = ""
     reports: list[Any] = field(default_factory=list, repr=False)
+    #: per drafter, the error its run ended in (None: it ran to the end)
+    errors: list[CkptError | None] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("reports")
+        d.pop("errors")
         return d
 
     @property
     def exit_code(self) -> int:
-        """The worst of the drafters' exit codes (3: one was not measured at all)."""
+        """A drafter whose run ended in an error: that error's exit code (2: a server that died, did not
+        start or answered impossible figures); else the worst of the drafters' (3: one measured nothing)."""
+        failed = [e.exit_code for e in self.errors if e is not None]
+        if failed:
+            return max(failed)
         codes = [r.exit_code for r in self.reports] or [3]
         return 3 if 3 in codes else max(codes)
+
+    def error(self) -> CkptError | None:
+        """The one error that stands for this run's failures, with the run's exit code (None: every
+        drafter was measured, at or above any bar): the first failed drafter's, naming it and how
+        many failed; else the first drafter that measured nothing."""
+        failed = [(e["drafter"], err) for e, err in zip(self.drafters, self.errors) if err is not None]
+        if failed:
+            name, first = failed[0]
+            more = f" ({len(failed)} of {len(self.drafters)} drafters failed)" if len(failed) > 1 else ""
+            err = first.about(f"{name}: ", more)
+        else:
+            empty = [(e["drafter"], r) for e, r in zip(self.drafters, self.reports) if r.accept_length is None]
+            if not empty:
+                return None
+            name, rep = empty[0]
+            more = f" ({len(empty)} of {len(self.drafters)} drafters measured nothing)" if len(empty) > 1 else ""
+            err = ServerError(
+                f"{name}: {rep.verdict}{more}",
+                hint="check the server log; every request failed or carried no speculative figures",
+            )
+        err.exit_code = self.exit_code
+        return err
 
 
 def _route(launch: Any, engine: str) -> tuple[Any, dict[str, Any] | None]:
@@ -74,7 +105,11 @@ def compare_drafters(
 ) -> CompareReport:
     """Measure each drafter against the target of ``launch`` (a LaunchSpec), swapping on one server.
 
-    ``verify_kwargs`` are :func:`ckpttools.ops.verify.verify`'s measurement options."""
+    ``verify_kwargs`` are :func:`ckpttools.ops.verify.verify`'s measurement options; their
+    ``timeout`` bounds every request, the swaps' and the target checks' included. A drafter whose
+    run ends in an error (its server died, did not start, or answered impossible figures) has the
+    error in its entry (``error``; :meth:`CompareReport.error` gives one for the whole run) and the
+    other drafters are measured and reported all the same."""
     from ckpttools.ops.verify import _check_before_launch
 
     if not 1 <= len(drafters) <= MAX_DRAFTERS:
@@ -94,9 +129,12 @@ def compare_drafters(
     for i, why in own:
         if progress:
             progress(f"{drafters[i]}: its own server ({why})")
-        entries[i] = _own_server(launch, drafters[i], engine, why, out, verify_kwargs)
+        entries[i] = entry = _own_server(launch, drafters[i], engine, why, out, verify_kwargs)
+        if progress and entry["_error"] is not None:
+            progress(f"{drafters[i]}: {_progress_words(entry)}")
     out.drafters = [e for e in entries if e is not None]
     out.reports = [e.pop("_report") for e in out.drafters]
+    out.errors = [e.pop("_error") for e in out.drafters]
     out.seconds = time.monotonic() - t0
     out.verdict = "; ".join(f"{e['drafter']}: {r.verdict}" for e, r in zip(out.drafters, out.reports))
     return out
@@ -113,36 +151,49 @@ def _shared_server(
     progress: Callable[[str], None] | None,
     verify_kwargs: dict[str, Any],
 ) -> list[tuple[int, str]]:
-    """Start the shared server, swap and measure each drafter; returns those left for their own servers."""
+    """Start the shared server, swap and measure each drafter; returns those left for their own servers.
+
+    A shared server that dies ends the drafter in flight with the death (its exit code and its log's
+    last lines, the log kept); the drafters after it go to their own servers."""
     from ckpttools.engines.launch import RunningServer
-    from ckpttools.engines.swap import prepare_launch, server_spec, swappable, target_checksum
+    from ckpttools.engines.swap import prepare_launch, server_spec, swappable
     from ckpttools.io.net import NetClient
     from ckpttools.io.fsutil import note
 
     first = drafters[0]
     spec = prepare_launch(dataclasses.replace(launch, drafter=first), release)
     note(f"starting {spec.engine} on {spec.url} for {len(drafters)} drafters, log: {spec.log_path}")
-    net = NetClient(timeout=verify_kwargs.get("timeout", 600.0), connect=10.0)
+    timeout = verify_kwargs.get("timeout", 600.0)
+    net = NetClient(timeout=timeout, connect=10.0)
     server = RunningServer(spec).start()
     out.server_starts += 1
     own: list[tuple[int, str]] = []
+    dead: str | None = None
     try:
         server.wait_ready(net)
-        before = _checksum(target_checksum, launch, net)
+        before = _checksum(launch, net, timeout)
         sspec = server_spec(release, first)
         for i, d in enumerate(drafters):
+            if dead is not None:
+                own.append((i, dead))
+                continue
             why = swappable(first, d) if i else None
             if why is None:
-                entry, why = _swap_and_measure(launch, d, sspec, engine, net, verify_kwargs)
+                entry, why = _swap_and_measure(launch, d, sspec, engine, net, server, verify_kwargs)
+                if server.proc is not None and server.proc.poll() is not None:
+                    dead = f"the shared server died (exit code {server.proc.returncode}) before its turn"
                 if entry is not None:
                     entries[i] = entry
                     if progress:
-                        progress(f"{d}: {entry['_report'].verdict}")
+                        progress(f"{d}: {_progress_words(entry)}")
                     continue
             own.append((i, why or "the swap failed"))
-        after = _checksum(target_checksum, launch, net)
-        out.target_unchanged = None if before is None or after is None else before == after
-        out.target_check = _target_check_words(launch.engine, before, after)
+        if dead is not None:
+            out.target_check = "not checked: the shared server died before the read after the last swap"
+            return own
+        after = _checksum(launch, net, timeout)
+        out.target_unchanged = None if before[0] is None or after[0] is None else before[0] == after[0]
+        out.target_check = _target_check_words(before, after)
         if out.target_unchanged is False:
             raise ServerError(
                 "the target's weights read back differently after the swaps: no figure of this run can be trusted",
@@ -154,34 +205,84 @@ def _shared_server(
     return own
 
 
-def _checksum(fn: Callable[..., str | None], launch: Any, net: Any) -> str | None:
+def _progress_words(entry: dict[str, Any]) -> str:
+    """A drafter's outcome as the progress line says it (a failure in full is the run's error)."""
+    if entry["_error"] is not None:
+        return "not measured: its run ended in an error (in its entry)"
+    return str(entry["_report"].verdict)
+
+
+def _checksum(launch: Any, net: Any, timeout: float) -> tuple[str | None, str]:
+    """(the target's digest, what it was read from), or (None, why it could not be read)."""
+    from ckpttools.engines.swap import target_checksum
+
     try:
-        return fn(launch.engine, net, launch.url, launch.target)
-    except ServerError:
-        return None
+        got = target_checksum(launch.engine, net, launch.url, launch.target, launch.tp, timeout=timeout)
+    except ServerError as e:
+        return None, str(e).splitlines()[0]
+    return got if got is not None else (None, f"{launch.engine} gives no way to read the target's weights")
 
 
-def _target_check_words(engine: str, before: str | None, after: str | None) -> str:
-    how = "every target weight's sums, through the worker extension" if engine == "vllm" else "/get_weights_by_name"
-    if before is None or after is None:
-        return f"not checked ({how} did not answer)"
-    return f"{'unchanged' if before == after else 'CHANGED'}: {how}, read before the first swap and after the last"
+def _target_check_words(before: tuple[str | None, str], after: tuple[str | None, str]) -> str:
+    """``unchanged``/``CHANGED`` only where both reads read something; else ``not checked`` and why."""
+    if before[0] is None:
+        return f"not checked: before the first swap, {before[1]}"
+    if after[0] is None:
+        return f"not checked: after the last swap, {after[1]}"
+    return f"{'unchanged' if before[0] == after[0] else 'CHANGED'}: {after[1]}, read before the first swap and after the last"
+
+
+def _death(server: Any, failures: bool, during: str) -> CkptError | None:
+    """The shared server's death (its exit code, its log's last lines) as an error, or None: it is up."""
+    from ckpttools.ops.verify import _check_alive
+
+    try:
+        _check_alive(server, failures, during)
+    except ServerError as e:
+        return e
+    return None
 
 
 def _swap_and_measure(
-    launch: Any, drafter: str, sspec: dict[str, Any], engine: str, net: Any, verify_kwargs: dict[str, Any]
+    launch: Any, drafter: str, sspec: dict[str, Any], engine: str, net: Any, server: Any, verify_kwargs: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Swap ``drafter`` in and measure it: (the entry, None), or (None, why it needs its own server)."""
+    """Swap ``drafter`` in and measure it: (the entry, None), or (None, why it needs its own server).
+
+    The entry holds the error the run ended in, where it did: the server's death, or an error of
+    the measurement (impossible figures, a server that stopped answering)."""
     from ckpttools.engines.swap import swap_in
     from ckpttools.ops.verify import verify
 
-    res = swap_in(launch.engine, net, launch.url, drafter, sspec, ranks=launch.tp)
+    res = swap_in(
+        launch.engine, net, launch.url, drafter, sspec, ranks=launch.tp, timeout=verify_kwargs.get("timeout", 600.0)
+    )
     if not res.ok:
-        return None, f"the swap failed: {res.why}"
+        died = _death(server, res.request_failed, f"the swap of {drafter}")
+        if died is None:
+            return None, f"the swap failed: {res.why}"
+        return _failed(launch, drafter, "swap", res.to_dict(), died), None
     kw = dict(verify_kwargs)
     kw["flush_cache"] = launch.engine == "sglang"  # SGLang: the counters start from zero
-    rep = verify(launch.url, engine=engine if "==" in engine else launch.engine, drafter=drafter, **kw)
-    return {"drafter": drafter, "placed": "swap", "swap": res.to_dict(), **rep.to_dict(), "_report": rep}, None
+    try:
+        rep = verify(launch.url, engine=engine if "==" in engine else launch.engine, drafter=drafter, **kw)
+    except CkptError as e:
+        return _failed(launch, drafter, "swap", res.to_dict(), _death(server, True, f"the run of {drafter}") or e), None
+    died = _death(server, rep.failed > 0, f"the run of {drafter}")
+    if died is not None:
+        return _failed(launch, drafter, "swap", res.to_dict(), died), None
+    entry = {"drafter": drafter, "placed": "swap", "swap": res.to_dict(), **rep.to_dict(), "error": None}
+    return {**entry, "_report": rep, "_error": None}, None
+
+
+def _failed(launch: Any, drafter: str, placed: str, swap: dict[str, Any], err: CkptError) -> dict[str, Any]:
+    """The entry of a drafter whose run ended in ``err``: no figures, the error said."""
+    from ckpttools.ops.verify import VerifyReport
+
+    msg = str(err)
+    rep = VerifyReport(engine=launch.engine, url=launch.url, errors=[msg])
+    rep.verdict = f"not measured: {msg.splitlines()[0] if msg else type(err).__name__}"
+    entry = {"drafter": drafter, "placed": placed, "swap": swap, **rep.to_dict(), "error": msg}
+    return {**entry, "_report": rep, "_error": err}
 
 
 def _own_server(
@@ -195,6 +296,12 @@ def _own_server(
     out.server_starts += 1
     log = launch.log_path.removesuffix(".log") + f"-own-{out.server_starts}.log" if launch.log_path else None
     spec = dataclasses.replace(launch, drafter=drafter, port=free_port(), log_path=log)
-    rep = verify(None, engine=engine, launch=spec, drafter=drafter, prechecked=True, **verify_kwargs)
-    placed = {"ok": False, "seconds": time.monotonic() - t0, "how": "its own server", "why": why}
-    return {"drafter": drafter, "placed": "own server", "swap": placed, **rep.to_dict(), "_report": rep}
+    placed: dict[str, Any] = {"ok": False, "seconds": 0.0, "how": "its own server", "why": why}
+    try:
+        rep = verify(None, engine=engine, launch=spec, drafter=drafter, prechecked=True, **verify_kwargs)
+    except CkptError as e:  # this drafter's failure: the others' results stand
+        placed["seconds"] = time.monotonic() - t0
+        return _failed(spec, drafter, "own server", placed, e)
+    placed["seconds"] = time.monotonic() - t0
+    entry = {"drafter": drafter, "placed": "own server", "swap": placed, **rep.to_dict(), "error": None}
+    return {**entry, "_report": rep, "_error": None}

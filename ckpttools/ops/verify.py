@@ -604,9 +604,10 @@ def _read_server_log(rep: VerifyReport, path: str) -> None:
     rep.server_log = lr.summary()
 
 
-def _check_alive(server: Any, failures: bool) -> None:
-    """A launched server that died during the run is said to have died, with its log's last
-    lines (the log is kept), not read as requests that failed to connect."""
+def _check_alive(server: Any, failures: bool, during: str = "the run") -> None:
+    """A launched server that died during the run is said to have died, with its exit code and its
+    log's last lines (the log is kept), not read as requests that failed to connect. ``failures``:
+    requests failed, so a server still up is given a moment for its exit to land."""
     if server is None or server.proc is None:
         return
     if server.proc.poll() is None:
@@ -622,7 +623,7 @@ def _check_alive(server: Any, failures: bool) -> None:
     why = " (killed: out of memory?)" if code in (-9, 137) else ""
     tail = " | ".join(ln.strip() for ln in server.log_tail(4).splitlines() if ln.strip())
     raise ServerError(
-        f"the {server.spec.engine} server died during the run, exit code {code}{why}; "
+        f"the {server.spec.engine} server died during {during}, exit code {code}{why}; "
         f"its log {server.log_path} ends: {tail[-600:]}",
         hint=f"read {server.log_path} (kept); for vLLM's CPU build, a smaller VLLM_CPU_KVCACHE_SPACE may fit",
     )
