@@ -46,19 +46,43 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         lines = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
     finally:
         os.unlink(path)
-    by: dict[str, int] = {}
-    for ln in lines:
-        by[ln["engine"]] = by.get(ln["engine"], 0) + 1
-    parts = ", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "none"
-    terminalreporter.write_line(f"engine servers started: {len(lines)} ({parts})")
+    real_py = os.path.realpath(os.environ.get("CKPT_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
+    real = sum(os.path.realpath(ln["argv"][0]) == real_py for ln in lines)
+    terminalreporter.write_line(
+        f"engine servers started: {real} real vLLM, {len(lines) - real} stand-ins (tests/fake_engine and the like)"
+    )
+
+
+#: the order the shared vLLM servers' tests run in, family by family, so that each server starts once
+#: and at most tests/vllm_pool.py's MAX_ALIVE run at a time (llama last: test_vllm_swap.py runs on it next)
+POOL_FAMILIES = ("mla", "qwen3", "two-layer", "eagle31", "llama-extra-tensor", "llama")
+
+
+def _pool_order(items: list) -> None:
+    """Within each module, the tests marked pool_family take the slots those tests held, sorted by
+    family (stable): a module's other tests keep their places, and no test moves to another module."""
+    by_module: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        if item.get_closest_marker("pool_family") is not None:
+            by_module.setdefault(item.nodeid.split("::")[0], []).append(i)
+    for slots in by_module.values():
+        chosen = sorted(
+            (items[i] for i in slots),
+            key=lambda it: POOL_FAMILIES.index(it.get_closest_marker("pool_family").args[0]),
+        )
+        for i, item in zip(slots, chosen):
+            items[i] = item
 
 
 def pytest_collection_modifyitems(config, items):
+    _pool_order(items)
     # under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the tests on the shared vLLM servers run
     # in one worker, which starts each server once; the corpus too (its cases share one module fixture)
     for item in items:
         if "vllm_pool" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("vllm-pool"))
+        elif "readme_demo" in getattr(item, "fixturenames", ()):  # one demo run, read by two tests
+            item.add_marker(pytest.mark.xdist_group("vllm-demo"))
         elif item.module.__name__.endswith("test_corpus"):
             item.add_marker(pytest.mark.xdist_group("corpus"))
     if os.environ.get("CKPT_GPU_TESTS") == "1":

@@ -61,6 +61,7 @@ def vllm_env(tmp_path_factory):
 VLLM_FIGURES: dict = {}  # filled by the launch tests, read by the torch agreement test
 
 
+@pytest.mark.pool_family("llama")
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_verify_reports_the_constructed_acceptance_exactly(pair, pairs, vllm_pool):
     """Each pair on the llama family's shared server (its target and drafter put in place and
@@ -82,6 +83,7 @@ def test_verify_reports_the_constructed_acceptance_exactly(pair, pairs, vllm_poo
     VLLM_FIGURES[pair] = rep
 
 
+@pytest.mark.pool_family("llama")
 def test_torch_probe_agrees_with_vllm_exactly(pairs):
     pytest.importorskip("transformers")
     from ckpttools.ops.probe import verify_torch
@@ -154,6 +156,7 @@ def running(vllm_pool: VllmPool, pairs):
     return spec, base
 
 
+@pytest.mark.pool_family("llama")
 def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
     spec, _ = running
     r = CliRunner().invoke(
@@ -178,6 +181,7 @@ def test_host_gives_the_same_figures_and_auto_detects_vllm(running, pairs):
     assert rep["per_position_acceptance"] == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.pool_family("llama")
 def test_baseline_host_gives_a_speedup(running, pairs):
     spec, base = running
     rep = verify(
@@ -195,12 +199,14 @@ def test_baseline_host_gives_a_speedup(running, pairs):
     assert word in rep.verdict
 
 
+@pytest.mark.pool_family("llama")
 def test_baseline_server_is_not_measurable(running, pairs):
     _, base = running
     r = CliRunner().invoke(cli, ["verify", "--host", base.url, "--engine", "vllm", "--prompts", str(pairs[1])])
     assert r.exit_code == 2 and "speculative decoding is off" in r.stderr
 
 
+@pytest.mark.pool_family("llama")
 def test_early_stop_against_a_real_server(running, pairs):
     spec, _ = running
     r = CliRunner().invoke(
@@ -258,6 +264,7 @@ def test_demo_story_holds_in_real_vllm(readme_demo):
     assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1
 
 
+@pytest.mark.pool_family("eagle31")
 @pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path, vllm_pool):
     """EAGLE-3.1 options (fc_norm, norm_output, two aux states), exported for vLLM: the figures the
@@ -400,6 +407,7 @@ def _split_figures_on_vllm(tmp_path: Path, srv: Served) -> dict[str, float]:
     return cats
 
 
+@pytest.mark.pool_family("mla")
 def test_an_mla_drafter_behind_a_deepseek_target_in_vllm(tmp_path, vllm_pool):
     """A tiny DeepSeek-V3 target (MLA) with an MLA EAGLE-3 drafter, exported for vLLM: the split
     target gives two exact figures on one server (the mla family's shared one). Latent 512 + 64:
@@ -451,6 +459,7 @@ def _probe_equals_vllm(tmp_path: Path, srv: Served, tp: Path, vp: Path, probe_dr
     assert abs(probe.accept_length - engine.accept_length) <= 0.1
 
 
+@pytest.mark.pool_family("mla")
 def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matters(tmp_path, vllm_pool):
     """An MLA drafter with random attention behind the repeat DeepSeek-V3 target: with no
     attention it would be 4.0, so the figure depends on the attention. The probe's pooled figure
@@ -462,6 +471,7 @@ def test_the_probes_mla_attention_equals_vllm_on_a_drafter_whose_attention_matte
     _probe_equals_vllm(tmp_path, srv, tp, vp)
 
 
+@pytest.mark.pool_family("qwen3")
 def test_a_qwen3_architecture_drafter_in_vllm(tmp_path, vllm_pool):
     """A drafter with per-head q_norm/k_norm (Qwen3 architecture), exported for vLLM, where it
     becomes Eagle3Qwen3ForCausalLM (vllm/model_executor/models/registry.py:665): exact figures
@@ -474,6 +484,7 @@ def test_a_qwen3_architecture_drafter_in_vllm(tmp_path, vllm_pool):
     _probe_equals_vllm(tmp_path, srv, tr, vr)
 
 
+@pytest.mark.pool_family("two-layer")
 def test_a_two_layer_drafter_moves_between_the_engines_layouts(tmp_path, vllm_pool):
     """Layers after the first fuse the residual into hidden_norm in SGLang 0.5.17 and into
     input_layernorm in vLLM 0.32; export trades the two names. A two-layer drafter in SGLang's
@@ -507,6 +518,7 @@ def test_the_readme_vllm_demo_fits_a_24_gib_machine(readme_demo):
     assert matched > 2.5 and naive < matched - 1 and remapped > naive + 1 and b < matched - 1
 
 
+@pytest.mark.pool_family("llama")
 @pytest.mark.parametrize("pair", [("repeat", "id"), ("swap", "id")], ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, vllm_pool):
     """A real vLLM 0.32 log: the llama family's shared server (VLLM_LOG_STATS_INTERVAL=1: windows
@@ -554,7 +566,13 @@ def _vllm_draft_state(srv: Served) -> dict:
     return r.json()["results"][0]
 
 
-@pytest.mark.parametrize("family", ["llama", "eagle31", "two-layer", "qwen3", "extra-tensor", "mla"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(f, marks=pytest.mark.pool_family("llama-extra-tensor" if f == "extra-tensor" else f), id=f)
+        for f in ("llama", "eagle31", "two-layer", "qwen3", "extra-tensor", "mla")
+    ],
+)
 def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, vllm_pool):
     """For each drafter family, the parameters vLLM 0.32 really built (names, class, the sums of
     what it loaded from the file, norms left at ones) equal what `ckpt validate --load-plan`

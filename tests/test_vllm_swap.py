@@ -68,6 +68,7 @@ def _reverse_on_the_shared_server(pool, tp: Path, drafters: list[Path], prompts:
     return {"drafters": entries, "target_unchanged": before is not None and before == after}
 
 
+@pytest.mark.pool_family("llama")
 def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(known, tmp_path, vllm_pool):
     tp, ds, prompts = known
     order = [ds["id"], ds["swap"], ds["perm"], ds["half"], ds["twolayer"]]

@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 #: servers kept running at once (each holds about 2 GB with its KV cache); the least recently used goes first
-MAX_ALIVE = 3
+MAX_ALIVE = 2
 ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
 STEPS = 3
 #: every pool server's settings beyond ARGS: a log window per second (ckpt logs reads them), a small KV cache
