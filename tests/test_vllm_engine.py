@@ -605,7 +605,7 @@ def test_ckpt_logs_reads_the_real_vllm_log_exactly(pair, pairs, tmp_path, monkey
     assert all(w["exact"] for w in rep["windows"])
 
 
-def _vllm_draft_state(tp: Path, vp: Path, log: Path) -> dict:
+def _vllm_draft_state(tp: Path, vp: Path, log: Path, args: tuple[str, ...] = ()) -> dict:
     """The running vLLM's draft-model parameters, through the worker extension tests/vllm_ext.py."""
     import httpx
 
@@ -615,7 +615,7 @@ def _vllm_draft_state(tp: Path, vp: Path, log: Path) -> dict:
         str(vp),
         port=free_port(),
         steps=STEPS,
-        engine_args=[*ARGS, "--worker-extension-cls=tests.vllm_ext.DraftState"],
+        engine_args=[*ARGS, *args, "--worker-extension-cls=tests.vllm_ext.DraftState"],
         python=VLLM_PY,
         ready_timeout=600,
         log_path=str(log),
@@ -650,7 +650,12 @@ def test_the_load_plan_equals_vllms_real_parameters(family, tmp_path, pairs):
     vp = Path(export(dp, tmp_path / f"{family}-vllm", format="vllm", target=tp).output)
     if family == "extra-tensor":  # a bias vLLM's loader skips (vllm/model_executor/models/utils.py:376-448)
         vp = _with_extra_bias(vp, tmp_path / "extra")
-    state = _vllm_draft_state(tp, vp, tmp_path / "vllm.log")
+    # mla: the backend pinned to the reference CPU_MLA, the path the plan models (W_UV and W_UK_T split
+    # from kv_b_proj). On a CPU with AMX vLLM would pick its AMX backend, which makes neither and empties
+    # kv_b_proj (vllm/model_executor/layers/attention/mla_attention.py:1225-1231); without AMX the pin
+    # changes nothing (vllm/platforms/cpu.py:151-176)
+    pin = ("--attention-backend=CPU_MLA",) if family == "mla" else ()
+    state = _vllm_draft_state(tp, vp, tmp_path / "vllm.log", pin)
     # vLLM's CPU backend moves every linear layer's weight into a packed GEMM handle after loading and
     # leaves an empty parameter behind (vllm/model_executor/layers/utils.py:536-595,
     # dispatch_cpu_unquantized_gemm): those are compared by name; norms, embeddings, lm_head and d2t by value
