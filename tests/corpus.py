@@ -821,6 +821,7 @@ def ordinary_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.corpus_amx import amx_cases  # here: corpus_amx imports this module
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
@@ -850,6 +851,7 @@ def all_cases() -> list[Case]:
         + swap_cases()
         + swap_answer_cases()
         + trtllm_cases()
+        + amx_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -118,6 +118,14 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+#: engine arguments of a family's server beyond ARGS. mla: the backend pinned to the reference CPU_MLA,
+#: the path the load plan models (W_UV and W_UK_T split from kv_b_proj); on a CPU with AMX vLLM would pick
+#: its AMX backend, which makes neither and empties kv_b_proj (vllm/model_executor/layers/attention/
+#: mla_attention.py:1225-1231); without AMX the pin changes nothing (vllm/platforms/cpu.py:151-176). The
+#: test models' sizes suit the AMX backend too (tests/test_amx_mla.py), for users who do not pin it.
+FAMILY_ARGS: dict[str, tuple[str, ...]] = {"mla": ("--attention-backend=CPU_MLA",)}
+
+
 class VllmPool:
     """The session's shared servers, by key; each started on first use. ``pair`` builds (once) the
     known pairs they serve, ``serve`` puts one in place and returns the server."""
@@ -155,7 +163,7 @@ class VllmPool:
         """``family``'s server with this pair in place: (the server, the checked swap, the pair)."""
         pair = self.pair(family, target, drafter, live)
         first = self.pair(family)  # every family's server starts with its repeat/id pair
-        s = self.get(family, first[0], first[2])
+        s = self.get(family, first[0], first[2], extra_args=FAMILY_ARGS.get(family, ()))
         if s.target != pair[0]:
             s.load_target(pair[0])
         return s, s.swap(pair[2]), pair

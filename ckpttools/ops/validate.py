@@ -16,7 +16,7 @@ from ckpttools.errors import ConfigError, MappingError, NoWeightsError
 from ckpttools.engines.claims import applied, applying, claim, label
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
-from ckpttools.engines.config_rules import context_length, weight_problems
+from ckpttools.engines.config_rules import amx_mla_refusal, context_length, weight_problems
 from ckpttools.engines.flavor import LLAMA_TARGET, MLA_ARCHS, SPECULATORS_ARCHS, fixable_kind
 from ckpttools.formats.config import (
     aux_layer_ids,
@@ -344,6 +344,16 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     return out
 
 
+def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
+    """An MLA drafter whose sizes vLLM's CPU build refuses on a CPU with AMX (engines/claims.py:
+    ``cpu_mla.amx``): a warning, since the same drafter loads on any other CPU."""
+    got = amx_mla_refusal(cfg) if engine == "vllm" and _is_mla(cfg) else None
+    if got is None:
+        return []
+    msg = claim("vllm:cpu_mla.amx", field=got["field"], value=got["value"], error=got["error"], when=got["when"])
+    return [Finding("config.mla_amx_sizes", "warning", got["where"], msg, claim("vllm:cpu_mla.amx_hint"))]
+
+
 def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
     out: list[Finding] = []
@@ -390,7 +400,7 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                 "set it to the number of decoder layers in the weights (usually 1)",
             )
         )
-    out += _mla_findings(cfg, engine)
+    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine)
     act, where = lookup(cfg, "hidden_act")
     if where and act != "silu" and isinstance(act, str):
         out.append(
