@@ -33,7 +33,10 @@ from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, Ckp
 from ckpttools.io.refs import REPO_REF, split_ref
 from ckpttools.io.safetensors_header import ShardHeader, check_header_length, parse_header
 
-__all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
+__all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir", "SNAPSHOT_PATTERNS", "in_snapshot"]
+
+#: the files an operation that copies every byte fetches of a Hub repo (weights, configs, tokenizers)
+SNAPSHOT_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt")
 
 _FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
 _WORKERS = 8  # range requests in flight at once
@@ -192,6 +195,42 @@ class HubRepo:
                 hint=_OFFLINE_HINT + " (or raise CKPT_HUB_DEADLINE)",
             )
         return Path(got)
+
+    def read_json(self, path: str, kind: str, *, error: type[Exception] | None = None, hint: str | None = None) -> Any:
+        """A small JSON file of the commit (config.json, the index), parsed with the limits of
+        :mod:`ckpttools.io.inputs`: through huggingface_hub's cache (:meth:`download`), or, while
+        the cache is read-only (``--dry-run``), from the cache when it holds the file and else by
+        one range request into memory: a dry run downloads nothing into a cache."""
+        from ckpttools.errors import ConfigError
+        from ckpttools.io.inputs import JSON_LIMITS, loads_json, read_json
+
+        err = error or ConfigError
+        if not _READ_ONLY_CACHE.get():
+            return read_json(self.download(path), kind, error=err, hint=hint)
+        cached = self._hf_cached(path)
+        if cached is not None:
+            return read_json(cached, kind, error=err, hint=hint)
+        f = self.files.get(path)
+        if f is None or f.size is None:
+            raise HubError(f"{self.repo_id}: the Hub gave no size for {path}", url=self.repo_id)
+        limit = JSON_LIMITS.get(kind, JSON_LIMITS["json"])
+        if f.size > limit:
+            raise CheckpointFormatError(
+                f"{self.repo_id}/{path}: {f.size} bytes is too large for this kind of file (limit {limit})",
+                path=f"{self.repo_id}/{path}",
+                hint="is this the right file?",
+            )
+        return loads_json(self.fetch(path, 0, f.size), f"{self.repo_id}/{path}", error=err, hint=hint)
+
+    def _hf_cached(self, path: str) -> Path | None:
+        """huggingface_hub's cached copy of one file of this commit, read from disk only."""
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            got = try_to_load_from_cache(self.repo_id, path, revision=self.commit)
+        except (OSError, ValueError):
+            return None
+        return Path(got) if isinstance(got, str) and os.path.isfile(got) else None
 
     def snapshot(self, patterns: list[str]) -> Path:
         """The files matching ``patterns``, with huggingface_hub's progress bars, into its cache."""
@@ -360,6 +399,13 @@ class HubRepo:
             f = self.files.get(p)
             out[p] = None if f is None else (f.sha256 or (f"git:{f.blob_id}" if f.blob_id else None))
         return out
+
+
+def in_snapshot(path: str) -> bool:
+    """Whether :data:`SNAPSHOT_PATTERNS` fetch this file of a repo (as huggingface_hub matches them)."""
+    from fnmatch import fnmatch
+
+    return any(fnmatch(path, pat) for pat in SNAPSHOT_PATTERNS)
 
 
 def _hf_snapshot_dir(repo_id: str, revision: str | None) -> Path | None:
