@@ -291,10 +291,7 @@ class HubRepo:
         """Several ranges of one file, ``_WORKERS`` requests in flight."""
         if len(ranges) <= 1:
             return [self.fetch(path, a, b) for a, b in ranges]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(_WORKERS) as pool:
-            return list(pool.map(lambda r: self.fetch(path, *r), ranges))
+        return _in_threads(lambda r: self.fetch(path, *r), ranges)
 
     # -- safetensors headers ------------------------------------------------------------
     def headers(self, shards: list[str]) -> dict[str, ShardHeader]:
@@ -311,13 +308,10 @@ class HubRepo:
         if todo:
             first = self._fetch_header(todo[0], _FIRST_READ)
             out[todo[0]] = first
-            from concurrent.futures import ThreadPoolExecutor
-
             guess = max(_FIRST_READ, int((first.header_len + 8) * 1.1))  # shards of one checkpoint are alike
             if len(todo) > 1:
-                with ThreadPoolExecutor(_WORKERS) as pool:
-                    for s, h in zip(todo[1:], pool.map(lambda s: self._fetch_header(s, guess), todo[1:])):
-                        out[s] = h
+                for s, h in zip(todo[1:], _in_threads(lambda s: self._fetch_header(s, guess), todo[1:])):
+                    out[s] = h
         return {s: out[s] for s in shards}
 
     def _label(self, shard: str) -> str:
@@ -406,6 +400,16 @@ def in_snapshot(path: str) -> bool:
     from fnmatch import fnmatch
 
     return any(fnmatch(path, pat) for pat in SNAPSHOT_PATTERNS)
+
+
+def _in_threads(fn: Any, items: list[Any]) -> list[Any]:
+    """``[fn(x) for x in items]``, ``_WORKERS`` at a time, each in a copy of the caller's context: a
+    read-only cache (``--dry-run``, :func:`read_only_cache`) stays read-only in every thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ctx = contextvars.copy_context()
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        return list(pool.map(lambda x: ctx.copy().run(fn, x), items))
 
 
 def _hf_snapshot_dir(repo_id: str, revision: str | None) -> Path | None:
@@ -533,7 +537,7 @@ def _within(seconds: float, fn: Any) -> Any:
         except BaseException as e:  # handed to the caller below
             box["err"] = e
 
-    t = threading.Thread(target=run, daemon=True)
+    t = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)  # the caller's context
     t.start()
     t.join(seconds)
     if "err" in box:

@@ -45,7 +45,8 @@ def refuse_shared_names(
 
     ``pairs`` are ``(source, output name)``; ``key`` says when two output names are one (an engine
     that reads ``model.norm.weight`` and ``norm.weight`` as the same parameter: the canonical name).
-    Two sources kept under their own names are the source's affair, not a rename's, and pass.
+    With ``key``, two sources kept under their own names are the source's affair, not a rename's,
+    and pass; without, one output name twice is always refused.
 
     Raises:
         CheckpointFormatError: naming both sources and the name they would share.
@@ -53,7 +54,7 @@ def refuse_shared_names(
     seen: dict[str, tuple[str, str]] = {}
     for src, name in pairs:
         k = key(name) if key is not None else name
-        if k in seen and (src != name or seen[k][0] != seen[k][1]):
+        if k in seen and (key is None or src != name or seen[k][0] != seen[k][1]):
             first, first_name = seen[k]
             same = f"{name!r}" if name == first_name else f"{first_name!r} and {name!r} (one name to the engine)"
             raise CheckpointFormatError(
