@@ -844,12 +844,12 @@ def all_cases() -> list[Case]:
         + verify_cases()
         + boundary_cases()
         + net_cases()
+        + dryrun_conv_cases()
         + logs_cases()
         + config_field_cases()
         + dry_run_cases()
         + swap_cases()
         + trtllm_cases()
-        + dryrun_conv_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -11,6 +11,8 @@ TensorRT-LLM's source, not seen in a run:
   and is dropped; embed_tokens is kept only when the drafter's hidden size differs from the
   target's (otherwise the target's is shared);
 - d2t is int32, and written only when the draft vocab is reduced (the class holds it only then);
+  for a full draft vocab, a d2t that permutes it puts lm_head's rows in target order instead
+  (:func:`ckpttools.ops.export.without_d2t`), and one that is no permutation is refused;
 - config.json: ``architectures`` from the table, ``draft_vocab_size`` always an integer,
   ``norm_before_fc`` in ``eagle_config`` (the only place the class reads it), ``fc_norm`` at the top;
 - :data:`FRAGMENT_NAME` (YAML): ``speculative_config`` with ``decoding_type``, ``max_draft_len``,
