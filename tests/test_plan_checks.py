@@ -324,3 +324,15 @@ def test_a_dry_run_describes_the_reordered_head(full: dict, tmp_path: Path) -> N
     head = next(t for t in d["tensors"] if t["name"] == "lm_head.weight")
     assert head["source"]["kind"] == "gather" and head["source"]["rows_from"][0]["rows"] == 1024
     assert "d2t" not in [t["name"] for t in d["tensors"]] and not (tmp_path / "o").exists()
+
+
+def test_remap_checks_the_target_embed_tokens_it_reads_rows_of(base: Path, tmp_path: Path) -> None:
+    """A destination of 2048 tokens rebuilds embed_tokens: the rows no token matched come from the
+    target's embed_tokens, which must be a matrix holding them."""
+    d = build_drafter(tmp_path / "d", embed_tokens=True)
+    save_mapping(VocabMapping.from_ids(np.arange(100, 356), 2048), tmp_path / "m2048.safetensors")
+    t1 = rewrite(base / "t", tmp_path / "t1", replace={"model.embed_tokens.weight": lambda a: a[:, 0].copy()})
+    with pytest.raises(MappingError, match=r"embed_tokens.weight has shape \[1024\]; taking embed_tokens rows"):
+        plan_remap(d, tmp_path / "out", to=tmp_path / "m2048.safetensors", target=t1)
+    with pytest.raises(MappingError, match="has 1,024 rows, but token 2,047 of the new vocabulary"):
+        plan_remap(d, tmp_path / "out", to=tmp_path / "m2048.safetensors", target=base / "t")
