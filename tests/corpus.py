@@ -823,6 +823,7 @@ def ordinary_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     from tests.corpus_amx import amx_cases  # here: corpus_amx imports this module
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
+    from tests.corpus_dryrun_conv import dryrun_conv_cases  # here: corpus_dryrun_conv imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
@@ -845,6 +846,7 @@ def all_cases() -> list[Case]:
         + verify_cases()
         + boundary_cases()
         + net_cases()
+        + dryrun_conv_cases()
         + logs_cases()
         + config_field_cases()
         + dry_run_cases()

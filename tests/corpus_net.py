@@ -45,7 +45,11 @@ def hub_repos(base: Path) -> dict:
     and once per hostile mode (``org/d-MODE``, ``org/t-MODE``)."""
     from tests.local_hub import MODES, Repo
 
-    out: dict = {"org/d": Repo.from_dir(base / "d"), "org/t": Repo.from_dir(base / "t")}
+    out: dict = {
+        "org/d": Repo.from_dir(base / "d"),
+        "org/t": Repo.from_dir(base / "t"),
+        "org/sh": Repo.from_dir(base / "sh"),
+    }
     for mode in MODES:
         out[f"org/d-{mode}"] = Repo.from_dir(base / "d", mode=mode)
         out[f"org/t-{mode}"] = Repo.from_dir(base / "t", mode=mode)

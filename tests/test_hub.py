@@ -410,3 +410,52 @@ def test_a_damaged_file_on_the_hub_is_one_line_and_is_not_cached(hub, env):
     hub.reset_counts()
     assert ckpt(env, "inspect", "org/damaged").returncode == 2  # read again: a bad header is never cached
     assert any("/cdn/org/damaged/" in q for q in hub.requests)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "org/drafter", "--target", "org/target"],
+        ["remap", "org/drafter", "--to", "org/mapping"],
+        ["validate", "org/drafter", "--target", "org/target", "--fix"],
+    ],
+    ids=["export", "remap", "fix"],
+)
+def test_a_dry_run_of_a_hub_drafter_downloads_nothing_and_plans_what_the_run_reads(hub, env, repos, tmp_path, argv):
+    """Issue 31: a dry run reads the config, the headers and d2t/t2d by range into memory, and writes
+    nothing in huggingface_hub's cache or ckpttools' own; its plan names the side files and tensors
+    that the run, once it has downloaded the snapshot, plans too."""
+    (repos["drafter"] / "tokenizer.json").write_text("{}")  # in the run's snapshot: kept
+    (repos["drafter"] / "README.md").write_text("not in the run's snapshot\n")  # so not planned either
+    hub.repos["org/drafter"] = Repo.from_dir(repos["drafter"])
+    try:
+        out = str(tmp_path / "out")
+        r = ckpt(env, *argv, "-o", out, "--dry-run", "--json")
+        assert r.returncode == 0, r.stderr
+        dry = json.loads(r.stdout)
+        assert _tree(Path(env["HF_HOME"])) == [] and _tree(Path(env["CKPT_CACHE"])) == []
+        size = (repos["drafter"] / "model.safetensors").stat().st_size
+        assert 0 < hub.read_bytes("org/drafter", "model.safetensors") < size / 2  # headers and the map only
+        assert not Path(out).exists()
+        # the run downloads its snapshot and plans from it: a dry run of that snapshot plans the same
+        r = ckpt(env, *argv, "-o", str(tmp_path / "real"))
+        assert r.returncode == 0, r.stderr
+        (snap,) = (Path(env["HF_HOME"]) / "hub" / "models--org--drafter" / "snapshots").iterdir()
+        r = ckpt(env, argv[0], str(snap), *argv[2:], "-o", out, "--dry-run", "--json")
+        assert r.returncode == 0, r.stderr
+        local = json.loads(r.stdout)
+        assert dry["side_files"] == local["side_files"]
+        assert {"name": "tokenizer.json", "kept": True, "why": None} in dry["side_files"]
+        assert "README.md" not in [f["name"] for f in dry["side_files"]]
+        assert [(t["name"], t["shape"], t["source"]["kind"]) for t in dry["tensors"]] == [
+            (t["name"], t["shape"], t["source"]["kind"]) for t in local["tensors"]
+        ]
+        written = {p.name for p in (tmp_path / "real").iterdir()}
+        assert "tokenizer.json" in written and "README.md" not in written
+    finally:
+        (repos["drafter"] / "tokenizer.json").unlink()
+        (repos["drafter"] / "README.md").unlink()

@@ -179,17 +179,17 @@ DRY_RUN = click.option(
 
 
 def _show_plan(make: Any, as_json: bool, force: bool = False) -> None:
-    """--dry-run: build the plan (ckpttools' cache read, never written) and print it. It is refused
-    where the run would be: an output aimed at an input, or one that exists without --force."""
+    """--dry-run: build the plan (no download; ckpttools' and huggingface_hub's caches read, never
+    written) and print it. It is refused where the run would be, with the same line: the executor's
+    own preflight (ckpttools.io.preflight) runs on it."""
     from ckpttools.cli.render import render_plan
-    from ckpttools.errors import OutputExistsError
     from ckpttools.io.hub import read_only_cache
+    from ckpttools.io.preflight import preflight
 
     with read_only_cache():
         plan = make()
     in_place = plan.report.get("backup") is not None  # validate --fix --in-place replaces its drafter
-    if os.path.lexists(plan.output) and not (force or in_place):
-        raise OutputExistsError(f"{plan.output} already exists (the run would stop here)", path=plan.output)
+    preflight(plan, force=force, in_place=in_place)
     d = plan.describe()
     if as_json:
         from ckpttools.cli.output import emit_json

@@ -28,7 +28,7 @@ from ckpttools.engines.releases import DrafterClass, EngineRelease, LoaderRules
 from ckpttools.engines import aux_rules, names
 from ckpttools.formats import names as canon_names
 
-__all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "plan_findings", "FATES", "SOURCES"]
+__all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "holds_d2t", "plan_findings", "FATES", "SOURCES"]
 
 FATES = ("loaded", "renamed", "dropped", "refused")
 SOURCES = ("file", "shared", "init", "overwritten")
@@ -651,6 +651,18 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         n = _mla_num_layers(cfg) if dc.loader == "vllm_mla" else 32
         plan.notes.append(f"num_hidden_layers is missing: the class builds transformers' default, {n} layers")
     return plan
+
+
+def holds_d2t(config: Mapping[str, Any], release: EngineRelease) -> bool | None:
+    """Whether the class ``release`` builds for this config.json holds a vocabulary map that d2t
+    loads into (SGLang's ``hot_token_id`` always; vLLM's and TensorRT-LLM's only for a reduced draft
+    vocab). None: no class, or one whose loading is not modelled. Without one, draft slot i is
+    target token i, and an export that leaves d2t out must put lm_head's rows in target order."""
+    cfg = _flat_config(config or {})
+    dc = _resolve_class(release, cfg)
+    if dc is None or dc.loader == "unmodelled":
+        return None
+    return any(p.kind == "d2t" for p in _params_for(dc, cfg).values())
 
 
 _FLOAT = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError
-from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.io.checkpoint import Checkpoint, hub_config, load_config, open_checkpoint
 from ckpttools.io.refs import REPO_REF, split_ref
 
 __all__ = ["CONFIG_DTYPE", "ST_DTYPE", "load_target_config"]
@@ -36,7 +36,7 @@ def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any],
         repo = HubRepo.resolve(*split_ref(str(target)))
         if "config.json" not in repo.files:
             raise ConfigError(f"{target}: the target repo has no config.json", path=str(target))
-        return load_config(repo.download("config.json")), f"{target} (commit {repo.commit})"
+        return hub_config(repo), f"{target} (commit {repo.commit})"
     with open_checkpoint(target) as ck:
         if ck.config is None:
             raise ConfigError(f"{target}: the target has no config.json", path=str(target))

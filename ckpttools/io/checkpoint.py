@@ -35,6 +35,7 @@ __all__ = [
     "open_checkpoint",
     "numpy_dtype",
     "load_config",
+    "hub_config",
     "PICKLE_SUFFIXES",
     "leads_inside",
 ]
@@ -88,6 +89,16 @@ def load_config(path: Path) -> dict[str, Any]:
     cfg = read_json(path, "config")
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: not a JSON object", path=path)
+    return cfg
+
+
+def hub_config(repo: Any) -> dict[str, Any]:
+    """A Hub commit's config.json (:meth:`ckpttools.io.hub.HubRepo.read_json`: nothing is downloaded
+    into a cache during a dry run), raising ConfigError when it is not a JSON object."""
+    cfg = repo.read_json("config.json", "config")
+    if not isinstance(cfg, dict):
+        where = f"{repo.repo_id}/config.json"
+        raise ConfigError(f"{where}: not a JSON object", path=where)
     return cfg
 
 
@@ -425,6 +436,10 @@ def _read_index(index_path: Path) -> dict[str, str]:
     index = read_json(
         index_path, "index", error=CheckpointFormatError, hint="the index is damaged: fix or regenerate it"
     )
+    return _weight_map(index, index_path)
+
+
+def _weight_map(index: Any, index_path: str | Path) -> dict[str, str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise CheckpointFormatError(
@@ -469,12 +484,14 @@ def _open_hub(source: str, repo_id: str, revision: str | None) -> Checkpoint:
     from ckpttools.io.hub import HubRepo
 
     repo = HubRepo.resolve(repo_id, revision)
-    config = load_config(repo.download("config.json")) if "config.json" in repo.files else None
+    config = hub_config(repo) if "config.json" in repo.files else None
     indexes = sorted(p for p in repo.files if p.endswith(".safetensors.index.json") and "/" not in p)
     index_name = INDEX_NAME if INDEX_NAME in repo.files else (indexes[0] if indexes else None)
     weight_map = None
     if index_name is not None:
-        weight_map = _read_index(repo.download(index_name))
+        hint = "the index is damaged: fix or regenerate it"
+        index = repo.read_json(index_name, "index", error=CheckpointFormatError, hint=hint)
+        weight_map = _weight_map(index, f"{repo_id}/{index_name}")
         shards = [_inside_repo(repo, index_name, rel) for rel in dict.fromkeys(weight_map.values())]
     else:
         shards = sorted(p for p in repo.files if p.endswith(".safetensors") and "/" not in p)
@@ -528,11 +545,11 @@ def _offline_snapshot(repo_id: str, revision: str | None) -> Path | None:
 def _hub_snapshot(repo_id: str, revision: str | None) -> tuple[Path, Any]:
     """The whole repo's weights and side files in huggingface_hub's cache (progress bars on)."""
     from ckpttools.io.fsutil import note
-    from ckpttools.io.hub import HubRepo
+    from ckpttools.io.hub import SNAPSHOT_PATTERNS, HubRepo
     from ckpttools.io.units import human_bytes
 
     repo = HubRepo.resolve(repo_id, revision)
-    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+    patterns = list(SNAPSHOT_PATTERNS)
     size = repo.size_of(patterns)
     note(f"{repo_id}@{repo.commit[:12]}: fetching {human_bytes(size)} into the Hugging Face cache (once)")
     return repo.snapshot(patterns), repo

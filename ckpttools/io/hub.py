@@ -33,7 +33,10 @@ from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, Ckp
 from ckpttools.io.refs import REPO_REF, split_ref
 from ckpttools.io.safetensors_header import ShardHeader, check_header_length, parse_header
 
-__all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir"]
+__all__ = ["HubFile", "HubRepo", "REPO_REF", "split_ref", "cache_dir", "SNAPSHOT_PATTERNS", "in_snapshot"]
+
+#: the files an operation that copies every byte fetches of a Hub repo (weights, configs, tokenizers)
+SNAPSHOT_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt")
 
 _FIRST_READ = 64 << 10  # bytes asked for a first header read; most drafters' headers fit
 _WORKERS = 8  # range requests in flight at once
@@ -193,6 +196,42 @@ class HubRepo:
             )
         return Path(got)
 
+    def read_json(self, path: str, kind: str, *, error: type[Exception] | None = None, hint: str | None = None) -> Any:
+        """A small JSON file of the commit (config.json, the index), parsed with the limits of
+        :mod:`ckpttools.io.inputs`: through huggingface_hub's cache (:meth:`download`), or, while
+        the cache is read-only (``--dry-run``), from the cache when it holds the file and else by
+        one range request into memory: a dry run downloads nothing into a cache."""
+        from ckpttools.errors import ConfigError
+        from ckpttools.io.inputs import JSON_LIMITS, loads_json, read_json
+
+        err = error or ConfigError
+        if not _READ_ONLY_CACHE.get():
+            return read_json(self.download(path), kind, error=err, hint=hint)
+        cached = self._hf_cached(path)
+        if cached is not None:
+            return read_json(cached, kind, error=err, hint=hint)
+        f = self.files.get(path)
+        if f is None or f.size is None:
+            raise HubError(f"{self.repo_id}: the Hub gave no size for {path}", url=self.repo_id)
+        limit = JSON_LIMITS.get(kind, JSON_LIMITS["json"])
+        if f.size > limit:
+            raise CheckpointFormatError(
+                f"{self.repo_id}/{path}: {f.size} bytes is too large for this kind of file (limit {limit})",
+                path=f"{self.repo_id}/{path}",
+                hint="is this the right file?",
+            )
+        return loads_json(self.fetch(path, 0, f.size), f"{self.repo_id}/{path}", error=err, hint=hint)
+
+    def _hf_cached(self, path: str) -> Path | None:
+        """huggingface_hub's cached copy of one file of this commit, read from disk only."""
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            got = try_to_load_from_cache(self.repo_id, path, revision=self.commit)
+        except (OSError, ValueError):
+            return None
+        return Path(got) if isinstance(got, str) and os.path.isfile(got) else None
+
     def snapshot(self, patterns: list[str]) -> Path:
         """The files matching ``patterns``, with huggingface_hub's progress bars, into its cache."""
         from huggingface_hub import snapshot_download
@@ -252,10 +291,7 @@ class HubRepo:
         """Several ranges of one file, ``_WORKERS`` requests in flight."""
         if len(ranges) <= 1:
             return [self.fetch(path, a, b) for a, b in ranges]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(_WORKERS) as pool:
-            return list(pool.map(lambda r: self.fetch(path, *r), ranges))
+        return _in_threads(lambda r: self.fetch(path, *r), ranges)
 
     # -- safetensors headers ------------------------------------------------------------
     def headers(self, shards: list[str]) -> dict[str, ShardHeader]:
@@ -272,13 +308,10 @@ class HubRepo:
         if todo:
             first = self._fetch_header(todo[0], _FIRST_READ)
             out[todo[0]] = first
-            from concurrent.futures import ThreadPoolExecutor
-
             guess = max(_FIRST_READ, int((first.header_len + 8) * 1.1))  # shards of one checkpoint are alike
             if len(todo) > 1:
-                with ThreadPoolExecutor(_WORKERS) as pool:
-                    for s, h in zip(todo[1:], pool.map(lambda s: self._fetch_header(s, guess), todo[1:])):
-                        out[s] = h
+                for s, h in zip(todo[1:], _in_threads(lambda s: self._fetch_header(s, guess), todo[1:])):
+                    out[s] = h
         return {s: out[s] for s in shards}
 
     def _label(self, shard: str) -> str:
@@ -360,6 +393,23 @@ class HubRepo:
             f = self.files.get(p)
             out[p] = None if f is None else (f.sha256 or (f"git:{f.blob_id}" if f.blob_id else None))
         return out
+
+
+def in_snapshot(path: str) -> bool:
+    """Whether :data:`SNAPSHOT_PATTERNS` fetch this file of a repo (as huggingface_hub matches them)."""
+    from fnmatch import fnmatch
+
+    return any(fnmatch(path, pat) for pat in SNAPSHOT_PATTERNS)
+
+
+def _in_threads(fn: Any, items: list[Any]) -> list[Any]:
+    """``[fn(x) for x in items]``, ``_WORKERS`` at a time, each in a copy of the caller's context: a
+    read-only cache (``--dry-run``, :func:`read_only_cache`) stays read-only in every thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ctx = contextvars.copy_context()
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        return list(pool.map(lambda x: ctx.copy().run(fn, x), items))
 
 
 def _hf_snapshot_dir(repo_id: str, revision: str | None) -> Path | None:
@@ -487,7 +537,7 @@ def _within(seconds: float, fn: Any) -> Any:
         except BaseException as e:  # handed to the caller below
             box["err"] = e
 
-    t = threading.Thread(target=run, daemon=True)
+    t = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)  # the caller's context
     t.start()
     t.join(seconds)
     if "err" in box:

@@ -163,6 +163,7 @@ class SideFile:
     skipped: str | None = None
     data: bytes | None = field(default=None, repr=False)
     made: str | None = None
+    size: int | None = None  # known without a local file (a Hub repo's listing), for the free-space check
 
 
 @dataclass
@@ -244,15 +245,46 @@ SOURCE_WEIGHTS = "the source's weights (read as tensors)"
 
 def side_files(ck: Any) -> list[SideFile]:
     """Every entry beside an open checkpoint's weights, kept or skipped by the one rule
-    (:func:`ckpttools.io.writer.side_file_verdict`); its own shards are named as such."""
+    (:func:`ckpttools.io.writer.side_file_verdict`); its own shards are named as such. A Hub
+    repo read remotely (``--dry-run``) is judged from its file list: nothing is downloaded."""
+    from ckpttools.io.checkpoint import RemoteCheckpoint
     from ckpttools.io.writer import side_file_verdict
 
+    if isinstance(ck, RemoteCheckpoint):
+        return _remote_side_files(ck)
     root = Path(ck.root)
     shards = {Path(p).name for p in ck.shard_paths.values()}
     return [
         SideFile(p.name, str(p), SOURCE_WEIGHTS if p.name in shards else side_file_verdict(p, root))
         for p in sorted(root.iterdir())
     ]
+
+
+def _remote_side_files(ck: Any) -> list[SideFile]:
+    """What the real run's snapshot of a Hub commit will hold beside its weights (the files
+    :data:`ckpttools.io.hub.SNAPSHOT_PATTERNS` fetch), judged from the commit's file list by the
+    same rule as a local directory (the Hub holds regular files, no links); a folder is not a
+    regular file there either."""
+    from ckpttools.io.hub import in_snapshot
+    from ckpttools.io.writer import side_file_name_verdict
+
+    shards = {Path(s).name for s in ck.shard_paths}
+    tops: dict[str, Any] = {}
+    for path, f in ck.hub.files.items():
+        if not in_snapshot(path):
+            continue
+        top, _, rest = path.partition("/")
+        tops[top] = None if rest else f
+    out = []
+    for name in sorted(tops):
+        f = tops[name]
+        where = f"hub:{ck.hub.repo_id}@{ck.hub.commit}/{name}"
+        if name in shards:
+            why: str | None = SOURCE_WEIGHTS
+        else:
+            why = side_file_name_verdict(name) or (None if f is not None else "not a regular file")
+        out.append(SideFile(name, where, why, size=f.size if f is not None else None))
+    return out
 
 
 @dataclass
@@ -284,9 +316,13 @@ def execute(
             original at ``backup`` (``validate --fix --in-place``).
 
     Raises:
-        OutputExistsError, UnsafePathError (an output aimed at an input), the check's error.
+        what :func:`ckpttools.io.preflight.preflight` raises (it runs first: an existing OUT,
+        an output aimed at an input, a parent that cannot be written, too little space), and
+        the check's error.
     """
-    dest = Path(out if out is not None else plan.output)
+    from ckpttools.io.preflight import preflight
+
+    dest = preflight(plan, out, force=force, in_place=in_place)
     if plan.layout == "file":
         return _execute_file(plan, dest, force)
     return _execute_directory(plan, dest, force, fsync, progress, in_place, backup)

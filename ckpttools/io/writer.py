@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointWriter",
     "parse_size",
     "side_file_verdict",
+    "side_file_name_verdict",
     "WEIGHT_FILE_SUFFIXES",
 ]
 
@@ -492,6 +493,19 @@ class CheckpointWriter:
             raise
 
 
+def side_file_name_verdict(name: str) -> str | None:
+    """The part of :func:`side_file_verdict` its name decides (a Hub repo's file list has only
+    names): the config, index and manifest are written anew; hidden files, weights and pickles
+    are never copied. None: the name alone does not stop it."""
+    if name in ("config.json", MANIFEST_NAME) or name.endswith(".index.json"):
+        return "written anew"
+    if name.startswith("."):
+        return "hidden"
+    if name.lower().endswith(WEIGHT_FILE_SUFFIXES):
+        return "weights or a pickle"
+    return None
+
+
 #: files that hold weights or pickles (never copied as side files: an output is weights in
 #: safetensors plus what an engine reads beside them, and nothing that unpickles)
 WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".msgpack", ".h5")
@@ -503,12 +517,9 @@ def side_file_verdict(p: Path, root: Path) -> str | None:
     The one rule for every writing operation: regular files only; not the config, index or
     manifest (written anew); no weights or pickles (by suffix); no hidden files; and no link
     that leads outside the checkpoint (a link the user made may point anywhere)."""
-    if p.name in ("config.json", MANIFEST_NAME) or p.name.endswith(".index.json"):
-        return "written anew"
-    if p.name.startswith("."):
-        return "hidden"
-    if p.name.lower().endswith(WEIGHT_FILE_SUFFIXES):
-        return "weights or a pickle"
+    by_name = side_file_name_verdict(p.name)
+    if by_name is not None:
+        return by_name
     if p.is_symlink():
         real, top = Path(os.path.realpath(p)), Path(os.path.realpath(root))
         blobs = top.parent.parent / "blobs" if top.parent.name == "snapshots" else None  # the Hub cache's layout

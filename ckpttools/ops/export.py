@@ -33,15 +33,19 @@ from ckpttools.engines.repairs import repair_config
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import claim
+from ckpttools.engines.load_plan import holds_d2t
 from ckpttools.engines.names import QK_NORM, sglang_loads, suggest_rename
+from ckpttools.engines.releases import resolve
 from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
+from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.io.plan import (
     Cast,
     Check,
     Copy,
     Data,
+    Gather,
     ManifestPlan,
     PlannedTensor,
     TensorRef,
@@ -276,10 +280,13 @@ def plan_export(
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
         names = _later_norms(_plan_names(ck, report), flavor, format, report)
-        mapping = _checked_mapping(ck, names, report)
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
+        keeps_d2t = holds_d2t(cfg, resolve(format)) is not False  # vLLM: only for a reduced draft vocab
+        mapping = _checked_mapping(ck, names, report, keeps_d2t)
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
         tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
+        if not keeps_d2t:
+            tensors = without_d2t(ck, names, tensors, resolve(format).spec, report)
         return export_write_plan(
             ck,
             out,
@@ -437,21 +444,80 @@ def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:
             continue
         if names.get(n, n) != n:
             report.renamed.append([n, names[n]])
-    if len(set(names.values())) != len(names):
-        raise CkptError(f"{ck.source}: two tensors map to the same name after renaming", path=str(ck.source))
+    refuse_shared_names(names.items(), str(ck.source))
     return names
 
 
-def _checked_mapping(ck: Checkpoint, names: dict[str, str], report: ExportReport) -> VocabMapping | None:
+def _checked_mapping(
+    ck: Checkpoint, names: dict[str, str], report: ExportReport, kept: bool = True
+) -> VocabMapping | None:
     if "d2t" not in names.values():
         return None
     mapping = VocabMapping.from_checkpoint(ck)
-    if mapping is not None and mapping.order != "ascending":
+    if mapping is not None and mapping.order != "ascending" and kept:
         report.notes.append(
             "d2t is in frequency order (not ascending target ids): valid for SGLang and "
             "vLLM, which read it as is, so it was kept as it is, not reordered"
         )
     return mapping
+
+
+def without_d2t(
+    ck: Checkpoint, names: dict[str, str], tensors: list[PlannedTensor], engine: str, report: ExportReport
+) -> list[PlannedTensor]:
+    """The tensors of an export to an engine whose class holds no d2t (the draft vocab is the full
+    vocab; ``load_plan.holds_d2t``): it reads draft slot i as target token i. The source's d2t is
+    left out only once it is proven the identity (every offset 0); a d2t that permutes the
+    vocabulary puts lm_head's rows in target order instead (output row t is the row of the slot
+    that held token t), so every draft still names the token it was trained to. A d2t that is no
+    permutation of the vocabulary, or one with no lm_head to reorder, is refused."""
+    d2t = next((n for n, canon in names.items() if canon == "d2t"), None)
+    if d2t is None:
+        return tensors
+    out = [t for t in tensors if t.name != names[d2t]]
+    ids = VocabMapping.from_checkpoint(ck).ids  # type: ignore[union-attr]  # a d2t is there
+    v = len(ids)
+    if np.array_equal(ids, np.arange(v)):
+        report.dropped.append(
+            [
+                d2t,
+                f"the draft vocab is the full vocab and {engine}'s class holds no d2t; it was the identity (every offset 0)",
+            ]
+        )
+        return out
+    head = next((i for i, t in enumerate(out) if canonical_name(t.name)[0] == "lm_head.weight"), None)
+    if not np.array_equal(np.sort(ids), np.arange(v)):
+        raise ConfigError(
+            f"{ck.source}: d2t maps the {v} draft slots onto target ids {int(ids.min())}..{int(ids.max())}, not onto "
+            f"the vocabulary's {v} tokens once each: {engine} holds no d2t for a full draft vocab, and no order of "
+            "lm_head's rows means the same",
+            path=str(ck.source),
+            hint="check draft_vocab_size and vocab_size in config.json against d2t",
+        )
+    src = out[head].source if head is not None else None
+    if head is None or not isinstance(src, (Copy, Cast)) or out[head].shape[:1] != (v,):
+        raise ConfigError(
+            f"{ck.source}: d2t permutes the full vocabulary, but there is no lm_head of {v} rows to put in target "
+            f"order: {engine} holds no d2t for a full draft vocab, so every draft would name another token",
+            path=str(ck.source),
+            hint="give the drafter's lm_head, or a d2t that is the identity",
+        )
+    t = out[head]
+    order = np.argsort(ids, kind="stable").astype(np.int64)  # ids[order[r]] == r
+    fill = bytes(t.nbytes // max(1, v))
+    out[head] = PlannedTensor(t.name, t.dtype, t.shape, Gather((src.ref,), np.zeros(v, np.int64), order, fill))
+    moved = int(np.count_nonzero(order != np.arange(v)))
+    report.dropped.append(
+        [
+            d2t,
+            f"the draft vocab is the full vocab and {engine}'s class holds no d2t; its order is in lm_head's rows now",
+        ]
+    )
+    report.notes.append(
+        f"lm_head: rows put in target order ({moved:,} of {v:,} moved), as d2t permuted the full vocabulary and "
+        f"{engine} reads draft slot i as target token i"
+    )
+    return out
 
 
 def _plan_tensors(

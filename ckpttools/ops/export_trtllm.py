@@ -11,6 +11,8 @@ TensorRT-LLM's source, not seen in a run:
   and is dropped; embed_tokens is kept only when the drafter's hidden size differs from the
   target's (otherwise the target's is shared);
 - d2t is int32, and written only when the draft vocab is reduced (the class holds it only then);
+  for a full draft vocab, a d2t that permutes it puts lm_head's rows in target order instead
+  (:func:`ckpttools.ops.export.without_d2t`), and one that is no permutation is refused;
 - config.json: ``architectures`` from the table, ``draft_vocab_size`` always an integer,
   ``norm_before_fc`` in ``eagle_config`` (the only place the class reads it), ``fc_norm`` at the top;
 - :data:`FRAGMENT_NAME` (YAML): ``speculative_config`` with ``decoding_type``, ``max_draft_len``,
@@ -45,6 +47,7 @@ from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.plan import Cast, Check, Copy, Data, PlannedTensor, SideFile, TensorRef, WritePlan
 from ckpttools.io.plan import side_files as source_side_files
+from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.ops.export import (
     _DROPPED_KEYS,
     _FLOATS,
@@ -56,6 +59,7 @@ from ckpttools.ops.export import (
     _set,
     _source_boundaries,
     export_write_plan,
+    without_d2t,
 )
 from ckpttools.vocab.mapping import VocabMapping
 
@@ -309,9 +313,12 @@ def _tensors(
         tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
         if new != n:
             renamed.append([n, new])
+    refuse_shared_names(((t.source.ref.tensor, t.name) for t in tensors), str(ck.source))  # type: ignore[union-attr]
     report.renamed = renamed
     d2t = _d2t(ck, names, cfg, layout, report)
-    return tensors + ([d2t] if d2t is not None else [])
+    if d2t is None:  # a full draft vocab: TensorRT-LLM's class holds no d2t (the table's d2t_when)
+        return without_d2t(ck, names, tensors, resolve("trtllm").spec, report)
+    return [*tensors, d2t]
 
 
 def _d2t(
@@ -322,8 +329,8 @@ def _d2t(
     v, vd = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
     has = {canon: n for n, canon in names.items() if canon in ("d2t", "t2d")}
     if vd == v:
-        for n in has.values():
-            report.dropped.append([n, "the draft vocab is the full vocab: TensorRT-LLM's class holds no d2t"])
+        if "t2d" in has:
+            report.dropped.append([has["t2d"], "the draft vocab is the full vocab: TensorRT-LLM's class holds no map"])
         return None
     if not has:
         raise ConfigError(

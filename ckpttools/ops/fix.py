@@ -15,6 +15,8 @@ from ckpttools.engines.names import suggest_rename
 from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, hub_blobs, open_checkpoint
 from ckpttools.io.guard import check_output
+from ckpttools.io.preflight import refuse_shared_names
+from ckpttools.formats.names import canonical_name
 from ckpttools.io.plan import Copy, ManifestPlan, PlannedTensor, TensorRef, WritePlan, execute, side_files
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.flavor import FIXABLE_ARCHS
@@ -60,7 +62,8 @@ def _fix_config(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] |
 
 
 def _fix_renames(ck: Checkpoint, report: ValidationReport) -> tuple[dict[str, str], list[str]]:
-    """Tensors SGLang would drop that have a known loadable name."""
+    """Tensors SGLang would drop that have a known loadable name; two sources that would take one
+    name (SGLang reads ``model.X`` and ``X`` as one) are refused."""
     renames: dict[str, str] = {}
     changes = []
     for f in report.findings:
@@ -69,6 +72,8 @@ def _fix_renames(ck: Checkpoint, report: ValidationReport) -> tuple[dict[str, st
             if new and new not in ck.tensors:
                 renames[f.location] = new
                 changes.append(f"tensor: {f.location} -> {new}")
+    pairs = ((n, renames.get(n, n)) for n in ck.tensors)
+    refuse_shared_names(pairs, str(ck.source), key=lambda n: canonical_name(n)[0])
     return renames, changes
 
 

@@ -23,6 +23,7 @@ from ckpttools.formats.config import essentials, require_valid_config
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
 from ckpttools.io.guard import check_output
+from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.io.plan import (
     Copy,
     Data,
@@ -171,6 +172,20 @@ class _OnDemand:
             self.ck.close()
 
 
+def _target_matrix(ck: Checkpoint, name: str, what: str) -> tuple[int, int]:
+    """A target tensor remap reads rows of: a 2-D [rows, hidden] matrix, or one clear error
+    (every target tensor is checked here before a row of it is planned)."""
+    shape = ck.tensors[name].shape
+    if len(shape) != 2:
+        raise MappingError(
+            f"{ck.source}: the target's {name} has shape {list(shape)}; {what} needs a 2-D [rows, hidden] matrix",
+            path=str(ck.source),
+            tensor=name,
+            hint="the target checkpoint is damaged or is not a causal language model",
+        )
+    return int(shape[0]), int(shape[1])
+
+
 def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
     ck = target.get()
     name = _find(ck, "lm_head.weight") or _find(ck, "embed_tokens.weight")
@@ -178,7 +193,7 @@ def _target_head(target: _OnDemand, hidden: int) -> tuple[Checkpoint, str]:
         raise MappingError(
             f"{target.source}: no lm_head (or tied embed_tokens) to fill rows from", path=str(target.source)
         )
-    h = ck.tensors[name].shape[1]
+    _, h = _target_matrix(ck, name, "filling rows from the target")
     if h != hidden:
         raise MappingError(
             f"filling rows from the target needs equal hidden sizes: the drafter's is {hidden}, the target's "
@@ -418,7 +433,13 @@ def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand, out: Path) -> Wri
     )
 
 
+#: the tensors remap writes anew; each must come from one source tensor (it finds them by canonical name)
+_REWRITTEN = ("lm_head.weight", "embed_tokens.weight", "d2t", "t2d")
+
+
 def _vocab_rows(ck: Checkpoint, req: _Request) -> _Rows:
+    pairs = ((n, c) for n in ck.tensors if (c := canonical_name(n)[0]) in _REWRITTEN)
+    refuse_shared_names(pairs, str(ck.source))  # a second d2t would be copied unchanged beside the new one
     ess = essentials(ck.config)
     src_map = _source_mapping(ck)
     v_src = src_map.target_vocab_size or ess.vocab_size
@@ -554,9 +575,19 @@ def _embed_tensor(
     if req.target is not None:
         tck = target_ck.get()
         tname = _find(tck, "embed_tokens.weight")
-        if tname and tck.tensors[tname].shape[1] == et.shape[1]:
+        t_rows, t_hidden = _target_matrix(tck, tname, "taking embed_tokens rows from it") if tname else (0, 0)
+        if tname and t_hidden == et.shape[1]:
             refs.append(TensorRef.of(tck, tname))
             part = np.where(emb_rows >= 0, 0, 1)
+            wanted = np.flatnonzero(emb_rows < 0)
+            if len(wanted) and int(wanted[-1]) >= t_rows:
+                raise MappingError(
+                    f"{req.target}: its {tname} has {t_rows:,} rows, but token {int(wanted[-1]):,} of the new "
+                    f"vocabulary ({v_new:,} tokens) has no matched row and would be taken from it",
+                    path=str(req.target),
+                    tensor=tname,
+                    hint="give the target of the destination vocabulary",
+                )
     src = np.where(emb_rows >= 0, emb_rows, np.arange(v_new))
     matched = int(np.count_nonzero(emb_rows >= 0))
     rest = "from the target's embed_tokens" if req.target is not None else "zeros"
