@@ -74,6 +74,7 @@ def _pool_order(items: list) -> None:
             items[i] = item
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     _pool_order(items)
     # under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the tests on the shared vLLM servers run
