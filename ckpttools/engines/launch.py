@@ -156,11 +156,12 @@ def _ledger(engine: str, cmd: list[str], pid: int) -> None:
     path = os.environ.get("CKPT_LAUNCH_LEDGER")
     if not path:
         return
-    line = json.dumps({"engine": engine, "pid": pid, "time": time.time(), "argv": cmd}) + "\n"
+    from ckpttools.errors import CkptError
+    from ckpttools.io.guard import append_line
+
     try:
-        with open(path, "a", encoding="utf-8") as f:  # one write: lines from parallel workers stay whole
-            f.write(line)
-    except OSError:
+        append_line(path, json.dumps({"engine": engine, "pid": pid, "time": time.time(), "argv": cmd}))
+    except (OSError, CkptError):
         pass  # an audit file that cannot be written never stops a launch
 
 

@@ -203,6 +203,18 @@ def open_log(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> IO[b
     return open(dest, "wb")
 
 
+def append_line(path: str | Path, line: str, inputs: Iterable[str | Path | None] = ()) -> None:
+    """One line appended to an audit file (``CKPT_LAUNCH_LEDGER``), after the same check against
+    the inputs: one write of O_APPEND, so lines from parallel processes stay whole."""
+    dest = Path(path)
+    check_output(dest, inputs)
+    fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, line.rstrip("\n").encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
 def open_new(path: str | Path) -> IO[bytes]:
     """A new file inside a temporary that the writer made (and so already checked)."""
     p = Path(path)
