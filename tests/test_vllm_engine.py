@@ -285,16 +285,14 @@ def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path, vllm_
 
 
 # ----------------------------------------------------------------------------- issue 15
-def _split_pair(root: Path) -> tuple[Path, Path, Path]:
-    """The split target (repeat below 128, swap from 128) with the id drafter, exported for vLLM,
-    and prompts of two categories: "low" (ends below 128: K + 1) and "high" (2.0)."""
-    tp, dp = build_known_pair(root, target="split", drafter="id")
-    vp = Path(export(dp, root / "drafter-vllm", format="vllm", target=tp).output)
+def _two_categories(root: Path) -> Path:
+    """Prompts of two categories for the split target (repeat below 128, swap from 128): "low"
+    (ends below 128: K + 1) and "high" (2.0)."""
     prompts = root / "two-categories.jsonl"
     rows = [{"category": "low", "input_ids": p} for p in known_prompts(6, seed=1, lo=64, hi=128)]
     rows += [{"category": "high", "input_ids": p} for p in known_prompts(6, seed=2, lo=128, hi=192)]
     prompts.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return tp, vp, prompts
+    return prompts
 
 
 def _check_schema(rep: dict) -> None:
@@ -303,26 +301,23 @@ def _check_schema(rep: dict) -> None:
     jsonschema.validate(rep, json.loads((REPO / "schemas" / "verify-report.schema.json").read_text()))
 
 
-def _cli(args: list[str], tmp_path: Path) -> tuple[int, dict, str]:
+@pytest.mark.pool_family("llama")
+def test_categories_concurrency_and_context_on_one_server(tmp_path, vllm_pool):
+    """The split pair on the llama family's shared server, one `verify --host` run: exact figures
+    per category, the "high" category flagged below the overall interval; concurrency 4 with
+    per-request figures (vLLM 0.32's metrics.speculative_decoding) equal to concurrency 1; two
+    context bins that keep the figure, under the context the server reports (/v1/models'
+    max_model_len) and the drafter's (--drafter)."""
+    srv, _, (_, _, vp) = vllm_pool.serve("llama", "split", "id")
+    prompts = _two_categories(tmp_path)
     r = CliRunner().invoke(
-        cli, [*args, "--json", "--quiet", "--engine-python", VLLM_PY, *[f"--engine-arg={a}" for a in ARGS]]
-    )
-    log = "".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log*"))
-    assert r.stdout.strip(), r.output + log
-    return r.exit_code, json.loads(r.stdout), r.stderr
-
-
-def test_categories_concurrency_and_context_on_one_server(tmp_path):
-    """One launch of the split pair: exact figures per category, the "high" category flagged below
-    the overall interval; concurrency 4 with per-request figures (vLLM 0.32's
-    metrics.speculative_decoding) equal to concurrency 1; two context bins that keep the figure."""
-    tp, vp, prompts = _split_pair(tmp_path)
-    code, rep, _ = _cli(
-        ["verify", "--launch", "--engine", "vllm", "--target", str(tp), "--drafter", str(vp), "--steps", str(STEPS),
-         "--prompts", str(prompts), "--num-prompts", "12", "--max-new-tokens", "24", "--ignore-eos",
-         "--concurrency", "1,4", "--context-lengths", "128,512", "--log", str(tmp_path / "v.log")],
-        tmp_path,
+        cli,
+        ["verify", "--host", srv.url, "--engine", "vllm", "--drafter", str(vp), "--prompts", str(prompts),
+         "--num-prompts", "12", "--max-new-tokens", "24", "--ignore-eos", "--concurrency", "1,4",
+         "--context-lengths", "128,512", "--json", "--quiet"],
     )  # fmt: skip
+    assert r.stdout.strip(), r.output + srv.server.log_tail(40)
+    code, rep = r.exit_code, json.loads(r.stdout)
     assert code == 0
     cats = rep["categories"]
     print({k: (v["accept_length"], v["accept_length_ci95"], v["below_overall"]) for k, v in cats.items()})

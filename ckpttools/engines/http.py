@@ -341,6 +341,7 @@ class VLLMClient:
         self.url = url.rstrip("/")
         self.client = client
         self._model: str | None = None
+        self._max_model_len: int | None = None
         self.release = release
 
     def server_release(self) -> Any:
@@ -366,6 +367,9 @@ class VLLMClient:
             if not isinstance(model, str):
                 raise ServerError(f"{self.url}/v1/models lists no model", url=self.url)
             self._model = model
+            # the context the server runs at (vllm 0.32 entrypoints/openai/models/serving.py:64-75)
+            n = d["data"][0].get("max_model_len") if isinstance(d["data"][0], dict) else None
+            self._max_model_len = n if type(n) is int and 0 < n <= 1 << 31 else None
         return self._model
 
     def metrics(self) -> dict[str, Any]:
@@ -378,7 +382,10 @@ class VLLMClient:
             raise ServerError(f"{self.url}/metrics is not Prometheus text ({e})", url=self.url) from None
 
     def spec_settings(self) -> dict[str, Any]:
-        return {"model": self.model()}
+        out: dict[str, Any] = {"model": self.model()}
+        if self._max_model_len is not None:
+            out["max_model_len"] = self._max_model_len
+        return out
 
     def spec_enabled(self) -> bool:
         return bool(self.metrics()["present"])

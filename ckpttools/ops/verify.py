@@ -671,6 +671,9 @@ def _context_bins(
         launch.drafter if launch is not None else drafter,
         list(launch.engine_args) if launch is not None else [],
     )
+    if launch is None and limits.get("target_context") is None:  # a running server: the context it reports
+        served = rep.server.get("max_model_len")
+        limits["target_context"] = served if type(served) is int else None
 
     def measure(plist: list[Prompt]) -> VerifyReport:
         sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server, repeat=rep.repeat)
