@@ -222,7 +222,7 @@ class _Scan:
                     ls = x - plen
                     if floor < ls <= limit:
                         g = m.groups()
-                        if g[0] is not None and (amax is None or floats[g[2]] <= amax):
+                        if g[0] is not None and (amax is None or floats[g[1]] <= amax):
                             if back:
                                 run.back += 1
                             floor = ls
@@ -259,7 +259,7 @@ class _Scan:
         if ls > self.floor:  # (else a line read already: a second Decode batch there, or a traceback's)
             g = m.groups()
             amax = _bound(self.p.run)
-            if g[0] is None or (amax is not None and _FLOATS[g[2]] > amax) or not self.new_prefix(ls, m.start() - 2, g):
+            if g[0] is None or (amax is not None and _FLOATS[g[1]] > amax) or not self.new_prefix(ls, m.start() - 2, g):
                 self.slow_line(ls)
         end = max(self.done, self.blob.find(b"\n", m.end()) + 1)
         return end if self.blob.find(b"Decode batch", m.end(), end) >= 0 else -1
