@@ -275,7 +275,7 @@ class SGLangClient:
         if not isinstance(states, list):
             return None
         vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-        nums = [float(v) for v in vals if _is_length(v)]
+        nums = [float(v) for v in vals if v is not None and _is_length(v)]
         return nums[0] if nums else None
 
     def flush_cache(self) -> None:

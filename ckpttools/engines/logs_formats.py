@@ -14,7 +14,8 @@ SGLang prefix ``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0 TP0 ...)] ``          utils/comm
                                                                       steps of every request in its
                                                                       decode_log_interval forward passes)
 ``Prefill batch, ...`` (before the server is ready: warmup)           metrics_reporter.py:562
-``server_args=ServerArgs(...)`` (a run starts)                        entrypoints/engine.py:237
+``server_args=ServerArgs(...)`` (a run starts; its                    entrypoints/engine.py:237
+speculative_num_steps=N bounds accept len at N + 1)
 ``Load weight end. elapsed=..., type=CLASS, ...``                     model_executor/model_runner.py:1099-1106
 ``The server is fired up and ready to roll!``                         entrypoints/http_server.py:2355 (warmup
                                                                       request: 2200-2215, before it)
