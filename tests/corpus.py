@@ -825,6 +825,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
     from tests.corpus_dryrun_conv import dryrun_conv_cases  # here: corpus_dryrun_conv imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
+    from tests.corpus_logs_hostile import logs_hostile_cases  # here: it imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
@@ -848,6 +849,7 @@ def all_cases() -> list[Case]:
         + net_cases()
         + dryrun_conv_cases()
         + logs_cases()
+        + logs_hostile_cases()
         + config_field_cases()
         + dry_run_cases()
         + swap_cases()

@@ -543,8 +543,12 @@ def render_logs(r: LogsReport, show: int = 20) -> str:
     """``ckpt logs``: engine and release, the windows (the first and last ``show``), events, totals, verdict."""
     rel = r.release or "release not named"
     out = [f"{r.engine or 'no engine recognised'} ({rel}; {r.release_source or '-'})"]
-    out.append(f"  read: {', '.join(r.files)}: {r.lines} lines, {human_bytes(r.bytes)}; {len(r.runs)} run(s)")
+    out.append(f"  read: {', '.join(r.files)}: {r.lines} lines, {human_bytes(r.bytes)}; {r.run_count} run(s)")
+    last = -1
     for run in r.runs:
+        if run["index"] > last + 1:
+            out.append(f"  ... runs {last + 1} to {run['index'] - 1} not listed ({r.run_count} runs in all)")
+        last = run["index"]
         out.append(
             f"  run {run['index']} from {run.get('time') or '-'}: target {run.get('target_class') or '-'}, "
             f"drafter {run.get('drafter_class') or '-'}, {run.get('window_count', 0)} windows, accept length "

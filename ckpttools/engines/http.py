@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpttools.errors import CkptError, ImpossibleFiguresError, ServerError, opt
+from ckpttools.io import figures as FIG
 from ckpttools.io.net import NetClient, NetResponse, parse_url
 
 __all__ = [
@@ -98,8 +99,8 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
         r.proposed_drafts = _count(meta, prop_key)
     if hist_key:
         h = meta[hist_key]
-        if not isinstance(h, list) or not all(type(x) is int and x >= 0 for x in h):
-            raise ServerError(f"meta_info.{hist_key} is {h!r}: expected a list of counts")
+        if not isinstance(h, list) or not 0 < len(h) <= FIG.MAX_STEPS + 1 or not all(_is_count(x) for x in h):
+            raise ServerError(f"meta_info.{hist_key} is {str(h)[:80]}: expected a list of at most 65 counts")
         r.histogram = list(h)
     if "spec_accept_length" in meta:
         r.extra["server_spec_accept_length"] = meta["spec_accept_length"]
@@ -118,15 +119,31 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
 
 
 def _count(d: dict[str, Any], key: str) -> int | None:
-    """A non-negative integer counter from a server's JSON (None when absent)."""
+    """A counter from a server's JSON (None when absent), read as a count (:mod:`ckpttools.io.figures`:
+    a JSON integer, not a float, in [0, 2^53])."""
     v = d.get(key)
     if v is None:
         return None
-    if type(v) is float and v.is_integer():
-        v = int(v)
-    if type(v) is not int or v < 0:
-        raise ServerError(f"the server reported {key} = {v!r}: not a count (a non-negative integer)")
-    return v
+    try:
+        return int(FIG.value(v, "count"))
+    except FIG.FigureError as e:
+        raise ServerError(f"the server reported {key} = {str(v)[:40]}: {e.reason}, not a count") from None
+
+
+def _is_count(v: Any) -> bool:
+    try:
+        FIG.value(v, "count")
+    except FIG.FigureError:
+        return False
+    return True
+
+
+def _is_length(v: Any) -> bool:
+    try:
+        FIG.value(v, "length")
+    except FIG.FigureError:
+        return False
+    return True
 
 
 def check_figures(r: RequestResult, steps: int | None) -> None:
@@ -258,7 +275,7 @@ class SGLangClient:
         if not isinstance(states, list):
             return None
         vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-        nums = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+        nums = [float(v) for v in vals if v is not None and _is_length(v)]
         return nums[0] if nums else None
 
     def flush_cache(self) -> None:
@@ -314,18 +331,21 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
         if fam.name.removesuffix("_total") == "vllm:generation_tokens":
             for s in fam.samples:
                 if s.name.endswith("_total"):
-                    out["generation_tokens"] += s.value
+                    out["generation_tokens"] += float(FIG.whole(s.value))
         if key is None:
             continue
         out["present"] = True
         for s in fam.samples:
             if not s.name.endswith("_total"):
                 continue
+            v = float(FIG.whole(s.value))  # (a counter: whole, finite, within 2^53; else a ValueError)
             if key == "accepted_per_pos":
-                pos = int(s.labels.get("position", 0))
-                out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + s.value
+                pos = int(FIG.read(str(s.labels.get("position", 0)), "count"))
+                if pos >= FIG.MAX_STEPS:
+                    raise FIG.FigureError(f"a draft position {pos}, past the {FIG.MAX_STEPS} a server runs")
+                out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + v
             else:
-                out[key] += s.value
+                out[key] += v
     vals = [out["drafts"], out["draft_tokens"], out["accepted"], *out["accepted_per_pos"].values()]
     if not all(math.isfinite(v) and v >= 0 for v in vals):
         raise ValueError("a speculative-decoding counter is negative or not finite")
@@ -433,7 +453,7 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
     if steps > 0:
         r.verify_steps, r.accepted_drafts = steps, acc
         r.accept_length = 1 + acc / steps
-        if isinstance(hist, list) and all(type(x) is int and x >= 0 for x in hist):
+        if isinstance(hist, list) and 0 < len(hist) <= FIG.MAX_STEPS + 1 and all(_is_count(x) for x in hist):
             r.histogram = hist
     r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
     return r

@@ -17,7 +17,8 @@ from ckpttools.errors import ServerError, opt
 
 __all__ = ["LaunchSpec", "RunningServer", "build_command", "parse_sglang_accept_lens", "free_port"]
 
-_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]+)")
+#: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
+_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
 
 
 @dataclass
@@ -104,8 +105,17 @@ def build_command(s: LaunchSpec) -> list[str]:
 
 
 def parse_sglang_accept_lens(log_text: str) -> list[float]:
-    """The 'accept len: X' figures of SGLang's decode log lines."""
-    return [float(x) for x in _ACCEPT_LEN.findall(log_text)]
+    """The 'accept len: X' figures of SGLang's decode log lines, each read as an accept length
+    (:mod:`ckpttools.io.figures`: decimal, in [1, 65]); text that is not one is left out."""
+    from ckpttools.io import figures
+
+    out = []
+    for x in _ACCEPT_LEN.findall(log_text):
+        try:
+            out.append(float(figures.read(x, "length")))
+        except figures.FigureError:
+            continue
+    return out
 
 
 def check_port(host: str, port: int) -> None:

@@ -14,7 +14,8 @@ SGLang prefix ``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0 TP0 ...)] ``          utils/comm
                                                                       steps of every request in its
                                                                       decode_log_interval forward passes)
 ``Prefill batch, ...`` (before the server is ready: warmup)           metrics_reporter.py:562
-``server_args=ServerArgs(...)`` (a run starts)                        entrypoints/engine.py:237
+``server_args=ServerArgs(...)`` (a run starts; its                    entrypoints/engine.py:237
+speculative_num_steps=N bounds accept len at N + 1)
 ``Load weight end. elapsed=..., type=CLASS, ...``                     model_executor/model_runner.py:1099-1106
 ``The server is fired up and ready to roll!``                         entrypoints/http_server.py:2355 (warmup
                                                                       request: 2200-2215, before it)
@@ -53,46 +54,103 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["RELEASE_LINES", "KNOWN_RELEASES"]
+__all__ = ["RELEASE_LINES", "KNOWN_RELEASES", "parse_decode", "parse_load"]
 
 _NUM = rb"([^,\s]+)"
+#: a terminal colour code, as vLLM's coloured prefix writes them (a few at most)
+_ESC = rb"(?:\x1b\[[0-9;]{0,16}m){0,8}"
+
+# Every pattern here runs in time linear in the line (tests/test_regex_linear.py feeds each a
+# 1 MiB adversarial line): each is anchored or starts with a literal, its repeats are bounded or
+# stop at a character that must follow them, and no two repeats can split the same text between
+# them. Where a line is searched for fields in any order (``.*?`` between them, which retries at
+# each start and is quadratic), a parser finds each field once instead (parse_decode, parse_load).
 
 #: SGLang's prefix: the time, optional milliseconds, optional rank tags (DP0 TP0 ...)
-SGL_PREFIX = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
-#: vLLM's prefix: process and pid, level, time without a year
+SGL_PREFIX = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{1,9})?((?: [A-Z_]{1,16}\d{1,6}){0,16})\] ")
+#: vLLM's prefix: process and pid, level, time without a year (colour codes before the process,
+#: and after it: one run of them where there is no process, else their split is ambiguous)
 VLLM_PREFIX = re.compile(
-    rb"^(?:\x1b\[[0-9;]*m)*(?:\((\w+)(?: pid=(\d+))?\) )?(?:\x1b\[[0-9;]*m)*"
-    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? (?:\x1b\[[0-9;]*m)*\[[^\]]*\] "
+    rb"^" + _ESC + rb"(?:\((\w{1,64})(?: pid=(\d{1,10}))?\) " + _ESC + rb")?"
+    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{1,9})? " + _ESC + rb"\[[^\]]{0,256}\] "
 )
-DECODE = re.compile(
-    rb"Decode batch(?: \[\d+\])?, #running-req: " + _NUM + rb", .*?accept len: " + _NUM + rb", accept rate: "
-    rb"" + _NUM + rb", .*?(cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): " + _NUM + rb", #queue-req: "
-    rb"([^,\s]+)"
+_DECODE_HEAD = re.compile(rb"Decode batch(?: \[\d{1,10}\])?, #running-req: " + _NUM + rb", ")
+_DECODE_ACCEPT = re.compile(rb"accept len: " + _NUM + rb", accept rate: " + _NUM + rb", ")
+_DECODE_GRAPH = re.compile(
+    rb"(cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): " + _NUM + rb", #queue-req: " + _NUM
 )
+_GRAPHS = (b"cuda", b"cpu", b"npu", b"musa")
+
+
+def parse_decode(line: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes] | None:
+    """An SGLang ``Decode batch`` line's (#running-req, accept len, accept rate, graph, gen
+    throughput, #queue-req), as text; None when it is not in that format.
+
+    The first ``Decode batch`` of the line, then the first ``accept len: `` after its
+    #running-req, then the first `` graph: `` after its accept rate (fields between are passed
+    over): each found once, so the time is linear in the line."""
+    i = line.find(b"Decode batch")
+    if i < 0:
+        return None
+    head = _DECODE_HEAD.match(line, i)
+    if head is None:
+        return None
+    j = line.find(b"accept len: ", head.end())
+    acc = _DECODE_ACCEPT.match(line, j) if j >= 0 else None
+    if acc is None:
+        return None
+    k = line.find(b" graph: ", acc.end())
+    if k < 0:
+        return None
+    at = next((k - len(w) for w in _GRAPHS if k - len(w) >= acc.end() and line.startswith(w, k - len(w))), -1)
+    graph = _DECODE_GRAPH.match(line, at) if at >= 0 else None
+    if graph is None:
+        return None
+    return head.group(1), acc.group(1), acc.group(2), graph.group(1), graph.group(2), graph.group(3)
+
+
 _INT, _FRAC = rb"(\d{1,15})", rb"\d{1,15}\.\d{1,15}"
+#: a count of requests as the fast path takes it: decimal, no leading zero, below 10^7
+#: (ckpttools.io.figures reads up to 2^24; a larger one is read line by line)
+_REQS = rb"(0|[1-9]\d{0,6})"
 #: every ``Decode batch`` in a block of lines; where it follows a prefix's ``] `` and has the
-#: fields in the order metrics_reporter.py writes them, with figures DECODE reads the same way
-#: and that pass its checks (an accept length in [1, 65], an accept rate in [0, 1]), the groups
-#: are #running-req, accept len, accept rate, gen throughput and #queue-req (the fast path);
-#: otherwise they are None and the line is read as any line
+#: fields in the order metrics_reporter.py writes them, with figures parse_decode reads the same
+#: way and that pass its checks (ckpttools.io.figures: requests below 10^7, an accept length in
+#: [1, 65], an accept rate in [0, 1], a throughput below 10^9), the groups are #running-req,
+#: accept len, accept rate, gen throughput and #queue-req (the fast path); otherwise they are None
+#: and the line is read as any line
 DECODE_FAST = re.compile(
-    rb"Decode batch(?:(?<=\] Decode batch)(?: \[\d+\])?, #running-req: " + _INT + rb", #token: \d{1,15}, token usage: "
+    rb"Decode batch(?:(?<=\] Decode batch)(?: \[\d+\])?, #running-req: " + _REQS + rb", #token: \d{1,15}, token usage: "
     rb"" + _FRAC + rb", accept len: ((?:[1-9]|[1-5]\d|6[0-4])\.\d{1,15}|65\.0{1,15}), accept rate: "
-    rb"(0\.\d{1,15}|1\.0{1,15}), (?:cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): (" + _FRAC + rb"), "
-    rb"#queue-req: " + _INT + rb"(?=[,\s]))?"
+    rb"(0\.\d{1,15}|1\.0{1,15}), (?:cuda|cpu|npu|musa) graph: \w+, gen throughput \(token/s\): "
+    rb"((?:0|[1-9]\d{0,8})\.\d{1,15}), #queue-req: " + _REQS + rb"(?=[,\s]))?"
 )
 SPEC = re.compile(
     rb"SpecDecoding metrics: Mean acceptance length: " + _NUM + rb", Accepted throughput: " + _NUM + rb" tokens/s, "
     rb"Drafted throughput: " + _NUM + rb" tokens/s, Accepted: " + _NUM + rb" tokens, Drafted: " + _NUM + rb" tokens, "
-    rb"Per-position acceptance rate: ([^A-Za-z]*?), Avg Draft acceptance rate: ([^%\s]+)%"
+    rb"Per-position acceptance rate: ([^A-Za-z]{0,1024}?), Avg Draft acceptance rate: ([^%\s]+)%"
 )
 VLLM_STATS = re.compile(
-    rb"Avg generation throughput: " + _NUM + rb" tokens/s, Running: (\S+) reqs, Waiting: (\S+) reqs"
+    rb"Avg generation throughput: " + _NUM + rb" tokens/s, Running: (\S{1,64}) reqs, Waiting: (\S{1,64}) reqs"
 )
-LOAD = re.compile(rb"Load weight end\. .*?type=([^,\s]+)")
+_LOAD_TYPE = re.compile(rb"type=([^,\s]+)")
+
+
+def parse_load(line: bytes) -> bytes | None:
+    """The class of a ``Load weight end. ... type=CLASS`` line (the first ``type=`` after it)."""
+    i = line.find(b"Load weight end. ")
+    j = line.find(b"type=", i + 17) if i >= 0 else -1
+    m = _LOAD_TYPE.match(line, j) if j >= 0 else None
+    return m.group(1) if m is not None else None
+
+
+RESOLVED = re.compile(rb"Resolved architecture: (\S+)")
+#: SGLang's draft steps in its server_args line (server_args.py: ``speculative_num_steps: Optional[int]``)
+SGL_STEPS = re.compile(rb"[ (]speculative_num_steps=(\d{1,3})[,)]")
 CONTEXT = re.compile(rb"(?:Target model's|User-specified) context_length \((\d+)\) is greater than the derived")
 EXC_LINE = re.compile(
-    rb"^(?:\((\w+)(?: pid=\d+)?\) )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?:: (.*))?$"
+    rb"^(?:\((\w{1,64})(?: pid=\d{1,10})?\) )?([A-Za-z_][\w.]{0,200}(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
+    rb"(?:: (.*))?$"
 )
 
 #: the lines that announce a run; a kind seen twice in one run starts the next run
@@ -105,9 +163,9 @@ START_LINES = {
 #: how each engine names its release in its log: (engine, pattern on the line, source file:line).
 #: Kept here, keyed by engine and version text, until it joins ckpttools/engines/releases.py.
 RELEASE_LINES: list[tuple[str, re.Pattern[bytes], str]] = [
-    ("vllm", re.compile(rb"vLLM server version (\S+?),"), "vllm/entrypoints/serve/utils/api_utils.py:327"),
-    ("vllm", re.compile(rb"Initializing a V1 LLM engine \(v([^)\s]+)\)"), "vllm/v1/engine/core.py:134"),
-    ("vllm", re.compile(rb"\xe2\x96\x88 +version +(?:\x1b\[[0-9;]*m)*([0-9][\w.+-]*)"), "api_utils.py:331"),
+    ("vllm", re.compile(rb"vLLM server version (\S{1,64}?),"), "vllm/entrypoints/serve/utils/api_utils.py:327"),
+    ("vllm", re.compile(rb"Initializing a V1 LLM engine \(v([^)\s]{1,64})\)"), "vllm/v1/engine/core.py:134"),
+    ("vllm", re.compile(rb"\xe2\x96\x88 {1,64}version {1,64}" + _ESC + rb"([0-9][\w.+-]{0,63})"), "api_utils.py:331"),
 ]
 #: releases whose line formats this module was read from: (engine, version text) -> what was read
 KNOWN_RELEASES: dict[tuple[str, str], str] = {

@@ -26,10 +26,18 @@ How windows merge:
   ``accept_len`` only, an estimate weighting each line alike.
 
 A log is untrusted: it is read streaming in chunks (memory bounded by the chunk, the
-longest line kept, the windows kept and the fast path's queue), lines over :data:`MAX_LINE`
-bytes are skipped, invalid UTF-8 is replaced, and figures no server can write (accept length
-outside [1, 65], negative counts, more accepted than drafted, NaN) are skipped, each counted
-under its reason.
+longest line kept, the windows kept, the runs and events kept and the fast path's queue; what
+is beyond the limits is summarised: merged windows, counts of runs and of events by kind),
+lines over :data:`MAX_LINE` bytes are skipped, invalid UTF-8 is replaced, gzip is known by its
+magic bytes (or a ``.gz`` name), every pattern runs in time linear in the line, and every figure
+is read by :mod:`ckpttools.io.figures`: decimal text only, each kind within its range (counts
+integers, accept length in [1, draft steps + 1], rates in [0, 1]). A line whose figures break
+the rules is skipped, counted under its reason (``skipped``; ``skipped_lines`` in all).
+
+A ``--pattern`` is the user's own regular expression, which can take exponential time: it is
+offered only lines up to :data:`PATTERN_LINE` bytes, and each line gets
+:data:`PATTERN_BUDGET` CPU seconds (a timer, in the main thread); a line over budget is skipped
+and counted, and after :data:`PATTERN_STRIKES` of them the pattern is refused.
 """
 
 from __future__ import annotations
@@ -38,25 +46,35 @@ import gzip
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import zlib
+from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from ckpttools.errors import ConfigError, opt
+from ckpttools.io import figures as FIG
 from ckpttools.ops.verify import verdict_exit_code
 from ckpttools.ops import logs_fast
 from ckpttools.engines import logs_formats as F
 from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, Sums
 
-__all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "CONVENTIONS"]
+__all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "MAX_RUNS", "MAX_EVENTS", "CONVENTIONS"]
 
 #: a line longer than this is skipped (counted), never held whole
 MAX_LINE = 1 << 20
 #: the most accept length a server can report (64 draft steps, as the CLI bounds them, + 1)
-MAX_ACCEPT_LEN = 65.0
+MAX_ACCEPT_LEN = FIG.length_bound(None)
+#: a line longer than this is not offered to --pattern (it is read as any other line)
+PATTERN_LINE = 16 << 10
+#: CPU seconds --pattern may take on one line (given up after one to two of them)
+PATTERN_BUDGET = 0.1
+#: lines over budget after which --pattern is refused
+PATTERN_STRIKES = 3
 _CHUNK = 4 << 20
 #: read blocks of whole lines the fast way (:mod:`ckpttools.ops.logs_fast`); False: each line alone
 FAST = True
@@ -95,6 +113,9 @@ class LogsReport:
     min_accept_len: float | None = None
     passed: bool | None = None
     verdict: str = ""
+    run_count: int = 0
+    event_counts: dict[str, int] = field(default_factory=dict)
+    skipped_lines: int = 0
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,20 +143,49 @@ class LogsReport:
 
 
 # ----------------------------------------------------------------------------- reading
-def _open(path: str) -> tuple[IO[bytes], str]:
-    """A binary stream of the log (``-``: stdin; ``.gz``: decompressed as read)."""
-    if path == "-":
-        return sys.stdin.buffer, "<stdin>"
-    from ckpttools.io.fsutil import open_regular
+GZIP_MAGIC = b"\x1f\x8b"
 
-    p = Path(path)
-    if not os.path.lexists(p):
-        raise ConfigError(f"{p}: no such log file", path=p, hint="give a server log file, or - for stdin")
-    fd = open_regular(p)
-    raw = os.fdopen(fd, "rb")
-    if p.suffix == ".gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), str(p)  # type: ignore[return-value]
-    return raw, str(p)
+
+def _open(path: str) -> tuple[IO[bytes], list[IO[bytes]], str]:
+    """A binary stream of the log (``-``: stdin), decompressed as read where it is gzip: where it
+    starts with gzip's magic bytes, whatever its name, or is named ``.gz`` (then data that is not
+    gzip is an error, not text); the streams to close after; its name."""
+    if path == "-":
+        raw: Any = sys.stdin.buffer
+        where, own = "<stdin>", []
+        head = _peek(raw)
+    else:
+        from ckpttools.io.fsutil import open_regular
+
+        p = Path(path)
+        if not os.path.lexists(p):
+            raise ConfigError(f"{p}: no such log file", path=p, hint="give a server log file, or - for stdin")
+        raw = os.fdopen(open_regular(p), "rb")
+        where, own = str(p), [raw]
+        try:  # (read beside the stream: its buffering, and so its chunks, stay as they were)
+            head = os.pread(raw.fileno(), 2, 0)
+        except OSError as e:
+            raw.close()
+            raise ConfigError(f"{p}: cannot be read ({e.strerror})", path=p) from None
+    if head == GZIP_MAGIC or where.endswith(".gz"):
+        gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        return gz, [gz, *own], where  # type: ignore[list-item,return-value]
+    return raw, own, where
+
+
+def _peek(f: Any) -> bytes:
+    """The first two bytes of a stream, left to be read: looked at where it can seek or peek."""
+    try:
+        if f.seekable():
+            at = f.tell()
+            head = f.read(2)
+            f.seek(at)
+            return bytes(head)
+        if hasattr(f, "peek"):
+            return bytes(f.peek(2)[:2])
+    except OSError:
+        pass
+    return b""
 
 
 def _chunks(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[bytes]:
@@ -144,7 +194,7 @@ def _chunks(f: IO[bytes], where: str, rep: LogsReport) -> Iterator[bytes]:
         try:
             b = f.read1(_CHUNK) if hasattr(f, "read1") else f.read(_CHUNK)
         except EOFError:
-            _skip(rep, "gzip stream truncated (the rest of the file)", f"{where}: compressed data ends early")
+            _skip(rep, "gzip stream truncated (the rest of the file)", f"{where}: compressed data ends early", False)
             return
         except (gzip.BadGzipFile, zlib.error, OSError) as e:
             raise ConfigError(
@@ -224,8 +274,10 @@ def _whole(carry: bytes, chunk: bytes) -> tuple[bytes, int, int] | None:
     return carry + chunk[: first + 1], first + 1, last + 1
 
 
-def _skip(rep: LogsReport, why: str, example: str) -> None:
+def _skip(rep: LogsReport, why: str, example: str, line: bool = True) -> None:
+    """Count ``why`` (``line``: a line skipped, else a thing left out: events past the limit, warmup)."""
     rep.skipped[why] = rep.skipped.get(why, 0) + 1
+    rep.skipped_lines += line
     if len(rep.skipped_examples) < 20:
         rep.skipped_examples.append(f"{example}: {why}")
 
@@ -234,14 +286,6 @@ def _text(b: bytes, limit: int = 300) -> str:
     s = b.decode("utf-8", errors="replace").strip()
     s = "".join(c if c.isprintable() else "\ufffd" for c in s)
     return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _num(b: bytes) -> float | None:
-    try:
-        v = float(b)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
 
 
 # ----------------------------------------------------------------------------- time
@@ -342,8 +386,59 @@ _KEYWORDS: dict[bytes, str] = {
     b"Avg generation throughput": "_vllm_stats",
 }
 _EVENTS = re.compile(b"|".join(re.escape(k) for k in sorted(_KEYWORDS, key=len, reverse=True)))
-#: the most events kept (later ones are counted as skipped)
-MAX_EVENTS = 2000
+#: the most events kept (later ones are counted, by kind, in ``event_counts``)
+MAX_EVENTS = 500
+#: the runs listed: the first half and the last half of this many (all are counted in ``run_count``)
+MAX_RUNS = 32
+
+
+class _OverBudget(Exception):
+    """--pattern ran past its budget on a line."""
+
+
+class _Budget:
+    """A CPU-time budget per line for the user's pattern (``search``). An interval timer
+    (ITIMER_VIRTUAL: the process's CPU time) ticks every PATTERN_BUDGET seconds; a tick that finds
+    the same line in the pattern as the tick before raises :class:`_OverBudget` in the match
+    (Python's ``re`` checks for signals while it matches), so a line is given up after one to two
+    budgets. Only in the main thread (where signals are delivered) and where the platform has the
+    timer; elsewhere the pattern runs unbounded in time (lines stay bounded by PATTERN_LINE)."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.wanted = wanted
+        self.on = False
+        self.seq = self.active = 0
+        self.seen = -1
+        self.old: Any = None
+        self.old_timer: tuple[float, float] = (0.0, 0.0)
+
+    def __enter__(self) -> _Budget:
+        if self.wanted and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGVTALRM, self._tick)
+            self.old_timer = signal.setitimer(signal.ITIMER_VIRTUAL, PATTERN_BUDGET, PATTERN_BUDGET)
+            self.on = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.on:
+            signal.setitimer(signal.ITIMER_VIRTUAL, *self.old_timer)
+            signal.signal(signal.SIGVTALRM, self.old)
+            self.on = False
+
+    def _tick(self, signum: int, frame: Any) -> None:
+        a = self.active
+        if a and a == self.seen:
+            self.active = 0
+            raise _OverBudget
+        self.seen = a
+
+    def search(self, rx: re.Pattern[bytes], line: bytes) -> re.Match[bytes] | None:
+        self.seq += 1
+        try:
+            self.active = self.seq
+            return rx.search(line)
+        finally:
+            self.active = 0
 
 
 class _Run:
@@ -357,9 +452,10 @@ class _Run:
         self.ready = False
         self.prefill_at: dict[str, Any] | None = None
         self.held: list[Any] = []
-        self.last_exc: int | None = None
+        self.last_exc: tuple[int | None, str, str] | None = None  # (event index, kind, text)
         self.alive_after = True
-        self.pids: set[str] = set()
+        self.pids: set[str] = set()  # (two at most: a second one is the event)
+        self.steps: int | None = None  # draft steps (SGLang's server_args): accept length <= steps + 1
         self.last_t: int | None = None
         self.back = 0
 
@@ -374,7 +470,9 @@ class _Parser:
         self.req = _Requests()
         self.engines: set[str] = set()
         self.where = ""
-        self.runs: list[_Run] = []
+        self.run_count = 0
+        self.first_runs: list[dict[str, Any]] = []
+        self.last_runs: deque[dict[str, Any]] = deque(maxlen=MAX_RUNS // 2)
         self.run = self._new_run(0, None)
         self.in_tb = False
         self.time: str | None = None
@@ -383,16 +481,22 @@ class _Parser:
         self.n = 0
         self.fastq = logs_fast.Queue()
         self.prefix = logs_fast.Prefixes()
+        self.budget = _Budget(pattern is not None)
 
     # ---- bookkeeping
     def _new_run(self, line: int, time: str | None) -> _Run:
-        r = _Run(len(self.runs), self.where, line, time)
-        self.runs.append(r)
+        r = _Run(self.run_count, self.where, line, time)
+        self.run_count += 1
         return r
 
+    def _keep_run(self, info: dict[str, Any]) -> None:
+        (self.first_runs if len(self.first_runs) < MAX_RUNS // 2 else self.last_runs).append(info)
+
     def _event(self, kind: str, n: int, text: str, **extra: Any) -> int | None:
+        counts = self.rep.event_counts
+        counts[kind] = counts.get(kind, 0) + 1
         if len(self.rep.events) >= MAX_EVENTS:
-            _skip(self.rep, f"events beyond the first {MAX_EVENTS}", f"{self.where}:{n}")
+            _skip(self.rep, f"events beyond the first {MAX_EVENTS}", f"{self.where}:{n}", False)
             return None
         ev = {"kind": kind, "time": self.time, "file": self.where, "line": n, "run": self.run.info["index"]}
         self.rep.events.append(ev | {"text": text} | extra)
@@ -472,7 +576,7 @@ class _Parser:
         if self.in_tb and self._tb_line(n, line):
             return
         if self.pattern is not None:
-            m = self.pattern.search(line)
+            m = self._user_search(n, line)
             if m is not None:
                 self._custom(n, line, m)
                 return
@@ -491,12 +595,47 @@ class _Parser:
             if m is not None:
                 getattr(self, _KEYWORDS[m.group(0)])(n, line, m.group(0))
 
+    def _user_search(self, n: int, line: bytes) -> re.Match[bytes] | None:
+        """The user's --pattern on a line, within its budget: a line over PATTERN_LINE bytes is not
+        offered; one that takes over PATTERN_BUDGET seconds is given up (both counted)."""
+        if len(line) > PATTERN_LINE:
+            _skip(self.rep, f"lines longer than {PATTERN_LINE} bytes, not offered to the pattern", f"{self.where}:{n}")
+            return None
+        try:
+            return self.budget.search(self.pattern, line)  # type: ignore[arg-type]
+        except _OverBudget:
+            pass
+        why = f"lines the pattern did not finish within its budget ({PATTERN_BUDGET} s of CPU a line)"
+        _skip(self.rep, why, f"{self.where}:{n}")
+        if self.rep.skipped[why] >= PATTERN_STRIKES:
+            raise ConfigError(
+                f"{opt('pattern')} ran past its budget on {PATTERN_STRIKES} lines (the last {self.where}:{n}): "
+                "it backtracks, taking time that grows fast with the line",
+                hint="write it without nested or adjacent repeats that can match the same text, e.g. (a+)+ or .*.*",
+            )
+        return None
+
+    def _figures(self, n: int, what: str, fields: list[tuple[str, bytes, str]], steps: int | None = None) -> Any:
+        """The fields' figures, each read as its kind (:mod:`ckpttools.io.figures`); None, the line
+        skipped and counted under the rule it broke, when one is not a figure of its kind."""
+        out: list[float] = []
+        for name, text, kind in fields:
+            try:
+                out.append(FIG.read(text, kind, steps=steps))
+            except FIG.FigureError as e:
+                why = f"{what} with impossible figures ({name} {e.reason})"
+                _skip(self.rep, why, f"{self.where}:{n}: {_text(text, 40)!r}")
+                return None
+        return out
+
     # ---- windows
     def _window(self, n: int, engine: str | None, rank: str, **fig: Any) -> None:
         """One window, checked: skipped (counted) when its figures cannot be."""
         al = fig["accept_length"]
-        if al is None or not 1.0 <= al <= MAX_ACCEPT_LEN:
-            _skip(self.rep, "impossible figures (accept length outside [1, 65], or not a number)", f"{self.where}:{n}")
+        try:
+            FIG.value(al, "length", steps=self.run.steps)
+        except FIG.FigureError as e:
+            _skip(self.rep, f"impossible figures (accept length {e.reason})", f"{self.where}:{n}")
             return
         if engine is not None:
             self.engines.add(engine)
@@ -514,19 +653,17 @@ class _Parser:
 
     def _decode(self, n: int, line: bytes) -> None:
         engine, rank, _ = self._stamp(line)
-        m = F.DECODE.search(line)
-        if m is None:
+        g = F.parse_decode(line)
+        if g is None:
             if b"accept len" in line:
                 _skip(self.rep, "Decode batch line not in SGLang's format", f"{self.where}:{n}")
             return
-        running, al, rate, _, tput, queued = (_num(g) for g in m.groups())
-        if running is None or running < 0 or rate is None or not 0 <= rate <= 1 or (tput is not None and tput < 0):
-            _skip(
-                self.rep,
-                "impossible figures (negative count, accept rate outside [0, 1], or not a number)",
-                f"{self.where}:{n}",
-            )
+        got = self._figures(n, "Decode batch line", [("#running-req", g[0], "requests"), ("accept len", g[1], "length"),
+                            ("accept rate", g[2], "rate"), ("gen throughput", g[4], "throughput"),
+                            ("#queue-req", g[5], "requests")], self.run.steps)  # fmt: skip
+        if got is None:
             return
+        running, al, rate, tput, queued = (float(x) for x in got)
         if self.run.load_rank is not None and rank and rank != self.run.load_rank and "DP" not in rank:
             return  # another tensor-parallel rank's copy of the same window
         self._window(n, engine or "sglang", rank, accept_length=al, accept_rate=rate, running_requests=running,
@@ -538,17 +675,21 @@ class _Parser:
         if m is None:
             _skip(self.rep, "SpecDecoding metrics line not in vLLM's format", f"{self.where}:{n}")
             return
-        mean, _, _, acc, drafted = (_num(g) for g in m.groups()[:5])
-        pos = [_num(x) for x in m.group(6).split(b",") if x.strip()]
-        bad = mean is None or acc is None or drafted is None or acc < 0 or drafted < 0 or acc > drafted
-        if bad or not pos or any(p is None or not 0 <= p <= 1 for p in pos):
-            _skip(
-                self.rep,
-                "impossible figures (negative counts, more accepted than drafted, or not a number)",
-                f"{self.where}:{n}",
-            )
+        what = "SpecDecoding metrics line"
+        try:
+            pos = FIG.read_list(m.group(6), "rate")
+        except FIG.FigureError as e:
+            _skip(self.rep, f"{what} with impossible figures (per-position rate: {e.reason})", f"{self.where}:{n}")
             return
-        drafts, exact = self._drafts(mean, acc, drafted, pos)  # type: ignore[arg-type]
+        got = self._figures(n, what, [("accepted", m.group(4), "count"), ("drafted", m.group(5), "count"),
+                            ("mean acceptance length", m.group(1), "length")], len(pos))  # fmt: skip
+        if got is None:
+            return
+        acc, drafted, mean = got
+        if acc > drafted:
+            _skip(self.rep, f"{what} with impossible figures (more accepted than drafted)", f"{self.where}:{n}")
+            return
+        drafts, exact = self._drafts(mean, acc, drafted, pos)
         if not drafts:
             _skip(self.rep, "a window with no drafts", f"{self.where}:{n}")
             return
@@ -573,6 +714,8 @@ class _Parser:
     def _pid(self, proc: str) -> None:
         if not proc:
             return
+        if len(self.run.pids) >= 2 or proc in self.run.pids:
+            return
         self.run.pids.add(proc)
         if len(self.run.pids) == 2:
             self._event(
@@ -583,7 +726,9 @@ class _Parser:
         self._stamp(line)
         m = F.VLLM_STATS.search(line)
         if m is not None:
-            tput, running, waiting = (_num(g) for g in m.groups())
+            got = self._figures(n, "engine stats line", [("generation throughput", m.group(1), "throughput"),
+                                ("running", m.group(2), "requests"), ("waiting", m.group(3), "requests")])  # fmt: skip
+            tput, running, waiting = (float(x) for x in got) if got is not None else (None, None, None)
             self.vstats = (self.time, tput, running, waiting)
 
     # ---- per-request lines and custom lines
@@ -597,12 +742,13 @@ class _Parser:
         start = line.find(b"{")
         try:
             obj = loads_json(line[start:] if start >= 0 else line, f"{self.where}:{n}")
-            meta = obj.get("out", {}).get("meta_info") if isinstance(obj, dict) else None
+            out = obj.get("out") if isinstance(obj, dict) else None
+            meta = out.get("meta_info") if isinstance(out, dict) else None
             if not isinstance(obj, dict) or obj.get("event") != "request.finished" or not isinstance(meta, dict):
                 raise ConfigError("no out.meta_info")
             r = parse_sglang_meta(meta, RequestResult(index=self.req.n, category="log"))
             if r.accept_length is not None:
-                check_figures(r, None)
+                check_figures(r, self.run.steps or FIG.MAX_STEPS)
         except CkptError:
             _skip(self.rep, "request line unreadable or with impossible figures", f"{self.where}:{n}")
             return
@@ -619,19 +765,22 @@ class _Parser:
         """A line of the user's --pattern, in the convention they stated."""
         self._stamp(line)
         g = m.groupdict()
-        bad = "impossible figures in a pattern line (negative, zero steps, or not a number)"
+        what = "pattern line"
         if self.kind == "accept_len":
-            v, steps, exact = _num(g["accept_len"] or b""), 1.0, False
+            got = self._figures(n, what, [("accept_len", g["accept_len"] or b"", "per_step")])
+            if got is None:
+                return
+            v, steps, exact = float(got[0]), 1.0, False
         else:
             a, b = ("tokens", "cycles") if self.kind == "tokens" else ("accepted", "drafts")
-            top, st = _num(g[a] or b""), _num(g[b] or b"")
-            if top is None or st is None or top < 0 or st <= 0:
-                _skip(self.rep, bad, f"{self.where}:{n}")
+            got = self._figures(n, what, [(a, g[a] or b"", "count"), (b, g[b] or b"", "count")])
+            if got is None:
                 return
-            v, steps, exact = top / st, st, True
-        if v is None or v < 0:
-            _skip(self.rep, bad, f"{self.where}:{n}")
-            return
+            top, st = got
+            if st == 0:
+                _skip(self.rep, f"{what} with impossible figures ({b} is 0)", f"{self.where}:{n}")
+                return
+            v, steps, exact = top / st, float(st), True
         al = v + 1 if self.kind == "accepted" or self.convention == "accepted-per-step" else v
         self._window(n, None, "", accept_length=al, weight=steps, exact=exact)
 
@@ -640,6 +789,9 @@ class _Parser:
         engine, _, _ = self._stamp(line)
         eng, kind = F.START_LINES[key]
         self._begin(n, eng, kind, _text(line, 200))
+        m = F.SGL_STEPS.search(line) if kind == "server_args" else None
+        if m is not None and 1 <= int(m.group(1)) <= FIG.MAX_STEPS:
+            self.run.steps = int(m.group(1))
         self._release(n, line, key)
 
     def _begin(self, n: int, engine: str, kind: str, text: str) -> None:
@@ -670,16 +822,19 @@ class _Parser:
     def _load(self, n: int, line: bytes, key: bytes) -> None:
         """A model class built: the run's first is the target, its second the drafter (one rank's lines)."""
         _, rank, _ = self._stamp(line)
-        rx = F.LOAD if key.startswith(b"Load") else re.compile(rb"Resolved architecture: (\S+)")
-        m = rx.search(line)
-        if m is None:
+        if key.startswith(b"Load"):
+            name = F.parse_load(line)
+        else:
+            m = F.RESOLVED.search(line)
+            name = m.group(1) if m is not None else None
+        if name is None:
             return
         r = self.run
         if r.load_rank is None:
             r.load_rank = rank
         elif rank != r.load_rank:
             return
-        cls = _text(m.group(1), 120)
+        cls = _text(name, 120)
         r.loads += 1
         role = "target" if r.loads == 1 else "drafter" if r.loads == 2 else "model"
         if role != "model":
@@ -733,7 +888,7 @@ class _Parser:
 
     def _exception(self, n: int, text: str) -> None:
         idx = self._event("exception", n, text)
-        self.run.last_exc, self.run.alive_after = idx, False
+        self.run.last_exc, self.run.alive_after = (idx, "exception", text), False
 
     def _oom(self, n: int, line: bytes, _: bytes) -> None:
         if b"CUDA" in line or b"OutOfMemory" in line:
@@ -742,11 +897,10 @@ class _Parser:
 
     def _died(self, n: int, line: bytes, key: bytes) -> None:
         self._stamp(line)
-        idx = self._event(
-            "crash_message", n, _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :].split(b"Traceback")[0], 200)
-        )
+        text = _text(line[line.find(b"] ") + 2 if b"] " in line else 0 :].split(b"Traceback")[0], 200)
+        idx = self._event("crash_message", n, text)
         if self.run.last_exc is None or self.run.alive_after:
-            self.run.last_exc = idx
+            self.run.last_exc = (idx, "crash_message", text)
         self.run.alive_after = False
         if b"Traceback" in line:
             self.in_tb = True
@@ -758,13 +912,20 @@ class _Parser:
             self.req.add(q)
         r.held.clear()
         if r.last_exc is not None and not r.alive_after:
-            ev = self.rep.events[r.last_exc]
-            ev["kind"] = "error"
-            r.info["ended_by"] = ev["text"]
+            idx, kind, text = r.last_exc
+            if idx is not None:
+                self.rep.events[idx]["kind"] = "error"
+            counts = self.rep.event_counts
+            counts[kind] -= 1
+            counts["error"] = counts.get("error", 0) + 1
+            if not counts[kind]:
+                del counts[kind]
+            r.info["ended_by"] = text
         s = r.sums
         r.info |= {"window_count": s.n, "accept_length": s.accept_length, "exact": s.exact if s.n else None}
         if r.back:
             r.info["time_went_back"] = r.back
+        self._keep_run(r.info)
 
     def end_file(self) -> None:
         self.in_tb = False
@@ -772,7 +933,8 @@ class _Parser:
     def finish(self) -> None:
         self.flush_fast(True)
         self._close_run()
-        self.rep.runs = [r.info for r in self.runs if r.starts or r.sums.n or r.info["index"] == 0]
+        self.rep.runs = self.first_runs + list(self.last_runs)
+        self.rep.run_count = self.run_count
         if len(self.engines - {None}) > 1:
             raise ConfigError(
                 f"{', '.join(self.rep.files)}: the logs hold both SGLang and vLLM lines; their figures do not merge",
@@ -792,6 +954,7 @@ class _Parser:
         rep.events.sort(key=lambda e: (rep.files.index(e["file"]) if e["file"] in rep.files else 0, e["line"]))
         if self.warmup_requests:
             rep.skipped["warmup requests (left out of the per-request figures)"] = self.warmup_requests
+        rep.event_counts = dict(sorted(rep.event_counts.items()))
 
 
 # ----------------------------------------------------------------------------- the API
@@ -867,15 +1030,16 @@ def read_logs(
     if convention is not None:
         rep.convention = f"{LABEL}; the pattern's lines read as {convention}"
     p = _Parser(rep, rx, kind, convention)
-    for path in paths:
-        _read_one(p, path)
+    with p.budget:
+        for path in paths:
+            _read_one(p, path)
     p.finish()
     _conclude(rep, p)
     return rep
 
 
 def _read_one(p: _Parser, path: str) -> None:
-    f, where = _open(path)
+    f, own, where = _open(path)
     p.rep.files.append(where)
     p.where = where
     try:
@@ -887,8 +1051,8 @@ def _read_one(p: _Parser, path: str) -> None:
         p.flush_fast(True)
     finally:
         p.end_file()
-        if f is not sys.stdin.buffer:
-            f.close()
+        for s in own:
+            s.close()
 
 
 def _advance(blocks: Generator[tuple[int, Block], int, None], sent: int | None) -> Any:
@@ -949,7 +1113,7 @@ def verdict_line(rep: LogsReport) -> str:
         parts.append(
             f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}"
         )
-    died = [e for e in rep.events if e["kind"] == "error"]
+    died = [r["ended_by"] for r in rep.runs if r.get("ended_by")]  # (the runs kept: the first and the last)
     if died:
-        parts.append(f"the server died: {died[-1]['text'][:160]}")
+        parts.append(f"the server died: {died[-1][:160]}")
     return "; ".join(parts)

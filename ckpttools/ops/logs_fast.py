@@ -212,6 +212,7 @@ class _Scan:
         if p.in_tb:
             self.slow_line(self.lo)
         floor, limit, npre, plen, back, drop, run = self.floor, self.limit, None, 0, False, False, p.run
+        amax, floats = _bound(run), _FLOATS
         at = self.lo
         while at >= 0:
             matches, at = F.DECODE_FAST.finditer(blob, at, self.hi), -1
@@ -221,7 +222,7 @@ class _Scan:
                     ls = x - plen
                     if floor < ls <= limit:
                         g = m.groups()
-                        if g[0] is not None:
+                        if g[0] is not None and (amax is None or floats[g[1]] <= amax):
                             if back:
                                 run.back += 1
                             floor = ls
@@ -240,6 +241,7 @@ class _Scan:
                     self.drop,
                 )
                 run = p.run
+                amax = _bound(run)
                 if at >= 0:
                     break  # on past the lines read (more Decode batch in them)
         self.floor = max(self.floor, floor)
@@ -256,7 +258,8 @@ class _Scan:
             self.slow_upto(ls)
         if ls > self.floor:  # (else a line read already: a second Decode batch there, or a traceback's)
             g = m.groups()
-            if g[0] is None or not self.new_prefix(ls, m.start() - 2, g):
+            amax = _bound(self.p.run)
+            if g[0] is None or (amax is not None and _FLOATS[g[1]] > amax) or not self.new_prefix(ls, m.start() - 2, g):
                 self.slow_line(ls)
         end = max(self.done, self.blob.find(b"\n", m.end()) + 1)
         return end if self.blob.find(b"Decode batch", m.end(), end) >= 0 else -1
@@ -385,6 +388,12 @@ class _Floats(dict[bytes, float]):
 
 
 _FLOATS = _Floats()
+
+
+def _bound(run: Any) -> float | None:
+    """The most accept length of the run's windows where its draft steps are known (the fast
+    pattern bounds it at 65 itself): a larger one is read line by line, and skipped there."""
+    return None if run.steps is None else float(run.steps + 1)
 
 
 def scan(p: Any, n0: int, blob: bytes, lo: int, hi: int, seconds: Any) -> int:

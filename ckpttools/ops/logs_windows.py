@@ -17,7 +17,7 @@ import numpy as np
 __all__ = ["MAX_WINDOWS", "Batch"]
 
 #: the windows kept in the report; beyond, neighbours are merged (``window_stride`` says how many)
-MAX_WINDOWS = 4096
+MAX_WINDOWS = 1024
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
