@@ -271,6 +271,8 @@ class MisbehavingServer:
                         info = {}
                     elif mode == "sg-info-steps-string":
                         info["speculative_num_steps"] = "three"
+                    elif mode == "sg-info-steps-huge":  # absurd draft steps: sizes nothing it is not checked against
+                        info["speculative_num_steps"] = 10**15
                     return self._send(200, json.dumps(info))
                 self._send(404, "{}")
 

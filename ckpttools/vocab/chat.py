@@ -139,8 +139,11 @@ def chat_encoder(path: str | Path) -> Callable[[str], list[int]]:
     tokenizers library on tokenizer.json (which can differ next to special tokens, e.g. a
     "▁" after ``</s>`` in Llama-2 SentencePiece vocabularies). No special tokens are added:
     the template places them, as in ``apply_chat_template``."""
+    from ckpttools.io.env import check_hub_env
+
     d = Path(path)
     d = d.parent if d.is_file() else d
+    check_hub_env()  # transformers imports huggingface_hub, which reads its variables at import
     try:
         from transformers import AutoTokenizer
     except ImportError:
