@@ -23,6 +23,8 @@ __all__ = [
     "parse_vllm_metrics",
     "check_figures",
     "check_url",
+    "MAX_DRAFT_STEPS",
+    "MAX_COUNT",
 ]
 
 
@@ -97,10 +99,7 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
     if prop_key:
         r.proposed_drafts = _count(meta, prop_key)
     if hist_key:
-        h = meta[hist_key]
-        if not isinstance(h, list) or not all(type(x) is int and x >= 0 for x in h):
-            raise ServerError(f"meta_info.{hist_key} is {h!r}: expected a list of counts")
-        r.histogram = list(h)
+        r.histogram = _histogram(meta[hist_key], f"meta_info.{hist_key}")
     if "spec_accept_length" in meta:
         r.extra["server_spec_accept_length"] = meta["spec_accept_length"]
     if not r.verify_steps:
@@ -117,16 +116,43 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
     return r
 
 
-def _count(d: dict[str, Any], key: str) -> int | None:
-    """A non-negative integer counter from a server's JSON (None when absent)."""
+#: the most draft steps a server is taken to run: a steps setting, a histogram's bins or a
+#: per-position counter's position past it is no count of a real chain (ckpttools launches at most 64)
+MAX_DRAFT_STEPS = 256
+#: the largest count read from a server (tokens, verify steps, drafts, vLLM's lifetime counters):
+#: 2**53, past which a float counter no longer counts by one
+MAX_COUNT = 1 << 53
+
+
+_BROKEN = "the server's figures are broken: report it to the engine, and measure on another build"
+
+
+def _count(d: dict[str, Any], key: str, hi: int = MAX_COUNT, where: str = "") -> int | None:
+    """A counter from a server's JSON, checked: an integer from 0 to ``hi`` (None when absent)."""
     v = d.get(key)
     if v is None:
         return None
     if type(v) is float and v.is_integer():
         v = int(v)
-    if type(v) is not int or v < 0:
-        raise ServerError(f"the server reported {key} = {v!r}: not a count (a non-negative integer)")
+    if type(v) is not int or not 0 <= v <= hi:
+        shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
+        raise ServerError(
+            f"the server reported {where}{key} = {shown}: not a count (an integer from 0 to {hi})", hint=_BROKEN
+        )
     return v
+
+
+def _histogram(h: Any, where: str) -> list[int]:
+    """An acceptance histogram from a server: at most MAX_DRAFT_STEPS + 1 bins of counts."""
+    if not isinstance(h, list) or not all(type(x) is int and 0 <= x <= MAX_COUNT for x in h):
+        raise ServerError(f"{where} is {str(h)[:60]!r}: expected a list of counts")
+    if len(h) > MAX_DRAFT_STEPS + 1:
+        raise ServerError(
+            f"{where} has {len(h)} bins: no chain has more than {MAX_DRAFT_STEPS} draft steps "
+            f"({MAX_DRAFT_STEPS + 1} bins)",
+            hint=_BROKEN,
+        )
+    return list(h)
 
 
 def check_figures(r: RequestResult, steps: int | None) -> None:
@@ -233,6 +259,12 @@ class SGLangClient:
         return self._info
 
     def spec_settings(self) -> dict[str, Any]:
+        """The server's speculative settings from /server_info; a count there (draft steps, topk,
+        draft tokens, tp size) that is an integer must lie within limits (what verify sizes by it).
+
+        Raises:
+            ServerError: such a count out of range.
+        """
         i = self.info()
         keys = (
             "speculative_algorithm",
@@ -244,6 +276,16 @@ class SGLangClient:
             "speculative_draft_model_path",
             "skip_tokenizer_init",
         )
+        limits = {
+            "speculative_num_steps": MAX_DRAFT_STEPS,
+            "speculative_eagle_topk": 1 << 10,
+            "speculative_num_draft_tokens": 1 << 16,
+            "tp_size": 1 << 16,
+        }
+        for k, hi in limits.items():
+            v = i.get(k)
+            if type(v) is int and not 0 <= v <= hi:  # another type is no count, and is left unused
+                _count(i, k, hi, "/server_info ")
         return {k: i.get(k) for k in keys}
 
     def spec_enabled(self) -> bool:
@@ -297,7 +339,12 @@ VLLM_COUNTERS = {
 
 
 def parse_vllm_metrics(text: str) -> dict[str, Any]:
-    """Sum vLLM's speculative-decoding counters over label sets (per position kept apart)."""
+    """Sum vLLM's speculative-decoding counters over label sets (per position kept apart).
+
+    Raises:
+        ValueError: not Prometheus text, or a counter negative or not finite.
+        ServerError: a counter past :data:`MAX_COUNT`, or a position past :data:`MAX_DRAFT_STEPS`.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, Any] = {
@@ -323,12 +370,20 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
                 continue
             if key == "accepted_per_pos":
                 pos = int(s.labels.get("position", 0))
+                if not 0 <= pos < MAX_DRAFT_STEPS:
+                    raise ServerError(
+                        f"/metrics: {fam.name} counts draft position {pos}: no chain has more than "
+                        f"{MAX_DRAFT_STEPS} drafts",
+                        hint=_BROKEN,
+                    )
                 out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + s.value
             else:
                 out[key] += s.value
     vals = [out["drafts"], out["draft_tokens"], out["accepted"], *out["accepted_per_pos"].values()]
     if not all(math.isfinite(v) and v >= 0 for v in vals):
         raise ValueError("a speculative-decoding counter is negative or not finite")
+    if not all(v <= MAX_COUNT for v in vals):
+        raise ServerError("/metrics: a speculative-decoding counter is past 2**53: not a count", hint=_BROKEN)
     return out
 
 
@@ -427,7 +482,7 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
         r.verify_steps, r.accepted_drafts = steps, acc
         r.accept_length = 1 + acc / steps
         if isinstance(hist, list) and all(type(x) is int and x >= 0 for x in hist):
-            r.histogram = hist
+            r.histogram = _histogram(hist, "metrics.speculative_decoding.acceptance_histogram")
     r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
     return r
 

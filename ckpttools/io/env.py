@@ -202,10 +202,12 @@ def debug() -> bool:
         EnvVarError: any other value.
     """
     value = os.environ.get("CKPT_DEBUG")
-    if value in (None, "", "0"):
+    if value is None or value in ("", "0"):
         return False
     if value == "1":
         return True
     raise EnvVarError(
-        "CKPT_DEBUG", f"environment variable CKPT_DEBUG={_shown(value)} is not 0 or 1", hint="set CKPT_DEBUG=1 or unset it"
+        "CKPT_DEBUG",
+        f"environment variable CKPT_DEBUG={_shown(value)} is not 0 or 1",
+        hint="set CKPT_DEBUG=1 or unset it",
     )

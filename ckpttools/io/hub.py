@@ -408,7 +408,7 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
     hub_constants()
     from huggingface_hub import errors as e
 
-    from ckpttools.io.net import failure_detail, transport_exceptions
+    from ckpttools.io.net import transport_exceptions
 
     t, tr = transport_exceptions()
     timeouts: tuple[type[BaseException], ...] = (*t, TimeoutError)
@@ -454,17 +454,25 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
             hint=_OFFLINE_HINT + " (or raise HF_HUB_DOWNLOAD_TIMEOUT)",
         ) from None
     except transport as err:
-        detail, connection = failure_detail(err)
-        if connection:
-            raise HubError(f"{what}: cannot reach the Hub ({detail})", url=repo_id, hint=_OFFLINE_HINT) from None
-        raise HubError(
-            f"{what}: {path or 'the Hub'} {detail}",
-            url=repo_id,
-            hint="check HF_ENDPOINT: a proxy or mirror in between may be mangling the Hub's answers",
-        ) from None
+        raise _transport_error(what, repo_id, path, err) from None
     except OSError as err:  # huggingface_hub's own checks (size, checksum) on a damaged download
         first = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
         raise HubError(f"{what}: {path or 'a file'} did not download whole ({first[:200]})", url=repo_id) from None
+
+
+def _transport_error(what: str, repo_id: str, path: str | None, err: BaseException) -> HubError:
+    """A failure of huggingface_hub's HTTP client: the Hub out of reach, or a broken answer
+    (a redirect loop, a body that does not decode)."""
+    from ckpttools.io.net import failure_detail
+
+    detail, connection = failure_detail(err)
+    if connection:
+        return HubError(f"{what}: cannot reach the Hub ({detail})", url=repo_id, hint=_OFFLINE_HINT)
+    return HubError(
+        f"{what}: {path or 'the Hub'} {detail}",
+        url=repo_id,
+        hint="check HF_ENDPOINT: a proxy or mirror in between may be mangling the Hub's answers",
+    )
 
 
 _OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
