@@ -31,6 +31,7 @@ __all__ = [
     "check_number",
     "jsonl_lines",
     "JSON_BLANK",
+    "json_kind",
 ]
 
 #: nesting deeper than this is refused: no config, index, tokenizer or prompt needs more
@@ -65,6 +66,18 @@ def jsonl_lines(text: str | Iterable[str]) -> Iterator[tuple[int, str]]:
     for n, line in enumerate(lines, 1):
         if line.strip(JSON_BLANK):
             yield n, line
+
+
+def json_kind(v: Any) -> str:
+    """What a JSON value is, for a message: ``a string ('x')``, ``a number (5)``, ``a list``, ``null``."""
+    if v is None:
+        return "null"
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    name = names.get(type(v), type(v).__name__)
+    if isinstance(v, (list, dict)):
+        return name
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+    return f"{name} ({shown})"
 
 
 def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
