@@ -446,7 +446,8 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
             raise _denied(what, repo_id) from None
         if status == 401:
             raise _login(what, repo_id) from None
-        raise HubError(f"{what}: the Hub answered {status}: {str(err).splitlines()[0]}", url=repo_id) from None
+        first = (str(err).splitlines() or [err.__class__.__name__])[0]
+        raise HubError(f"{what}: the Hub answered {status}: {first}", url=repo_id) from None
     except timeouts:
         raise HubError(
             f"{what}: the Hub did not answer in time",
