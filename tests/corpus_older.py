@@ -60,7 +60,8 @@ _HUB_VALUES = (
     ("verbosity-unknown", "HF_HUB_VERBOSITY", "loud"),
     ("endpoint-not-url", "HF_ENDPOINT", "notaurl"),
     ("endpoint-ftp", "HF_ENDPOINT", "ftp://127.0.0.1:21"),
-    ("endpoint-bad-port", "HF_ENDPOINT", "http://127.0.0.1:99999"),
+    ("endpoint-port-past-65535", "HF_ENDPOINT", "http://127.0.0.1:99999"),
+    ("endpoint-port-word", "HF_ENDPOINT", "http://127.0.0.1:abc"),
     ("endpoint-empty", "HF_ENDPOINT", ""),
     ("offline-maybe", "HF_HUB_OFFLINE", "maybe"),
     ("disable-xet-word", "HF_HUB_DISABLE_XET", "please"),
@@ -80,7 +81,8 @@ def _env_cases() -> list[Case]:
     for name, var, value in _HUB_VALUES:
         env = {**HUB_ENV, var: value}
         setup = write("a-file", "not a folder") if value == "a-file" else None
-        out.append(Case(f"older-env-{name}", ["inspect", "org/d"], 2, setup, env=env, stderr_has=var))
+        says = f"ckpt: error: environment variable {var}"
+        out.append(Case(f"older-env-{name}", ["inspect", "org/d"], 2, setup, env=env, stderr_has=says))
     ids = write("ids.jsonl", '{"input_ids": [1, 2, 3]}\n')
     pair = both(copy_in("d"), copy_in("t"), ids)
     torch = ["verify", "d", "--engine", "torch", "--target", "t", "--prompts", "ids.jsonl", "--max-new-tokens", "4"]
@@ -91,7 +93,7 @@ def _env_cases() -> list[Case]:
             ["inspect", "org/absent"],
             2,
             env={"HF_HUB_DOWNLOAD_TIMEOUT": "1.5"},
-            stderr_has="HF_HUB_DOWNLOAD_TIMEOUT",
+            stderr_has="ckpt: error: environment variable HF_HUB_DOWNLOAD_TIMEOUT",
         ),
         # transformers imports huggingface_hub: the offline torch engine checks first
         Case(
@@ -100,7 +102,7 @@ def _env_cases() -> list[Case]:
             2,
             pair,
             env={"HF_HUB_DOWNLOAD_TIMEOUT": "abc"},
-            stderr_has="HF_HUB_DOWNLOAD_TIMEOUT",
+            stderr_has="ckpt: error: environment variable HF_HUB_DOWNLOAD_TIMEOUT",
         ),
         # a local command imports no huggingface_hub: a bad Hub variable is not its concern
         Case("older-env-local-unaffected", ["inspect", "d"], 0, copy_in("d"), env={"HF_HUB_DOWNLOAD_TIMEOUT": "abc"}),
@@ -170,16 +172,17 @@ def _jsonl_cases() -> list[Case]:
 def _steps_cases() -> list[Case]:
     prompts = copy_in("prompts.jsonl")
     out = []
-    for mode, code in (
-        ("sg-info-steps-huge", 2),
-        ("sg-nosteps-hist-huge", 3),
-        ("sg-counts-huge", 3),
-        ("vl-metrics-pos-huge", 2),
-        ("vl-metrics-counter-huge", 2),
-        ("vl-hist-huge", 3),
+    for mode, code, says in (
+        ("sg-info-steps-huge", 2, "speculative_num_steps = 1000000000000000: not a count"),
+        ("sg-nosteps-hist-huge", 3, "has 300000 bins"),
+        ("sg-counts-huge", 3, "completion_tokens = 1152921504606846976: not a count"),
+        ("vl-metrics-pos-huge", 2, "draft position 1000000000"),
+        ("vl-metrics-counter-huge", 2, "past 2**53"),
+        ("vl-hist-huge", 3, "has 300000 bins"),
     ):
         extra = ["--engine", "vllm"] if mode.startswith("vl-") else []
-        out.append(Case(f"older-steps-{mode}", ["verify", "--host", "{srv}/" + mode, *_P, *extra], code, prompts))
+        argv = ["verify", "--host", "{srv}/" + mode, *_P, *extra]
+        out.append(Case(f"older-steps-{mode}", argv, code, prompts, stderr_has=says))
     return out
 
 
@@ -232,7 +235,14 @@ def _tok_cases() -> list[Case]:
         "decoders-entry-int": lambda o: o.update(decoder={"type": "Sequence", "decoders": [7]}),
     }
     out = [
-        Case(f"older-tok-json-{name}", [*remap, "bt"], 2, both(base, _tokenizer_json(f)), "out")
+        Case(
+            f"older-tok-json-{name}",
+            [*remap, "bt"],
+            2,
+            both(base, _tokenizer_json(f)),
+            "out",
+            stderr_has="not a usable Hugging Face tokenizer.json",
+        )
         for name, f in fields.items()
     ]
     chat = write("chat.jsonl", '{"messages": [{"role": "user", "content": "t2 t3"}]}\n')

@@ -54,15 +54,16 @@ def _verbosity(value: str) -> str | None:
 
 
 def _endpoint(value: str) -> str | None:
-    from urllib.parse import urlsplit
+    from ckpttools.io.net import split_url
 
     try:
-        u = urlsplit(value)
-        u.port  # noqa: B018 (a port that is no number, or past 65535, raises here)
-    except ValueError:
+        scheme, host, port = split_url(value)
+    except ValueError:  # a port that is no number, a bracket left open
         return "is not a URL, e.g. https://huggingface.co"
-    if u.scheme not in ("http", "https") or not u.hostname or value != value.strip():
+    if scheme not in ("http", "https") or not host or value != value.strip():
         return "is not an http(s) URL with a host, e.g. https://huggingface.co"
+    if port is not None and not 0 < port < 65536:
+        return f"names port {port}: ports run from 1 to 65535"
     return None
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "NetResponse",
     "NetClient",
     "parse_url",
+    "split_url",
     "quote_segment",
     "transport_exceptions",
     "failure_detail",
@@ -112,6 +113,17 @@ def parse_url(url: str) -> tuple[str, str]:
     except (httpx.InvalidURL, TypeError) as e:
         raise ValueError(str(e)) from None
     return u.scheme, u.host
+
+
+def split_url(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port or None) of ``url``; ValueError when it is not a URL."""
+    import httpx
+
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        raise ValueError(str(e)) from None
+    return u.scheme, u.host, u.port
 
 
 def quote_segment(text: str) -> str:
