@@ -24,6 +24,7 @@ __all__ = [
     "NoWeightsError",
     "CheckpointFormatError",
     "ConfigError",
+    "EnvVarError",
     "PickleRefusedError",
     "UnsafePathError",
     "MappingError",
@@ -147,6 +148,17 @@ class ConfigError(CkptError, ValueError):
     """config.json is missing where required, or is not valid JSON."""
 
     default_hint = "fix config.json (it must be a JSON object)"
+
+
+class EnvVarError(CkptError, ValueError):
+    """An environment variable that ckpttools or huggingface_hub reads has a value it cannot use."""
+
+    default_hint = "fix or unset the variable"
+
+    def __init__(self, variable: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        #: the variable's name
+        self.variable = variable
 
 
 class PickleRefusedError(CkptError, ValueError):

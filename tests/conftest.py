@@ -46,8 +46,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         lines = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
     finally:
         os.unlink(path)
-    real_py = os.path.realpath(os.environ.get("CKPT_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
-    real = sum(os.path.realpath(ln["argv"][0]) == real_py for ln in lines)
+    # by the venv's own path: both venvs' interpreters link to one base interpreter
+    real_py = os.path.abspath(os.environ.get("CKPT_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
+    real = sum(os.path.abspath(ln["argv"][0]) == real_py for ln in lines)
     terminalreporter.write_line(
         f"engine servers started: {real} real vLLM, {len(lines) - real} stand-ins (tests/fake_engine and the like)"
     )

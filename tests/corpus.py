@@ -827,6 +827,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_logs_hostile import logs_hostile_cases  # here: it imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
+    from tests.corpus_older import older_cases  # here: corpus_older imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
     from tests.corpus_swap_answers import swap_answer_cases  # here: corpus_swap_answers imports this module
@@ -856,6 +857,7 @@ def all_cases() -> list[Case]:
         + swap_answer_cases()
         + trtllm_cases()
         + amx_cases()
+        + older_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -271,6 +271,10 @@ class MisbehavingServer:
                         info = {}
                     elif mode == "sg-info-steps-string":
                         info["speculative_num_steps"] = "three"
+                    elif mode == "sg-info-steps-huge":  # absurd draft steps (verify once sized a list by them)
+                        info["speculative_num_steps"] = 10**15
+                    elif mode == "sg-nosteps-hist-huge":  # no steps to bound the histogram by
+                        del info["speculative_num_steps"]
                     return self._send(200, json.dumps(info))
                 self._send(404, "{}")
 
@@ -320,6 +324,10 @@ class MisbehavingServer:
                     meta["spec_accept_histogram"] = [1, 1, 1, 1, 0, 0, 0]
                 elif mode == "sg-acc-gt-prop":
                     meta["spec_num_proposed_drafts"] = 2
+                elif mode == "sg-nosteps-hist-huge":  # 300,000 bins (summing them per position was quadratic)
+                    meta["spec_accept_histogram"] = [1] * 300_000
+                elif mode == "sg-counts-huge":  # counts past 2**53: no float counts them by one
+                    meta.update(completion_tokens=2**60, spec_verify_ct=2**59, spec_num_correct_drafts=2**59)
                 elif mode == "sg-zero-tokens":  # 4 verify steps that made no token
                     meta["completion_tokens"] = 0
                 elif mode == "sg-nan":  # JSON has no infinity: 1e999 is refused as malformed
@@ -355,6 +363,10 @@ class MisbehavingServer:
                 f"vllm:spec_decode_num_draft_tokens_total {3 * c}",
                 f"vllm:spec_decode_num_accepted_tokens_total {2 * c if mode != 'vl-more-accepted' else 9 * c}",
             ]
+            if mode == "vl-metrics-pos-huge":  # a draft position no chain reaches
+                lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{10**9}"}} {c}')
+            elif mode == "vl-metrics-counter-huge":  # a counter past 2**53
+                lines[0] = f"vllm:spec_decode_num_drafts_total {1e300 + c}"
             body = "\n".join(lines) + "\n"
             h.send_response(200)
             h.send_header("Content-Type", "text/plain")
@@ -371,11 +383,13 @@ class MisbehavingServer:
         self.counters[mode] = self.counters.get(mode, 0.0) + 4
         usage: Any = {"completion_tokens": 12}
         spec = {"num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 8}
-        if mode in ("vl-steps-gt-tokens", "vl-acc-gt-prop", "vl-per-request-ok"):
+        if mode in ("vl-steps-gt-tokens", "vl-acc-gt-prop", "vl-per-request-ok", "vl-hist-huge"):
             if mode == "vl-steps-gt-tokens":
                 spec["num_spec_steps"] = 20
             elif mode == "vl-acc-gt-prop":
                 spec["num_accepted_draft_tokens"] = 13
+            elif mode == "vl-hist-huge":  # 300,000 bins, and vLLM names no steps to bound them by
+                spec["acceptance_histogram"] = [1] * 300_000  # type: ignore[assignment]
             body = {"choices": [{"text": "x"}], "usage": usage, "metrics": {"speculative_decoding": spec}}
             return h._send(200, json.dumps(body))
         if mode == "vl-usage-string":

@@ -41,13 +41,16 @@ from tests.fake_servers import hostile_reply
 
 
 #: hostile modes of a repo: ``listing-*`` break the file list (/api/models), ``range-*`` every
-#: range read of an LFS file, ``rows-*`` only range reads past the safetensors header (tensor rows)
+#: range read of an LFS file, ``rows-*`` only range reads past the safetensors header (tensor
+#: rows), ``small-*`` the download of config.json and the other small files, ``head-*`` their
+#: metadata request (HEAD) and their download alike
 TRANSPORT = ("trickle", "endless", "redirect-loop", "gzip", "html", "truncated")
 MODES = (
     *(f"listing-{k}" for k in (*TRANSPORT, "malformed", "bad-sha", "bad-size", "not-object", "reset-once")),
     *(f"range-{k}" for k in (*TRANSPORT, "wrong-offset", "bad-header", "short", "ignored", "reset-once")),
     *(f"rows-{k}" for k in ("wrong-offset", "short", "bad-header", "trickle")),
-    *(f"small-{k}" for k in ("trickle", "endless", "html", "truncated")),  # config.json and other small files
+    *(f"small-{k}" for k in ("trickle", "endless", "html", "truncated", "redirect-loop", "gzip")),
+    "head-redirect-loop",
 )
 
 
@@ -353,6 +356,8 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
             r = re.match(r"bytes=(\d+)-(\d*)$", rng or "")
             if r and repo.mode and repo.is_lfs(name) and self.command == "GET" and self._range_hostile(repo, name, r):
                 return None
+            if repo.mode == "head-redirect-loop" and not repo.is_lfs(name):  # metadata and download alike
+                return hostile_reply(self, "redirect-loop") and None
             if repo.mode.startswith("small-") and not repo.is_lfs(name) and self.command == "GET":
                 if hostile_reply(self, repo.mode.removeprefix("small-"), hub.seen, f"small {self.path}"):
                     return None

@@ -55,6 +55,9 @@ class CkptGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         _notes_to_stderr()
         try:
+            from ckpttools.io.env import debug
+
+            debug()  # a CKPT_DEBUG that is neither 0 nor 1 is one error line, as any other bad value
             return super().invoke(ctx)
         except click.UsageError as e:  # bad flags: the same one-line form as every other error
             if os.environ.get("CKPT_DEBUG") == "1":
@@ -665,7 +668,11 @@ def export_cmd(
     help="With --launch: seconds to wait for health.",
 )
 @click.option(
-    "--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="With --engine torch."
+    "--device",
+    default="cpu",
+    show_default=True,
+    metavar="DEVICE",
+    help="With --engine torch: cpu, cuda, cuda:N or mps (checked against this torch and machine).",
 )
 @click.option(
     "--output", "output_file", type=click.Path(), help="Also write the JSON report here (kept on failure too)."

@@ -24,6 +24,8 @@ __all__ = [
     "parse_vllm_metrics",
     "check_figures",
     "check_url",
+    "MAX_DRAFT_STEPS",
+    "MAX_COUNT",
 ]
 
 
@@ -98,10 +100,7 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
     if prop_key:
         r.proposed_drafts = _count(meta, prop_key)
     if hist_key:
-        h = meta[hist_key]
-        if not isinstance(h, list) or not 0 < len(h) <= FIG.MAX_STEPS + 1 or not all(_is_count(x) for x in h):
-            raise ServerError(f"meta_info.{hist_key} is {str(h)[:80]}: expected a list of at most 65 counts")
-        r.histogram = list(h)
+        r.histogram = _histogram(meta[hist_key], f"meta_info.{hist_key}")
     if "spec_accept_length" in meta:
         r.extra["server_spec_accept_length"] = meta["spec_accept_length"]
     if not r.verify_steps:
@@ -118,16 +117,33 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
     return r
 
 
-def _count(d: dict[str, Any], key: str) -> int | None:
+#: the most draft steps a server is taken to run: a steps setting, a histogram's bins or a
+#: per-position counter's position past it is no count of a real chain (the numeric reader's bound)
+MAX_DRAFT_STEPS = FIG.MAX_STEPS
+#: the largest count read from a server (tokens, verify steps, drafts, vLLM's lifetime counters):
+#: 2**53, past which a float counter no longer counts by one
+MAX_COUNT = 1 << 53
+
+_BROKEN = "the server's figures are broken: report it to the engine, and measure on another build"
+
+
+def _count(d: dict[str, Any], key: str, hi: int = MAX_COUNT, where: str = "") -> int | None:
     """A counter from a server's JSON (None when absent), read as a count (:mod:`ckpttools.io.figures`:
-    a JSON integer, not a float, in [0, 2^53])."""
+    a JSON integer, not a float, in [0, 2^53]) no larger than ``hi``."""
     v = d.get(key)
     if v is None:
         return None
     try:
-        return int(FIG.value(v, "count"))
+        n = int(FIG.value(v, "count"))
     except FIG.FigureError as e:
-        raise ServerError(f"the server reported {key} = {str(v)[:40]}: {e.reason}, not a count") from None
+        raise ServerError(
+            f"the server reported {where}{key} = {str(v)[:40]}: {e.reason}, not a count", hint=_BROKEN
+        ) from None
+    if n > hi:
+        raise ServerError(
+            f"the server reported {where}{key} = {n}: not a count (an integer from 0 to {hi})", hint=_BROKEN
+        )
+    return n
 
 
 def _is_count(v: Any) -> bool:
@@ -144,6 +160,19 @@ def _is_length(v: Any) -> bool:
     except FIG.FigureError:
         return False
     return True
+
+
+def _histogram(h: Any, where: str) -> list[int]:
+    """An acceptance histogram from a server: at most MAX_DRAFT_STEPS + 1 bins of counts."""
+    if not isinstance(h, list) or not h or not all(_is_count(x) for x in h):
+        raise ServerError(f"{where} is {str(h)[:60]!r}: expected a list of counts")
+    if len(h) > MAX_DRAFT_STEPS + 1:
+        raise ServerError(
+            f"{where} has {len(h)} bins: no chain has more than {MAX_DRAFT_STEPS} draft steps "
+            f"({MAX_DRAFT_STEPS + 1} bins)",
+            hint=_BROKEN,
+        )
+    return list(h)
 
 
 def check_figures(r: RequestResult, steps: int | None) -> None:
@@ -250,6 +279,12 @@ class SGLangClient:
         return self._info
 
     def spec_settings(self) -> dict[str, Any]:
+        """The server's speculative settings from /server_info; a count there (draft steps, topk,
+        draft tokens, tp size) that is an integer must lie within limits (what verify sizes by it).
+
+        Raises:
+            ServerError: such a count out of range.
+        """
         i = self.info()
         keys = (
             "speculative_algorithm",
@@ -261,6 +296,16 @@ class SGLangClient:
             "speculative_draft_model_path",
             "skip_tokenizer_init",
         )
+        limits = {
+            "speculative_num_steps": MAX_DRAFT_STEPS,
+            "speculative_eagle_topk": 1 << 10,
+            "speculative_num_draft_tokens": 1 << 16,
+            "tp_size": 1 << 16,
+        }
+        for k, hi in limits.items():
+            v = i.get(k)
+            if type(v) is int and not 0 <= v <= hi:  # another type is no count, and is left unused
+                _count(i, k, hi, "/server_info ")
         return {k: i.get(k) for k in keys}
 
     def spec_enabled(self) -> bool:
@@ -314,7 +359,12 @@ VLLM_COUNTERS = {
 
 
 def parse_vllm_metrics(text: str) -> dict[str, Any]:
-    """Sum vLLM's speculative-decoding counters over label sets (per position kept apart)."""
+    """Sum vLLM's speculative-decoding counters over label sets (per position kept apart).
+
+    Raises:
+        ValueError: not Prometheus text, or a counter negative or not finite.
+        ServerError: a counter past :data:`MAX_COUNT`, or a position past :data:`MAX_DRAFT_STEPS`.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, Any] = {
@@ -338,17 +388,26 @@ def parse_vllm_metrics(text: str) -> dict[str, Any]:
         for s in fam.samples:
             if not s.name.endswith("_total"):
                 continue
-            v = float(FIG.whole(s.value))  # (a counter: whole, finite, within 2^53; else a ValueError)
+            try:
+                v = float(FIG.whole(s.value))  # (a counter: whole, finite, within 2^53)
+                pos = int(FIG.read(str(s.labels.get("position", 0)), "count")) if key == "accepted_per_pos" else 0
+            except FIG.FigureError as e:
+                raise ServerError(f"/metrics: {fam.name}: {e}: not a count", hint=_BROKEN) from None
             if key == "accepted_per_pos":
-                pos = int(FIG.read(str(s.labels.get("position", 0)), "count"))
-                if pos >= FIG.MAX_STEPS:
-                    raise FIG.FigureError(f"a draft position {pos}, past the {FIG.MAX_STEPS} a server runs")
+                if pos >= MAX_DRAFT_STEPS:
+                    raise ServerError(
+                        f"/metrics: {fam.name} counts draft position {pos}: no chain has more than "
+                        f"{MAX_DRAFT_STEPS} drafts",
+                        hint=_BROKEN,
+                    )
                 out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + v
             else:
                 out[key] += v
     vals = [out["drafts"], out["draft_tokens"], out["accepted"], *out["accepted_per_pos"].values()]
     if not all(math.isfinite(v) and v >= 0 for v in vals):
         raise ValueError("a speculative-decoding counter is negative or not finite")
+    if not all(v <= MAX_COUNT for v in vals):
+        raise ServerError("/metrics: a speculative-decoding counter is past 2**53: not a count", hint=_BROKEN)
     return out
 
 
@@ -453,8 +512,8 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
     if steps > 0:
         r.verify_steps, r.accepted_drafts = steps, acc
         r.accept_length = 1 + acc / steps
-        if isinstance(hist, list) and 0 < len(hist) <= FIG.MAX_STEPS + 1 and all(_is_count(x) for x in hist):
-            r.histogram = hist
+        if isinstance(hist, list) and all(_is_count(x) for x in hist):
+            r.histogram = _histogram(hist, "metrics.speculative_decoding.acceptance_histogram")
     r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
     return r
 

@@ -207,10 +207,15 @@ class RunningServer:
         return self
 
     def log_tail(self, n: int = 25) -> str:
+        """The log's last ``n`` lines (lines end at ``\n`` only: what the server printed inside a
+        line, a prompt's U+2028 say, stays in it), read from its last 256 KiB."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, 2) - (256 << 10)))
+                text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
+        return "\n".join(ln.removesuffix("\r") for ln in text.rstrip("\n").split("\n")[-n:])
 
     def wait_ready(self, client: Any) -> float:
         """Poll /health until 200; raise ServerError with the log's tail if it dies or times out.

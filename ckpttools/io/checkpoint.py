@@ -535,11 +535,10 @@ def _inside_repo(repo: Any, index_name: str, rel: str) -> str:
 
 
 def _offline_snapshot(repo_id: str, revision: str | None) -> Path | None:
-    from huggingface_hub import constants
-
+    from ckpttools.io.env import hub_constants
     from ckpttools.io.hub import cached_snapshot
 
-    return cached_snapshot(repo_id, revision) if constants.HF_HUB_OFFLINE else None
+    return cached_snapshot(repo_id, revision) if hub_constants().HF_HUB_OFFLINE else None
 
 
 def _hub_snapshot(repo_id: str, revision: str | None) -> tuple[Path, Any]:

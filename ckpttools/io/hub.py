@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, CkptError, HubError
+from ckpttools.io.env import env_seconds, hub_constants
 from ckpttools.io.refs import REPO_REF, split_ref
 from ckpttools.io.safetensors_header import ShardHeader, check_header_length, parse_header
 
@@ -63,7 +64,7 @@ def cache_dir() -> Path:
     env = os.environ.get("CKPT_CACHE")
     if env:
         return Path(env)
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     return Path(constants.HF_HOME) / "ckpttools"
 
@@ -95,7 +96,7 @@ class HubRepo:
     def resolve(cls, repo_id: str, revision: str | None = None) -> HubRepo:
         """The commit a revision names, and its files: from the Hub (one listing request through
         :mod:`ckpttools.io.net`, with a total deadline), or offline from the cache."""
-        from huggingface_hub import constants
+        constants = hub_constants()
         from huggingface_hub.utils import build_hf_headers
 
         from ckpttools.io.net import quote_segment
@@ -182,6 +183,7 @@ class HubRepo:
         """One small file (config.json, the index), through huggingface_hub's cache (a second call
         transfers nothing), within the same total deadline as every other Hub request: a Hub
         that trickles the file is an error at the deadline, not a hang."""
+        hub_constants()
         from huggingface_hub import hf_hub_download
 
         f = self.files.get(path)
@@ -234,6 +236,7 @@ class HubRepo:
 
     def snapshot(self, patterns: list[str]) -> Path:
         """The files matching ``patterns``, with huggingface_hub's progress bars, into its cache."""
+        hub_constants()
         from huggingface_hub import snapshot_download
 
         with hub_errors(self.repo_id, self.revision):
@@ -249,7 +252,8 @@ class HubRepo:
         """Bytes ``[start, end)`` of a file by one range request through :mod:`ckpttools.io.net`
         (206 expected, its Content-Range and length checked; a server that ignores the range
         is read only as far as needed, then the connection is closed)."""
-        from huggingface_hub import constants, hf_hub_url
+        constants = hub_constants()
+        from huggingface_hub import hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
         if end <= start:
@@ -414,7 +418,7 @@ def _in_threads(fn: Any, items: list[Any]) -> list[Any]:
 
 def _hf_snapshot_dir(repo_id: str, revision: str | None) -> Path | None:
     """The snapshot folder huggingface_hub's cache holds for the revision (its refs name the commit)."""
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     repo_dir = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
     commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else None
@@ -451,6 +455,7 @@ def _ref_name(revision: str | None) -> str:
 @contextmanager
 def hub_errors(repo_id: str, revision: str | None = None, path: str | None = None) -> Iterator[None]:
     """huggingface_hub's and its HTTP client's exceptions as ckpttools errors (exit 2), each with what to do."""
+    hub_constants()
     from huggingface_hub import errors as e
 
     from ckpttools.io.net import transport_exceptions
@@ -491,7 +496,8 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
             raise _denied(what, repo_id) from None
         if status == 401:
             raise _login(what, repo_id) from None
-        raise HubError(f"{what}: the Hub answered {status}: {str(err).splitlines()[0]}", url=repo_id) from None
+        first = (str(err).splitlines() or [err.__class__.__name__])[0]
+        raise HubError(f"{what}: the Hub answered {status}: {first}", url=repo_id) from None
     except timeouts:
         raise HubError(
             f"{what}: the Hub did not answer in time",
@@ -499,12 +505,25 @@ def hub_errors(repo_id: str, revision: str | None = None, path: str | None = Non
             hint=_OFFLINE_HINT + " (or raise HF_HUB_DOWNLOAD_TIMEOUT)",
         ) from None
     except transport as err:
-        raise HubError(
-            f"{what}: cannot reach the Hub ({err.__class__.__name__}: {err})", url=repo_id, hint=_OFFLINE_HINT
-        ) from None
+        raise _transport_error(what, repo_id, path, err) from None
     except OSError as err:  # huggingface_hub's own checks (size, checksum) on a damaged download
         first = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
         raise HubError(f"{what}: {path or 'a file'} did not download whole ({first[:200]})", url=repo_id) from None
+
+
+def _transport_error(what: str, repo_id: str, path: str | None, err: BaseException) -> HubError:
+    """A failure of huggingface_hub's HTTP client: the Hub out of reach, or a broken answer
+    (a redirect loop, a body that does not decode)."""
+    from ckpttools.io.net import failure_detail
+
+    detail, connection = failure_detail(err)
+    if connection:
+        return HubError(f"{what}: cannot reach the Hub ({detail})", url=repo_id, hint=_OFFLINE_HINT)
+    return HubError(
+        f"{what}: {path or 'the Hub'} {detail}",
+        url=repo_id,
+        hint="check HF_ENDPOINT: a proxy or mirror in between may be mangling the Hub's answers",
+    )
 
 
 _OFFLINE_HINT = "check the network and HF_ENDPOINT; to work from the local cache only, set HF_HUB_OFFLINE=1"
@@ -515,7 +534,7 @@ _nets: dict[float, Any] = {}
 
 def _client() -> Any:
     """The process's network client for the Hub (one per read timeout: threads share its connections)."""
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     from ckpttools.io.net import NetClient
 
@@ -550,17 +569,10 @@ def _deadline(nbytes: int = 0) -> float:
     three times ``HF_HUB_DOWNLOAD_TIMEOUT`` (which bounds each read; at least 30 s) plus a second
     per megabyte asked for, so that a trickling server cannot hold a command while a large range
     on a slow link still has its time."""
-    from huggingface_hub import constants
-
-    env = os.environ.get("CKPT_HUB_DEADLINE")
-    try:
-        if env:
-            v = float(env)
-            if v > 0 and v == v and v != float("inf"):
-                return v
-    except ValueError:
-        pass
-    return max(30.0, 3 * float(constants.HF_HUB_DOWNLOAD_TIMEOUT)) + nbytes / 1e6
+    v = env_seconds("CKPT_HUB_DEADLINE")
+    if v is not None:
+        return v
+    return max(30.0, 3 * float(hub_constants().HF_HUB_DOWNLOAD_TIMEOUT)) + nbytes / 1e6
 
 
 def _wording() -> Any:
@@ -661,7 +673,7 @@ def _login(what: str, repo_id: str) -> HubError:
 
 
 def _denied(what: str, repo_id: str) -> HubError:
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     return HubError(
         f"{what}: access denied (403): the repo is gated or private and this token may not read it",

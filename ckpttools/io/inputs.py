@@ -5,6 +5,9 @@
   :func:`loads_json`: a size limit per kind of file, UTF-8 only, at most
   :data:`MAX_JSON_DEPTH` levels of nesting (a deeply nested file is one error line, never
   a RecursionError), and no NaN/Infinity literals.
+- **JSONL text** (prompts, token-id frequency files) is split into lines by
+  :func:`jsonl_lines` on ``\n`` only, as JSON Lines says: ``str.splitlines()`` also breaks at
+  U+2028, U+0085, form feeds and the like, which a JSON string may hold unescaped.
 - **Numbers** (every numeric option of every command) are checked by :func:`check_number`:
   finite, of the right kind, inside a stated range; the message names the bound.
   The CLI's parameter types (:mod:`ckpttools.cli.params`) are built on it.
@@ -13,6 +16,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,9 @@ __all__ = [
     "loads_json",
     "json_depth_ok",
     "check_number",
+    "jsonl_lines",
+    "JSON_BLANK",
+    "json_kind",
 ]
 
 #: nesting deeper than this is refused: no config, index, tokenizer or prompt needs more
@@ -42,6 +49,35 @@ JSON_LIMITS: dict[str, int] = {
     "cache": 256 << 20,
     "json": 256 << 20,
 }
+
+
+#: the whitespace JSON allows between values (RFC 8259 section 2); a line of only these is blank
+JSON_BLANK = " \t\r\n"
+
+
+def jsonl_lines(text: str | Iterable[str]) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line) of each line of JSON Lines text that is not blank.
+
+    ``text`` is split on ``\n`` only (an iterable of lines, e.g. a file opened with
+    ``newline="\n"``, is taken as split); a ``\r`` before it is JSON whitespace. A line is
+    blank when it holds JSON whitespace only (U+2028 or U+00A0 is not).
+    """
+    lines = text.split("\n") if isinstance(text, str) else text
+    for n, line in enumerate(lines, 1):
+        if line.strip(JSON_BLANK):
+            yield n, line
+
+
+def json_kind(v: Any) -> str:
+    """What a JSON value is, for a message: ``a string ('x')``, ``a number (5)``, ``a list``, ``null``."""
+    if v is None:
+        return "null"
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    name = names.get(type(v), type(v).__name__)
+    if isinstance(v, (list, dict)):
+        return name
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+    return f"{name} ({shown})"
 
 
 def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -36,8 +36,10 @@ __all__ = [
     "NetResponse",
     "NetClient",
     "parse_url",
+    "split_url",
     "quote_segment",
     "transport_exceptions",
+    "failure_detail",
     "JSON_ANSWER_LIMIT",
     "MAX_REDIRECTS",
 ]
@@ -113,6 +115,17 @@ def parse_url(url: str) -> tuple[str, str]:
     return u.scheme, u.host
 
 
+def split_url(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port or None) of ``url``; ValueError when it is not a URL."""
+    import httpx
+
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        raise ValueError(str(e)) from None
+    return u.scheme, u.host, u.port
+
+
 def quote_segment(text: str) -> str:
     """``text`` quoted as one URL path segment (a ``/`` too)."""
     from urllib.parse import quote
@@ -120,21 +133,43 @@ def quote_segment(text: str) -> str:
     return quote(text, safe="")
 
 
-def transport_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(timeouts, other transport failures) of the HTTP clients installed: httpx2 (huggingface_hub
-    2.x) and httpx, for wording what a huggingface_hub call raises."""
+def _http_clients() -> list[Any]:
+    """The HTTP client modules installed: httpx2 (huggingface_hub 2.x) and httpx."""
     import importlib
 
-    timeouts: list[type[BaseException]] = []
-    transport: list[type[BaseException]] = []
+    mods = []
     for name in ("httpx2", "httpx"):
         try:
-            mod = importlib.import_module(name)
+            mods.append(importlib.import_module(name))
         except ImportError:
             continue
+    return mods
+
+
+def transport_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, every other failure of a request) of the HTTP clients installed, for wording what
+    a huggingface_hub call raises: each client's whole ``HTTPError`` family (a transport failure,
+    and also a redirect loop or a body that does not decode, which are no TransportError) and
+    ``InvalidURL``. :func:`failure_detail` words each one."""
+    timeouts: list[type[BaseException]] = []
+    failures: list[type[BaseException]] = []
+    for mod in _http_clients():
         timeouts.append(mod.TimeoutException)
-        transport += [mod.TransportError, mod.InvalidURL]
-    return tuple(timeouts), tuple(transport)
+        failures += [mod.HTTPError, mod.InvalidURL]
+    return tuple(timeouts), tuple(failures)
+
+
+def failure_detail(err: BaseException) -> tuple[str, bool]:
+    """What a failure of :func:`transport_exceptions` means, in words, and whether it is the
+    connection's (the server could not be reached, or hung up) rather than a broken answer."""
+    for mod in _http_clients():
+        if isinstance(err, mod.TooManyRedirects):
+            return f"redirected in a loop ({str(err)[:200]})", False
+        if isinstance(err, mod.DecodingError):
+            return f"answered a body that does not decode as its Content-Encoding says ({str(err)[:200]})", False
+        if isinstance(err, mod.HTTPStatusError):
+            return f"answered {str(err)[:200]}", False
+    return f"{err.__class__.__name__}: {str(err)[:200]}", True
 
 
 class NetClient:

@@ -25,6 +25,7 @@ torch and transformers are imported here only.
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line
 
-__all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "verify_torch"]
+__all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "check_device", "verify_torch"]
 
 
 def _torch():
@@ -57,6 +58,47 @@ def _torch():
             hint="pip install 'ckpttools[torch]' (or torch and transformers)",
         ) from None
     return torch
+
+
+#: the devices the offline engine runs on: torch's names for the CPU, a CUDA GPU and Apple's GPU
+_DEVICE = re.compile(r"(cpu|cuda|mps)(?::(\d{1,4}))?")
+_DEVICE_HINT = f"give {opt('device')} cpu, cuda, cuda:N (a GPU's index) or mps"
+
+
+def check_device(device: Any) -> str:
+    """``device``, when this torch build can run on it on this machine: ``cpu``; ``cuda`` or
+    ``cuda:N`` (a CUDA build, and a GPU of that index visible); ``mps`` (Apple's GPU).
+
+    Raises:
+        CkptError: not a device name, another kind of device, or one this build or machine lacks.
+    """
+    m = _DEVICE.fullmatch(device) if isinstance(device, str) else None
+    if m is None:
+        shown = repr(device) if len(repr(device)) <= 80 else repr(device)[:80] + "..."
+        raise CkptError(f"{shown} is not a device the offline engine runs on", hint=_DEVICE_HINT)
+    torch = _torch()
+    kind, index = m[1], None if m[2] is None else int(m[2])
+    import warnings
+
+    with warnings.catch_warnings():  # a CUDA build without a driver warns on stderr when asked
+        warnings.simplefilter("ignore")
+        if kind == "cuda":
+            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:  # ROCm serves "cuda" too
+                why = f"this torch ({torch.__version__}) is built without CUDA"
+            elif n == 0:
+                why = "no CUDA GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)"
+            elif index is not None and index >= n:
+                why = f"this machine shows {n} CUDA GPU(s), cuda:0 to cuda:{n - 1}"
+            else:
+                return device
+        elif kind == "mps":
+            if torch.backends.mps.is_available() and index in (None, 0):
+                return device
+            why = "Apple's GPU (MPS) is not available to this torch" if index in (None, 0) else "there is only mps:0"
+        else:
+            return device
+    raise CkptError(f"device {device}: {why}", hint=_DEVICE_HINT)
 
 
 def _rms(x, w, eps):
@@ -193,6 +235,7 @@ class Eagle3Drafter:
         target_arch: str | None = None,
     ) -> None:
         torch = _torch()
+        check_device(device)
         cfg, flavor, self.dtype, w = _load_drafter(path, device, dtype)
         e = essentials(cfg)
         H, heads = e.hidden_size, e.num_attention_heads
@@ -331,7 +374,11 @@ class TorchSpeculator:
     def __init__(
         self, target: str | Path, drafter: str | Path, steps: int = 3, device: str = "cpu", dtype: str | None = None
     ) -> None:
+        from ckpttools.io.env import check_hub_env
+
         torch = _torch()
+        check_device(device)
+        check_hub_env()  # transformers imports huggingface_hub, which reads its variables at import
         try:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
@@ -464,6 +511,7 @@ def verify_torch(
             "text prompts need a tokenizer: the target has no tokenizer.json",
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
+    check_device(device)
     _validate_first(target, drafter)
     spec = TorchSpeculator(target, drafter, steps, device, dtype)
     rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len, repeat=repeat)

@@ -371,6 +371,8 @@ class _Request:
 
     def small_inputs(self) -> list[Path]:
         """The files read whole besides the drafter (hashed into the manifest)."""
+        from ckpttools.vocab.tokens import tokenizer_file
+
         small = []
         if self.to is not None and Path(self.to).is_file():
             small.append(Path(self.to))
@@ -378,8 +380,7 @@ class _Request:
             small.append(Path(self.frequencies))
         for tok in (self.source_tokenizer, self.target_tokenizer):
             if tok is not None:
-                p = Path(tok)
-                small.append(p / "tokenizer.json" if p.is_dir() else p)
+                small.append(tokenizer_file(tok))  # the file load_vocab reads: tokenizer.json or tiktoken's
         return small
 
 

@@ -173,7 +173,7 @@ def _baseline_run(spec: Any, kw: dict[str, Any]) -> dict[str, Any]:
                 c,
             )
     except CkptError as e:
-        return {"error": str(e).splitlines()[0], "output_tokens_per_s": None}
+        return {"error": (str(e).splitlines() or [type(e).__name__])[0], "output_tokens_per_s": None}
 
 
 def _entry(s: dict[str, int], rep: Any, base_tps: float | None) -> dict[str, Any]:
@@ -224,7 +224,10 @@ def sweep(launch: Any, settings: list[dict[str, int]], **kw: Any) -> Any:
             rep = _run_setting(launch, s, i, best, kw)
             e = _entry(s, rep, base.get("output_tokens_per_s"))
         except CkptError as err:
-            rep, e = None, {"setting": s, "status": "failed", "error": str(err).splitlines()[0]}
+            rep, e = (
+                None,
+                {"setting": s, "status": "failed", "error": (str(err).splitlines() or [type(err).__name__])[0]},
+            )
         entries.append(e)
         reports.append(rep)
         if e["status"] == "ok" and (

@@ -29,7 +29,7 @@ from ckpttools.engines.http import (
 )
 from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
-from ckpttools.io.inputs import loads_json
+from ckpttools.io.inputs import jsonl_lines, loads_json
 from ckpttools.ops.traffic import context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
@@ -166,7 +166,7 @@ def load_prompts(
             text, where = read_regular_bytes(p).decode("utf-8"), str(p)
         except UnicodeDecodeError as e:
             raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})", path=p, hint=_PROMPTS_HINT) from None
-    out = [_prompt(where, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    out = [_prompt(where, n, line) for n, line in jsonl_lines(text)]  # split on \n only: JSON Lines
     if not out:
         raise ConfigError(f"{where}: no prompts", hint=_PROMPTS_HINT)
     if any(p.messages is not None for p in out):

@@ -20,10 +20,39 @@ from ckpttools.errors import TokenizerError
 __all__ = ["load_chat_template", "chat_encoder"]
 
 
+#: the special tokens a template is given by name, from tokenizer_config.json
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
 def _token(v: Any) -> str | None:
     if isinstance(v, dict):
         v = v.get("content")
     return v if isinstance(v, str) else None
+
+
+def _check_config(cfg: Any, p: Path) -> dict[str, Any]:
+    """tokenizer_config.json's fields that are read, type-checked: ``chat_template`` a string or a
+    list of ``{"name": str, "template": str}``; each special token a string, ``{"content": str}``
+    or null."""
+
+    from ckpttools.io.inputs import json_kind
+
+    def bad(what: str) -> TokenizerError:
+        return TokenizerError(f"{p}: {what}", path=p, hint="fix tokenizer_config.json, or give the model's own")
+
+    if not isinstance(cfg, dict):
+        raise bad(f"{json_kind(cfg)} at the top, not an object")
+    t = cfg.get("chat_template")
+    if t is not None and not isinstance(t, (str, list)):
+        raise bad(f"chat_template is {json_kind(t)}, not a string or a list of named templates")
+    for n, x in enumerate(t if isinstance(t, list) else []):
+        if not (isinstance(x, dict) and isinstance(x.get("name"), str) and isinstance(x.get("template"), str)):
+            raise bad(f'chat_template[{n}] is {json_kind(x)}, not {{"name": string, "template": string}}')
+    for k in _SPECIAL:
+        v = cfg.get(k)
+        if v is not None and _token(v) is None:
+            raise bad(f'{k} is {json_kind(v)}, not a string or {{"content": string}}')
+    return cfg
 
 
 def _template_source(d: Path) -> tuple[str, dict[str, Any]]:
@@ -34,14 +63,13 @@ def _template_source(d: Path) -> tuple[str, dict[str, Any]]:
     cfg: dict[str, Any] = {}
     cfg_path = d / "tokenizer_config.json"
     if cfg_path.is_file():
-        got = read_json(cfg_path, "tokenizer_config", error=TokenizerError)
-        cfg = got if isinstance(got, dict) else {}
+        cfg = _check_config(read_json(cfg_path, "tokenizer_config", error=TokenizerError), cfg_path)
     jinja = d / "chat_template.jinja"
     if jinja.is_file():
         return read_regular_bytes(jinja).decode("utf-8", errors="replace"), cfg
     t = cfg.get("chat_template")
     if isinstance(t, list):
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+        t = next((x["template"] for x in t if x["name"] == "default"), None)
     if not isinstance(t, str):
         raise TokenizerError(
             f"{d}: no chat template (neither chat_template.jinja nor tokenizer_config.json's chat_template)",
@@ -69,7 +97,7 @@ def load_chat_template(path: str | Path) -> Callable[[list[dict[str, str]]], str
         template = env.from_string(source)
     except (TemplateError, RecursionError, MemoryError, ValueError, TypeError) as e:
         raise TokenizerError(f"{d}: the chat template does not parse ({e.__class__.__name__}: {e})", path=d) from None
-    special = {k: _token(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    special = {k: _token(cfg.get(k)) for k in _SPECIAL}
 
     def render(messages: list[dict[str, str]]) -> str:
         try:
@@ -139,8 +167,11 @@ def chat_encoder(path: str | Path) -> Callable[[str], list[int]]:
     tokenizers library on tokenizer.json (which can differ next to special tokens, e.g. a
     "▁" after ``</s>`` in Llama-2 SentencePiece vocabularies). No special tokens are added:
     the template places them, as in ``apply_chat_template``."""
+    from ckpttools.io.env import check_hub_env
+
     d = Path(path)
     d = d.parent if d.is_file() else d
+    check_hub_env()  # transformers imports huggingface_hub, which reads its variables at import
     try:
         from transformers import AutoTokenizer
     except ImportError:

@@ -15,7 +15,7 @@ import numpy as np
 from ckpttools.errors import CheckpointNotFoundError, MappingError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.fsutil import ensure_regular
-from ckpttools.io.inputs import loads_json, read_json
+from ckpttools.io.inputs import JSON_BLANK, loads_json, read_json
 
 if TYPE_CHECKING:
     from ckpttools.io.plan import WritePlan
@@ -147,9 +147,9 @@ def _jsonl_counts(p: Path, vocab_size: int | None, limit: int) -> np.ndarray:
     counts = np.zeros(vocab_size or 0, dtype=np.float64)
     lineno = 0
     try:
-        with open(p, encoding="utf-8") as f:
+        with open(p, encoding="utf-8", newline="\n") as f:  # JSON Lines: split on \n only, never translated
             for lineno, line in enumerate(f, 1):
-                if not line.strip():
+                if not line.strip(JSON_BLANK):
                     continue
                 try:
                     row = loads_json(line, f"{p}:{lineno}", error=MappingError)

@@ -28,6 +28,7 @@ __all__ = [
     "TokenMatch",
     "bytes_to_unicode",
     "tokenizer_json",
+    "tokenizer_file",
 ]
 
 
@@ -69,7 +70,7 @@ def _styles(tok: dict[str, Any]) -> str:
                 out += types(sub)
         return out
 
-    kinds = types(tok.get("pre_tokenizer")) + types(tok.get("decoder"))
+    kinds = types(tok.get("pre_tokenizer")) + types(tok.get("decoder"))  # checked by _check_components
     if "ByteLevel" in kinds:
         return "byte-level"
     vocab = (tok.get("model") or {}).get("vocab")
@@ -138,19 +139,37 @@ def tokenizer_json(path: str | Path) -> Path:
     """The tokenizer.json a path names: the file itself, or the one in a directory.
 
     Raises:
-        TokenizerError: no such file, or not a regular file.
+        TokenizerError: no such file (a folder with only a tiktoken rank file says so), or not a
+        regular file.
     """
     from ckpttools.io.fsutil import ensure_regular
 
     p = Path(path)
     if p.is_dir():
+        ranks = [n for n in TIKTOKEN_NAMES if (p / n).is_file()]
         p = p / "tokenizer.json"
+        if ranks and not p.exists():
+            raise TokenizerError(
+                f"{p.parent}: holds {ranks[0]} (a tiktoken rank file) and no tokenizer.json, which this needs",
+                path=p,
+                hint="give the model's tokenizer.json (tokenizing text, or rendering chats, needs it)",
+            )
     if not p.exists():
         raise TokenizerError(f"{p}: no tokenizer.json here", path=p)
     try:
         return ensure_regular(p)
     except ValueError as e:
         raise TokenizerError(str(e), path=p) from None
+
+
+def tokenizer_file(path: str | Path) -> Path:
+    """The one file :func:`load_vocab` reads for ``path``: its tiktoken rank file, else its
+    tokenizer.json (what a manifest hashes as the tokenizer input).
+
+    Raises:
+        TokenizerError: neither is there.
+    """
+    return tiktoken_file(path) or tokenizer_json(path)
 
 
 def load_hf_tokenizer(path: str | Path) -> Any:
@@ -173,7 +192,7 @@ def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dic
     """tokenizer.json's content, its (piece, id) items and its added tokens, checked."""
     from ckpttools.errors import ConfigError
     from ckpttools.io.fsutil import read_regular_bytes
-    from ckpttools.io.inputs import JSON_LIMITS, loads_json
+    from ckpttools.io.inputs import JSON_LIMITS, json_kind, loads_json
 
     def bad(what: str) -> TokenizerError:
         return TokenizerError(f"{p}: not a usable Hugging Face tokenizer.json ({what})", path=p)
@@ -182,8 +201,12 @@ def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dic
         tok = loads_json(read_regular_bytes(p, JSON_LIMITS["tokenizer"]), str(p))
     except ConfigError as e:
         raise bad(str(e).removeprefix(f"{p}: ")) from None
-    model = tok.get("model") if isinstance(tok, dict) else None
-    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(tok, dict):
+        raise bad(f"{json_kind(tok)} at the top, not an object")
+    model = tok.get("model")
+    if not isinstance(model, dict):
+        raise bad(f"model is {json_kind(model)}, not an object" if model is not None else "no model")
+    vocab = model.get("vocab")
     if isinstance(vocab, dict):
         items = list(vocab.items())
     elif isinstance(vocab, list) and all(isinstance(v, list) and v and isinstance(v[0], str) for v in vocab):
@@ -193,13 +216,41 @@ def _read_tokenizer(p: Path) -> tuple[dict[str, Any], list[tuple[str, int]], dic
     for piece, i in items:
         if type(i) is not int or not 0 <= i < MAX_VOCAB_SIZE:
             raise bad(f"token {piece!r} has id {i!r}; ids are integers from 0 to {MAX_VOCAB_SIZE - 1}")
+    added_tokens = tok.get("added_tokens")
+    if added_tokens is not None and not isinstance(added_tokens, list):
+        raise bad(f"added_tokens is {json_kind(added_tokens)}, not a list")
     added: dict[int, dict[str, Any]] = {}
-    for a in tok.get("added_tokens") or []:
+    for a in added_tokens or []:
         i = a.get("id") if isinstance(a, dict) else None
         if type(i) is not int or not 0 <= i < MAX_VOCAB_SIZE or not isinstance(a.get("content"), str):
-            raise bad(f"added token {a!r} needs an integer id from 0 and a string content")
+            raise bad(f"added token {str(a)[:80]!r} needs an integer id from 0 and a string content")
+        if a.get("special") is not None and not isinstance(a["special"], bool):
+            raise bad(f"added token {i}: special is {json_kind(a['special'])}, not true or false")
         added[i] = a
+    for key in ("pre_tokenizer", "decoder"):
+        _check_components(tok.get(key), key, bad)
     return tok, items, added
+
+
+def _check_components(node: Any, where: str, bad: Any) -> None:
+    """A pre_tokenizer or decoder of tokenizer.json, as :func:`_styles` reads it: null, or an
+    object whose ``type`` is a string and whose nested lists hold more of them."""
+    from ckpttools.io.inputs import json_kind
+
+    if node is None:
+        return
+    if not isinstance(node, dict):
+        raise bad(f"{where} is {json_kind(node)}, not an object")
+    if node.get("type") is not None and not isinstance(node["type"], str):
+        raise bad(f"{where}.type is {json_kind(node['type'])}, not a string")
+    for key in ("pretokenizers", "decoders", "normalizers"):
+        subs = node.get(key)
+        if subs is None:
+            continue
+        if not isinstance(subs, list):
+            raise bad(f"{where}.{key} is {json_kind(subs)}, not a list")
+        for n, sub in enumerate(subs):
+            _check_components(sub, f"{where}.{key}[{n}]", bad)
 
 
 def load_vocab(path: str | Path) -> TokenizerVocab:
