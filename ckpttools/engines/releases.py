@@ -19,8 +19,9 @@ newer release's source was compared against them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -43,6 +44,8 @@ __all__ = [
     "resolve",
     "release_from_version_string",
     "known_specs",
+    "split_spec",
+    "MAX_SPEC_CHARS",
 ]
 
 T = TypeVar("T")
@@ -1051,9 +1054,22 @@ ENGINES: dict[str, tuple[EngineRelease, ...]] = {
 #: "name==version" -> table
 KNOWN: dict[str, EngineRelease] = {r.spec: r for rels in ENGINES.values() for r in rels}
 
-_ALIASES = {"sgl": "sglang", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
-_SPEC = re.compile(r"^\s*([A-Za-z_.-]+?)\s*(?:(?:==|@)\s*v?([0-9][0-9A-Za-z.+-]*))?\s*$")
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+#: the longest ``--engine`` value read at all (the longest real one, ``sglang==0.5.17.post1+cu128``, is
+#: under 40 characters): a longer one is refused before any pattern sees it
+MAX_SPEC_CHARS = 128
+#: spellings people reach for that are not an engine's name: refused, with the name meant
+_NEAR_MISSES = {"sgl": "sglang", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+#: a PEP 440 version (https://peps.python.org/pep-0440/#appendix-b-parsing-version-strings-with-regular-
+#: expressions), with the leading ``v`` it allows. Linear: fullmatch only, every repeat is separated by a
+#: character the repeat before cannot take, and it only ever sees at most MAX_SPEC_CHARS characters.
+_PEP440 = re.compile(
+    r"v?(?:(?P<epoch>[0-9]+)!)?(?P<release>[0-9]+(?:\.[0-9]+)*)"
+    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?"
+    r"(?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?"
+    r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?"
+    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?",
+    re.IGNORECASE,
+)
 
 
 def known_specs() -> list[str]:
@@ -1061,26 +1077,96 @@ def known_specs() -> list[str]:
     return list(KNOWN)
 
 
-def _unknown(what: str, engine: str | None = None) -> ConfigError:
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short when long (a 1 MiB value is not echoed)."""
+    return repr(text) if len(text) <= 60 else repr(text[:40]) + f"... ({len(text):,} characters)"
+
+
+def _unknown(what: str, engine: str | None, why: str = "") -> ConfigError:
     rels = ENGINES.get(engine or "", ())
     known = ", ".join(r.spec for r in rels) if rels else ", ".join(KNOWN)
     return ConfigError(
-        f"unknown engine release {what!r}; known: {known}",
+        f"unknown engine release {_shown(what)}{why}; known: {known}",
         hint=f"give {opt('engine')} as NAME, NAME==VERSION or NAME@VERSION, e.g. sglang==0.5.23 "
         f"(no version: the newest known); a newer release needs a table in ckpttools/engines/releases.py",
     )
 
 
-def _match(engine: str, version: str) -> EngineRelease | None:
-    """The table whose release ``version`` is: the table's version itself, followed by nothing, a
-    pre/post/dev/local suffix, or (for a minor-keyed table such as vLLM's 0.32) any patch number."""
+def _unknown_name(what: str, names: Sequence[str]) -> ConfigError:
+    rels = [s for s, r in KNOWN.items() if r.name in names]
+    return ConfigError(
+        f"{what}; known: {', '.join(names)}" + (f" (releases: {', '.join(rels)})" if rels else ""),
+        hint=f"give {opt('engine')} as NAME, NAME==VERSION or NAME@VERSION, e.g. sglang==0.5.23 "
+        "(no version: the newest known)",
+    )
+
+
+def _near_miss(name: str, names: Sequence[str]) -> str | None:
+    """The name ``name`` was meant to be, when it differs only in case, spaces or a known
+    alternative spelling, or is one edit-like slip away (difflib, on a bounded string)."""
+    plain = name.strip().lower()
+    plain = _NEAR_MISSES.get(plain, plain)
+    if plain in names:
+        return plain
+    close = difflib.get_close_matches(plain, list(names), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def split_spec(spec: str, names: Sequence[str] | None = None) -> tuple[str, str | None]:
+    """``NAME``, ``NAME==VERSION`` or ``NAME@VERSION`` as (name, version or None), by a parser: no
+    pattern sees more than :data:`MAX_SPEC_CHARS` characters.
+
+    The name is matched exactly against ``names`` (default: the engines with tables): ``SGLang``,
+    ``sgl`` or ``' sglang'`` are refused, naming the name meant. The version must be PEP 440
+    (``0.5.17``, ``0.5.17.post1``, ``0.32.0+cpu``, ``v0.5.23``); which table it names is
+    :func:`release_from_version_string`'s question.
+
+    Raises:
+        ConfigError: a name not among ``names``, or a version that is not PEP 440; the message
+            lists the known names and releases.
+    """
+    names = tuple(ENGINES) if names is None else tuple(names)
+    spec = spec if isinstance(spec, str) else ""
+    if len(spec) > MAX_SPEC_CHARS:
+        raise _unknown_name(f"engine {_shown(spec)}: longer than {MAX_SPEC_CHARS} characters", names)
+    name, sep, version = spec.partition("==")
+    if not sep:
+        name, sep, version = spec.partition("@")
+    if name not in names:
+        meant = _near_miss(name, names)
+        said = f" (did you mean {meant!r}? names are matched exactly)" if meant else ""
+        raise _unknown_name(f"unknown engine {_shown(name)}{said}", names)
+    if not sep:
+        return name, None
+    if _PEP440.fullmatch(version) is None:
+        raise _unknown(spec, name, ": the version is not a PEP 440 version")
+    return name, version
+
+
+@dataclass(frozen=True)
+class _Version:
+    epoch: int
+    release: tuple[int, ...]
+
+
+def _parse_version(text: str) -> _Version | None:
+    """A PEP 440 version's epoch and release numbers (None: not PEP 440, or too long to be one)."""
+    m = _PEP440.fullmatch(text) if len(text) <= MAX_SPEC_CHARS else None
+    if m is None:
+        return None
+    return _Version(int(m["epoch"] or 0), tuple(int(x) for x in m["release"].split(".")))
+
+
+def _match(engine: str, version: _Version) -> EngineRelease | None:
+    """The table whose release ``version`` is: its release numbers are the table's version (any
+    pre, post, dev or local part), or for a minor-keyed table such as vLLM's 0.32 the table's
+    version and one patch number."""
+    if version.epoch != 0:
+        return None
     for r in ENGINES[engine]:
-        if not version.startswith(r.version):
-            continue
-        rest = version[len(r.version) :]
-        suffix = r"(\.?(post|dev|rc|a|b)\d*)*(\+[0-9A-Za-z.]+)?"
-        patch = r"(\.\d+)?" if r.version.count(".") == 1 else ""
-        if re.fullmatch(patch + suffix, rest):
+        key = tuple(int(x) for x in r.version.split("."))
+        rel = version.release
+        if rel == key or (len(key) == 2 and len(rel) == 3 and rel[:2] == key):
             return r
     return None
 
@@ -1088,18 +1174,13 @@ def _match(engine: str, version: str) -> EngineRelease | None:
 def resolve(spec: str) -> EngineRelease:
     """The table for ``sglang``, ``sglang==0.5.23`` or ``sglang@0.5.23`` (no version: the newest known).
 
-    A release with a local tag or post-release suffix (``0.5.17.post1``, ``0.32.0+cpu``) resolves
-    like :func:`release_from_version_string`. Raises ConfigError, listing the known releases,
-    for an unknown engine or release."""
-    m = _SPEC.match(spec or "")
-    if not m:
-        raise _unknown(spec)
-    engine = _ALIASES.get(m.group(1).lower(), m.group(1).lower())
-    if engine not in ENGINES:
-        raise _unknown(spec)
-    if m.group(2) is None:
+    The name is matched exactly (:func:`split_spec`). A release with a local tag or post-release
+    suffix (``0.5.17.post1``, ``0.32.0+cpu``) resolves like :func:`release_from_version_string`.
+    Raises ConfigError, listing the known releases, for an unknown engine or release."""
+    engine, version = split_spec(spec)
+    if version is None:
         return ENGINES[engine][-1]
-    return release_from_version_string(engine, m.group(2), _spec=spec)
+    return release_from_version_string(engine, version, _spec=spec)
 
 
 def release_from_version_string(engine: str, text: str, *, _spec: str | None = None) -> EngineRelease:
@@ -1110,16 +1191,16 @@ def release_from_version_string(engine: str, text: str, *, _spec: str | None = N
     changes drafter loading and response fields between patch releases and vLLM between minor
     ones. So ``0.5.17``, ``0.5.17.post1``, ``0.5.17rc1``, ``0.5.17.dev3`` give SGLang 0.5.17;
     ``0.32.0``, ``0.32.1``, ``0.32.0+cpu`` give vLLM 0.32; ``0.5.18`` or ``0.34.0`` are errors
-    (no table is assumed for a release nobody has read). Leading text such as ``sglang `` or
-    ``Version: `` is ignored."""
-    engine = _ALIASES.get(engine.lower(), engine.lower())
+    (no table is assumed for a release nobody has read), and so is a version PEP 440 does not
+    allow (``0.5.17.dev.post.rc.a.b``). Leading text such as ``sglang `` or ``Version: `` is ignored.
+    ``engine`` is an engine's exact name."""
     if engine not in ENGINES:
-        raise _unknown(_spec or f"{engine} {text}")
-    raw = text.strip().split()[-1] if text.strip() else ""
-    m = _VERSION.match(raw)
-    if not m:
-        raise _unknown(_spec or f"{engine} {text}", engine)
-    version = raw.lstrip("v")
+        raise _unknown(_spec or f"{engine} {text}", None)
+    words = text.split() if isinstance(text, str) and len(text) <= 4 * MAX_SPEC_CHARS else [text]
+    raw = words[-1] if words and isinstance(words[-1], str) else ""
+    version = _parse_version(raw)
+    if version is None:
+        raise _unknown(_spec or f"{engine}=={raw}", engine, ": the version is not a PEP 440 version")
     found = _match(engine, version)
     if found is None:
         raise _unknown(_spec or f"{engine}=={raw}", engine)
