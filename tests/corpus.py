@@ -822,6 +822,7 @@ def ordinary_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
+    from tests.corpus_engine_strings import engine_string_cases  # here: it imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
@@ -848,6 +849,7 @@ def all_cases() -> list[Case]:
         + dry_run_cases()
         + swap_cases()
         + trtllm_cases()
+        + engine_string_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

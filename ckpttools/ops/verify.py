@@ -834,7 +834,9 @@ def split_engine(engine: str) -> tuple[str, Any]:
     if version is None:
         return name, None
     if name not in ("sglang", "vllm"):
-        raise ConfigError(f"{engine}: only sglang and vllm take a release", hint="give sglang==VERSION or vllm==VERSION")
+        raise ConfigError(
+            f"{engine}: only sglang and vllm take a release", hint="give sglang==VERSION or vllm==VERSION"
+        )
     rel = resolve(engine)
     return rel.name, rel
 
