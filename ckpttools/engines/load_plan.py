@@ -652,6 +652,7 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         plan.refused.append(why[0])
         plan.tensors = [TensorPlan(n, "refused", reason=why[1]) for n in tensor_names_and_shapes]
         return plan
+    assert dc is not None  # _unbuildable says why when no class is built
     if dc.loader == "unmodelled":
         plan.verified = False
         plan.notes.append(f"{dc.cls}'s load_weights ({dc.module}) is not modelled: no tensor fates or parameters")
