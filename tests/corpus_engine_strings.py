@@ -133,8 +133,9 @@ def _retyped(name: str, flavor: str, suffix: str, dtype: str) -> Setup:
         ts = load_file(str(f))
         hit = [n for n in ts if n == suffix or n.endswith("." + suffix)]
         assert hit, f"{suffix} is not among {sorted(ts)}"
-        t = ts[hit[0]].float()
-        ts[hit[0]] = (t > 0) if dtype == "bool" else (t * 100).to(getattr(torch, dtype))
+        t = ts[hit[0]]
+        scale = 1 if suffix == "d2t" else 100  # d2t keeps its offsets: only its dtype is wrong
+        ts[hit[0]] = (t > 0) if dtype == "bool" else (t.double() * scale).to(getattr(torch, dtype))
         save_file(ts, str(f), metadata={"format": "pt"})
 
     return s

@@ -46,8 +46,11 @@ def test_every_parameter_kind_has_its_dtypes_with_a_source(rel: object) -> None:
         assert set(takes) == set(FLOAT_DTYPES) if kind != "d2t" else not set(takes) & {*FLOAT_DTYPES, "BOOL"}
 
 
-def test_trtllm_dtypes_are_not_read_so_not_checked() -> None:
-    assert not TRTLLM_1_2.param_dtypes.value and not TRTLLM_1_2.param_dtypes.verified
+def test_trtllm_dtypes_are_an_assumption_said_as_one() -> None:
+    """Not read in TensorRT-LLM: the table says so, and assumes only that a weight takes a float."""
+    fact = TRTLLM_1_2.param_dtypes
+    assert not fact.verified and "not read" in fact.source
+    assert all(fact.value[k][0] == FLOAT_DTYPES for k in fact.value if k != "d2t")
 
 
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)

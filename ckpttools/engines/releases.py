@@ -1053,6 +1053,13 @@ TRTLLM_1_2 = EngineRelease(
     log_line=Cited("not read", "not read", verified=False),
     launch_flags=Cited((), "not read (configured through the LLM API's speculative_config)", verified=False),
     weight_update=Cited((), "not read", verified=False),
+    param_dtypes=Cited(
+        _param_dtypes(_SG_INTS, "d2t is an int32 Parameter (torch.empty, int32): not read how it is filled"),
+        "not read in TensorRT-LLM's loader (" + _TR + "Eagle3DraftModel.__init__ read for d2t's int32 only); the "
+        "weights assumed to take floats as SGLang's and vLLM's loaders do (param.data.copy_): an integer or bool "
+        "tensor is no weight whatever a loader makes of it",
+        verified=False,
+    ),
     export_format=Cited(
         {
             # any name reaching EAGLE3LlamaForCausalLM with draft_vocab_size; this one names a drafter and, were
