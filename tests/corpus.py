@@ -824,6 +824,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_amx import amx_cases  # here: corpus_amx imports this module
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
     from tests.corpus_dryrun_conv import dryrun_conv_cases  # here: corpus_dryrun_conv imports this module
+    from tests.corpus_engine_strings import engine_string_cases  # here: it imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_logs_hostile import logs_hostile_cases  # here: it imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
@@ -858,6 +859,7 @@ def all_cases() -> list[Case]:
         + trtllm_cases()
         + amx_cases()
         + older_cases()
+        + engine_string_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

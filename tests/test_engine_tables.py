@@ -31,10 +31,8 @@ ALL = [SGLANG_0_5_17, SGLANG_0_5_23, VLLM_0_32, VLLM_0_33, TRTLLM_1_2]
     "spec, want",
     [
         ("sglang", SGLANG_0_5_23),
-        ("SGLang", SGLANG_0_5_23),
         ("sglang==0.5.17", SGLANG_0_5_17),
         ("sglang@0.5.17", SGLANG_0_5_17),
-        ("sglang == 0.5.23", SGLANG_0_5_23),
         ("sglang@v0.5.23", SGLANG_0_5_23),
         ("sglang==0.5.17.post1", SGLANG_0_5_17),
         ("sglang==0.5.17rc1", SGLANG_0_5_17),
@@ -44,7 +42,7 @@ ALL = [SGLANG_0_5_17, SGLANG_0_5_23, VLLM_0_32, VLLM_0_33, TRTLLM_1_2]
         ("vllm@0.32.0+cpu", VLLM_0_32),
         ("vllm==0.33.1", VLLM_0_33),
         ("trtllm", TRTLLM_1_2),
-        ("tensorrt-llm==1.2.1", TRTLLM_1_2),
+        ("trtllm==1.2.1", TRTLLM_1_2),
     ],
 )
 def test_resolve_syntax(spec: str, want: EngineRelease) -> None:
@@ -63,6 +61,7 @@ def test_resolve_syntax(spec: str, want: EngineRelease) -> None:
         "",
         "sglang==",
         "sglang 0.5.17 x",
+        "sglang==0.5.17.dev.post.rc.a.b",
     ],
 )
 def test_resolve_unknown_lists_the_known_ones_with_a_hint(spec: str) -> None:
@@ -70,7 +69,7 @@ def test_resolve_unknown_lists_the_known_ones_with_a_hint(spec: str) -> None:
         resolve(spec)
     msg = str(e.value)
     assert "known:" in msg
-    engine = spec.split("=")[0].strip()
+    engine = spec.split("=")[0]
     listed = [s for s in KNOWN if s.startswith(engine + "==")] if engine in R.ENGINES else list(KNOWN)
     for s in listed:
         assert s in msg

@@ -23,12 +23,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpttools.formats.config import INT_BOUNDS
+from ckpttools.formats.config import config_problems
 from ckpttools.engines.releases import DrafterClass, EngineRelease, LoaderRules
 from ckpttools.engines import aux_rules, names
 from ckpttools.formats import names as canon_names
 
-__all__ = ["TensorPlan", "ParamPlan", "LoadPlan", "load_plan", "holds_d2t", "plan_findings", "FATES", "SOURCES"]
+__all__ = [
+    "TensorPlan",
+    "ParamPlan",
+    "LoadPlan",
+    "load_plan",
+    "holds_d2t",
+    "plan_findings",
+    "dtype_entries",
+    "dtype_message",
+    "UNCHECKED_DTYPES",
+    "FATES",
+    "SOURCES",
+]
 
 FATES = ("loaded", "renamed", "dropped", "refused")
 SOURCES = ("file", "shared", "init", "overwritten")
@@ -89,6 +101,8 @@ class LoadPlan:
     tensors: list[TensorPlan] = field(default_factory=list)
     params: list[ParamPlan] = field(default_factory=list)
     casts: list[dict[str, str]] = field(default_factory=list)
+    #: tensors whose dtype their parameter does not take (:func:`dtype_entries`)
+    dtypes: list[dict[str, Any]] = field(default_factory=list)
     switches: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -107,6 +121,7 @@ class LoadPlan:
             # attribute, llama_eagle3.py:314-367)
             "attributes": [p.to_dict() for p in self.params if p.name in _ATTRIBUTES],
             "casts": list(self.casts),
+            "dtypes": list(self.dtypes),
             "switches": list(self.switches),
             "refused": list(self.refused),
             "notes": list(self.notes),
@@ -599,6 +614,28 @@ def _derived(rules: LoaderRules, params: list[ParamPlan]) -> list[ParamPlan]:
     return out
 
 
+def _unbuildable(
+    release: EngineRelease, dc: DrafterClass | None, config: Mapping[str, Any] | None, cfg: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Why no class is built at all (the refusal, and each tensor's reason), or None: no drafter class,
+    or a config the one guard (formats.config.config_problems) refuses. The guard runs before any size
+    is read: a class is built from num_hidden_layers, num_aux_hidden_states and the rest, and an
+    unbounded one would allocate without end. ``cfg`` is ``config`` flattened (a speculators config)."""
+    if dc is None:
+        arch = _arch(cfg)
+        msg = (
+            f"{release.spec} has no EAGLE-3 drafter class for architectures {[arch] if arch else []} "
+            f"(how it picks the class: {release.class_resolution.value})"
+        )
+        return msg, "no drafter class"
+    probs = config_problems(dict(config or {})) or config_problems(dict(cfg))
+    if not probs:
+        return None
+    where, why = next(iter(probs.items()))
+    more = f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""
+    return f"config {where} {why}{more}: not a usable config, no class is built", f"unusable config {where}"
+
+
 def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], release: EngineRelease) -> LoadPlan:
     """What ``release`` builds from a drafter with these tensors ({name: (shape, safetensors dtype)})
     and this config.json: class, tensor fates, parameter sources, casts and switches."""
@@ -611,21 +648,12 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         dc.source if dc else release.class_resolution.source,
         verified=release.loaders.verified,
     )
-    if dc is None:
-        arch = _arch(cfg)
-        msg = (
-            f"{release.spec} has no EAGLE-3 drafter class for architectures {[arch] if arch else []} "
-            f"(how it picks the class: {release.class_resolution.value})"
-        )
-        plan.refused.append(msg)
-        plan.tensors = [TensorPlan(n, "refused", reason="no drafter class") for n in tensor_names_and_shapes]
+    why = _unbuildable(release, dc, config, cfg)
+    if why is not None:
+        plan.refused.append(why[0])
+        plan.tensors = [TensorPlan(n, "refused", reason=why[1]) for n in tensor_names_and_shapes]
         return plan
-    n = cfg.get("num_hidden_layers")
-    if n is not None and not (type(n) is int and 0 < n <= INT_BOUNDS["num_hidden_layers"]):
-        shown = repr(n) if len(repr(n)) <= 40 else repr(n)[:37] + "..."
-        plan.refused.append(f"num_hidden_layers is {shown}: not a usable layer count, no class is built")
-        plan.tensors = [TensorPlan(t, "refused", reason="unusable num_hidden_layers") for t in tensor_names_and_shapes]
-        return plan
+    assert dc is not None  # _unbuildable says why when no class is built
     if dc.loader == "unmodelled":
         plan.verified = False
         plan.notes.append(f"{dc.cls}'s load_weights ({dc.module}) is not modelled: no tensor fates or parameters")
@@ -646,6 +674,14 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         if t.fate == "refused"
     ]
     plan.casts = _casts(release, cfg, tensor_names_and_shapes, tensors)
+    plan.dtypes = dtype_entries(
+        release,
+        [
+            (t.name, t.param, params[t.param].kind, tensor_names_and_shapes[t.name][1])
+            for t in tensors
+            if t.fate in ("loaded", "renamed") and t.param is not None
+        ],
+    )
     plan.switches = _switches(release, dc, cfg, tensor_names_and_shapes)
     if "num_hidden_layers" not in cfg:
         n = _mla_num_layers(cfg) if dc.loader == "vllm_mla" else 32
@@ -696,6 +732,47 @@ def _casts(
         elif dtype in _FLOAT and _FLOAT[dtype] != serving and (release.name == "sglang" or dtype == "F32"):
             out.append({"tensor": t.name, "param": t.param, "from": _FLOAT[dtype], "to": serving})
     return out
+
+
+#: 8-bit float weights: the quantized-drafters issue decides what each engine makes of them (their scales,
+#: the quantization config); until then a plan names them instead of passing them as floats
+UNCHECKED_DTYPES = ("F8_E4M3", "F8_E5M2")
+
+
+def dtype_entries(release: EngineRelease, loads: Sequence[tuple[str, str | None, str, str]]) -> list[dict[str, Any]]:
+    """The loads whose tensor dtype the parameter does not take, in ``release``'s table
+    (``param_dtypes``): each (tensor, parameter, parameter kind, safetensors dtype) outside what that
+    kind takes becomes {tensor, param, dtype, takes, how, verdict}; ``verdict`` is ``wrong``, or
+    ``unchecked`` for an 8-bit float (:data:`UNCHECKED_DTYPES`). A kind the table does not list is
+    not checked (TensorRT-LLM's table has none: not read)."""
+    table = release.param_dtypes.value
+    out = []
+    for tensor, param, kind, dtype in loads:
+        if kind not in table or dtype in table[kind][0]:
+            continue
+        takes, how = table[kind]
+        verdict = "unchecked" if dtype in UNCHECKED_DTYPES else "wrong"
+        out.append(
+            {"tensor": tensor, "param": param, "dtype": dtype, "takes": list(takes), "how": how, "verdict": verdict}
+        )
+    return out
+
+
+def dtype_message(entry: Mapping[str, Any], where: str) -> tuple[str, str, str]:
+    """(severity, message, consequence) of one :func:`dtype_entries` entry, ``where`` naming the release."""
+    into = f" into {entry['param']}" if entry.get("param") else ""
+    if entry["verdict"] == "unchecked":
+        return (
+            "warning",
+            f"{entry['tensor']} is {entry['dtype']}, an 8-bit float: ckpttools does not check quantized drafters "
+            f"yet, and {where} loads it{into} as {entry['how']}",
+            "right only if the weights need no scale; a quantized drafter's scales are not applied by this load",
+        )
+    return (
+        "error",
+        f"{entry['tensor']} is {entry['dtype']}, but {where} loads it{into}, which takes {', '.join(entry['takes'])}",
+        str(entry["how"]),
+    )
 
 
 def _switch(option: str, on: bool, present: list[str], consequence: str) -> dict[str, Any]:
@@ -843,12 +920,17 @@ def plan_findings(plan: LoadPlan) -> list[dict[str, Any]]:
     left at its initial value, each one overwritten after load; plus refusals and switch mismatches.
 
     Each finding: ``severity`` (error, warning, info), ``code`` (load_refused, tensor_dropped,
-    param_at_init, param_overwritten, param_partly_init, switch_mismatch), the tensor, param or
+    param_at_init, param_overwritten, param_partly_init, tensor_dtype, tensor_dtype_unchecked,
+    switch_mismatch), the tensor, param or
     option concerned, ``message`` and ``consequence``."""
     where = f"{plan.engine}=={plan.release}"
     out = [_finding("error", "load_refused", m, "the server does not start with this drafter") for m in plan.refused]
     out += _tensor_findings(plan, where)
     out += _param_findings(plan, where)
+    for d in plan.dtypes:
+        severity, message, consequence = dtype_message(d, where)
+        code = "tensor_dtype" if d["verdict"] == "wrong" else "tensor_dtype_unchecked"
+        out.append(_finding(severity, code, message, consequence, tensor=d["tensor"], param=d["param"]))
     for s in plan.switches:
         state = f"{'on' if s['on'] else 'off'} but its weights are {'present' if s['weights_present'] else 'absent'}"
         out.append(

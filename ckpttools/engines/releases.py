@@ -19,8 +19,9 @@ newer release's source was compared against them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -43,6 +44,9 @@ __all__ = [
     "resolve",
     "release_from_version_string",
     "known_specs",
+    "split_spec",
+    "MAX_SPEC_CHARS",
+    "FLOAT_DTYPES",
 ]
 
 T = TypeVar("T")
@@ -100,6 +104,32 @@ class LoaderRules:
     ignored_suffixes: tuple[str, ...] = ()
     derived: tuple[tuple[str, str, str], ...] = ()
 
+
+#: the float dtypes a weight parameter takes: the loaders cast any of them to the model's dtype
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+#: the weight parameters' kinds (``init``'s keys but d2t)
+_WEIGHT_KINDS = ("rmsnorm", "linear", "fc", "embedding", "lm_head")
+_COPY = (
+    "param.data.copy_ into a parameter of the model's dtype: another float is cast, and so is an integer or bool "
+    "tensor, without an error, its values taken as the weights"
+)
+
+
+def _param_dtypes(d2t: tuple[str, ...], d2t_how: str) -> dict[str, tuple[tuple[str, ...], str]]:
+    return {k: (FLOAT_DTYPES, _COPY) for k in _WEIGHT_KINDS} | {"d2t": (d2t, d2t_how)}
+
+
+_SG_D2T = (
+    "hot_token_id = d2t + torch.arange(Vd): an integer map (I8 to I64, U8); torch adds no U16, U32 or U64 to int64 "
+    "(the load raises 'Promotion for uint16, uint32, uint64 types is not supported', seen with torch 2.13), and a "
+    "float or bool d2t gives ids that are not token ids"
+)
+_VL_D2T = (
+    "draft_id_to_target_id is an int64 Parameter (torch.zeros(Vd, dtype=torch.long)) filled by param.data.copy_: "
+    "any integer map is cast; a float or bool d2t is cast to integers without an error"
+)
+_SG_INTS = ("I8", "I16", "I32", "I64", "U8")
+_VL_INTS = ("I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64")
 
 _QKV = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"))
 _GATE_UP = ((".gate_up_proj", ".gate_proj", "0"), (".gate_up_proj", ".up_proj", "1"))
@@ -159,6 +189,12 @@ class EngineRelease:
     #: the tensors the class has no parameter for, when ``embed_tokens`` is built, what is ``refused``
     #: (and why), and the serving-config ``fragment``'s key and field names
     export_format: Cited[Mapping[str, Any] | None] = field(default_factory=lambda: Cited(None, "none"))
+    #: what a tensor loaded into each kind of parameter (``init``'s kinds) may be, as safetensors dtypes, and how
+    #: it gets there: {kind: (dtypes, how)}. Outside them the loader still copies it in, cast: integers or bools
+    #: become the weights, or the load fails. Empty: not read (no dtype is checked)
+    param_dtypes: Cited[Mapping[str, tuple[tuple[str, ...], str]]] = field(
+        default_factory=lambda: Cited({}, "not read", False)
+    )
 
     @property
     def spec(self) -> str:
@@ -324,6 +360,14 @@ SGLANG_0_5_17 = EngineRelease(
         _SG + "managers/tokenizer_manager.py:2750-2810",
     ),
     version_endpoint=Cited(("/server_info", "version"), _SG + "entrypoints/http_server.py:781-800"),
+    param_dtypes=Cited(
+        _param_dtypes(_SG_INTS, _SG_D2T),
+        _SG + "model_loader/weight_utils.py:1367-1381 (default_weight_loader: param.data.copy_; fc is a "
+        "torch.nn.Linear and RMSNorm has no loader of its own, so both take it: models/llama_eagle3.py:354-356 and 364-366); "
+        "layers/linear.py:277, 440, 572, 604, 737, 1176, 1209, 1377, 1531 (each linear's weight_loader: copy_); "
+        "layers/vocab_parallel_embedding.py:453, 472, 501 (embedding and lm_head: copy_); "
+        "models/llama_eagle3.py:339-341 and models/kimi_k25_eagle3.py:434-437 (hot_token_id = d2t + arange)",
+    ),
     metrics=Cited(
         (
             "sglang:spec_accept_length",
@@ -483,6 +527,14 @@ SGLANG_0_5_23 = dataclasses.replace(
         _SG + "managers/tokenizer_manager.py:3150-3207",
     ),
     version_endpoint=Cited(("/server_info", "version"), _SG + "entrypoints/http_server.py:863-888"),
+    param_dtypes=Cited(
+        _param_dtypes(_SG_INTS, _SG_D2T),
+        _SG + "model_loader/weight_utils.py:1574-1586 (default_weight_loader: param.data.copy_, taken by fc and "
+        "RMSNorm: models/llama_eagle3.py:365-367 and 375-377); layers/linear.py:379, 582, 729, 762, 895, 1342, "
+        "1382, 1550, 1711 (each linear's weight_loader: copy_); layers/vocab_parallel_embedding.py:396, 415, 446 "
+        "(embedding and lm_head: copy_); models/llama_eagle3.py:350-352 and models/kimi_k25_eagle3.py:437-440 "
+        "(hot_token_id = d2t + arange)",
+    ),
     metrics=dataclasses.replace(
         SGLANG_0_5_17.metrics, source=_SG + "observability/metrics_collector.py:512-542 and 1861-1866"
     ),
@@ -726,6 +778,15 @@ VLLM_0_32 = EngineRelease(
         _VL + "entrypoints/generate/base/protocol.py:100-129 (metrics.speculative_decoding of a completion)",
     ),
     version_endpoint=Cited(("/version", "version"), _VL + "entrypoints/serve/instrumentator/basic.py:53-56"),
+    param_dtypes=Cited(
+        _param_dtypes(_VL_INTS, _VL_D2T),
+        _VL + "model_executor/model_loader/weight_utils.py:1476-1490 (default_weight_loader: param.data.copy_, "
+        "taken by every parameter without a loader of its own, the norms among them: model_executor/models/"
+        "utils.py:340-341); model_executor/layers/linear.py:409, 593, 782, 867, 1222, 1324, 1751 (each linear's "
+        "weight_loader: copy_); model_executor/layers/vocab_parallel_embedding.py:494, 519 (embedding and lm_head: "
+        "copy_); " + _VL_E3 + ":340-343, " + _VL_Q3 + ":319-322, " + _VL_DS3 + ":309-312 (draft_id_to_target_id: "
+        "torch.zeros(Vd, dtype=torch.long)); " + _VL_E3 + ":385-386 (targets = arange + draft_id_to_target_id)",
+    ),
     metrics=Cited(
         (
             "vllm:spec_decode_num_drafts_total",
@@ -784,6 +845,18 @@ _V33_ROPE = _VL + "config/speculative.py:100-112 (_CACHE_ONLY_ROPE_TYPES) and 18
 VLLM_0_33 = dataclasses.replace(
     VLLM_0_32,
     version="0.33",
+    param_dtypes=Cited(
+        _param_dtypes(_VL_INTS, _VL_D2T),
+        _VL + "model_executor/model_loader/weight_utils.py:1529-1543 (default_weight_loader: param.data.copy_); "
+        "model_executor/layers/linear.py:412, 606, 795, 880, 1235, 1337, 1788 (each linear's weight_loader: copy_); "
+        "model_executor/layers/vocab_parallel_embedding.py:494, 519 (copy_); "
+        + _VL_E3
+        + ", "
+        + _VL_Q3
+        + " and "
+        + _VL_DS3
+        + " byte-identical to 0.32's (draft_id_to_target_id int64: llama_eagle3.py:340-343)",
+    ),
     claims=Cited(
         {
             **VLLM_CLAIMS,
@@ -988,6 +1061,13 @@ TRTLLM_1_2 = EngineRelease(
     log_line=Cited("not read", "not read", verified=False),
     launch_flags=Cited((), "not read (configured through the LLM API's speculative_config)", verified=False),
     weight_update=Cited((), "not read", verified=False),
+    param_dtypes=Cited(
+        _param_dtypes(_SG_INTS, "d2t is an int32 Parameter (torch.empty, int32): not read how it is filled"),
+        "not read in TensorRT-LLM's loader (" + _TR + "Eagle3DraftModel.__init__ read for d2t's int32 only); the "
+        "weights assumed to take floats as SGLang's and vLLM's loaders do (param.data.copy_): an integer or bool "
+        "tensor is no weight whatever a loader makes of it",
+        verified=False,
+    ),
     export_format=Cited(
         {
             # any name reaching EAGLE3LlamaForCausalLM with draft_vocab_size; this one names a drafter and, were
@@ -1059,9 +1139,21 @@ ENGINES: dict[str, tuple[EngineRelease, ...]] = {
 #: "name==version" -> table
 KNOWN: dict[str, EngineRelease] = {r.spec: r for rels in ENGINES.values() for r in rels}
 
-_ALIASES = {"sgl": "sglang", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
-_SPEC = re.compile(r"^\s*([A-Za-z_.-]+?)\s*(?:(?:==|@)\s*v?([0-9][0-9A-Za-z.+-]*))?\s*$")
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+#: the longest ``--engine`` value read at all (the longest real one, ``sglang==0.5.17.post1+cu128``, is
+#: under 40 characters): a longer one is refused before any pattern sees it
+MAX_SPEC_CHARS = 128
+#: spellings people reach for that are not an engine's name: refused, with the name meant
+_NEAR_MISSES = {"sgl": "sglang", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+#: what the PEP 440 scanner below matches at a position: runs of one character class (and the release
+#: numbers), never backtracked into, as nothing follows them in their pattern: each is one linear scan
+_DIGITS = re.compile(r"[0-9]*")
+#: N(.N)*: a dot is taken only with the digits after it, so a failed repeat gives back one dot, once
+_RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+#: +seg([-_.]seg)*: as the release numbers, a separator is taken only with the segment after it
+_LOCAL = re.compile(r"\+[a-z0-9]+(?:[-_.][a-z0-9]+)*")
+_PRE = ("alpha", "beta", "preview", "pre", "rc", "a", "b", "c")  # longest first: "alpha" before "a"
+_POST = ("post", "rev", "r")
+_SEPS = "-_."
 
 
 def known_specs() -> list[str]:
@@ -1069,26 +1161,146 @@ def known_specs() -> list[str]:
     return list(KNOWN)
 
 
-def _unknown(what: str, engine: str | None = None) -> ConfigError:
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short when long (a 1 MiB value is not echoed)."""
+    return repr(text) if len(text) <= 60 else repr(text[:40]) + f"... ({len(text):,} characters)"
+
+
+def _unknown(what: str, engine: str | None, why: str = "") -> ConfigError:
     rels = ENGINES.get(engine or "", ())
     known = ", ".join(r.spec for r in rels) if rels else ", ".join(KNOWN)
     return ConfigError(
-        f"unknown engine release {what!r}; known: {known}",
+        f"unknown engine release {_shown(what)}{why}; known: {known}",
         hint=f"give {opt('engine')} as NAME, NAME==VERSION or NAME@VERSION, e.g. sglang==0.5.23 "
         f"(no version: the newest known); a newer release needs a table in ckpttools/engines/releases.py",
     )
 
 
-def _match(engine: str, version: str) -> EngineRelease | None:
-    """The table whose release ``version`` is: the table's version itself, followed by nothing, a
-    pre/post/dev/local suffix, or (for a minor-keyed table such as vLLM's 0.32) any patch number."""
+def _unknown_name(what: str, names: Sequence[str]) -> ConfigError:
+    rels = [s for s, r in KNOWN.items() if r.name in names]
+    return ConfigError(
+        f"{what}; known: {', '.join(names)}" + (f" (releases: {', '.join(rels)})" if rels else ""),
+        hint=f"give {opt('engine')} as NAME, NAME==VERSION or NAME@VERSION, e.g. sglang==0.5.23 "
+        "(no version: the newest known)",
+    )
+
+
+def _near_miss(name: str, names: Sequence[str]) -> str | None:
+    """The name ``name`` was meant to be, when it differs only in case, spaces or a known
+    alternative spelling, or is one edit-like slip away (difflib, on a bounded string)."""
+    plain = name.strip().lower()
+    plain = _NEAR_MISSES.get(plain, plain)
+    if plain in names:
+        return plain
+    close = difflib.get_close_matches(plain, list(names), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def split_spec(spec: str, names: Sequence[str] | None = None) -> tuple[str, str | None]:
+    """``NAME``, ``NAME==VERSION`` or ``NAME@VERSION`` as (name, version or None), by a parser: no
+    pattern sees more than :data:`MAX_SPEC_CHARS` characters.
+
+    The name is matched exactly against ``names`` (default: the engines with tables): ``SGLang``,
+    ``sgl`` or ``' sglang'`` are refused, naming the name meant. The version must be PEP 440
+    (``0.5.17``, ``0.5.17.post1``, ``0.32.0+cpu``, ``v0.5.23``); which table it names is
+    :func:`release_from_version_string`'s question.
+
+    Raises:
+        ConfigError: a name not among ``names``, or a version that is not PEP 440; the message
+            lists the known names and releases.
+    """
+    names = tuple(ENGINES) if names is None else tuple(names)
+    spec = spec if isinstance(spec, str) else ""
+    if len(spec) > MAX_SPEC_CHARS:
+        raise _unknown_name(f"engine {_shown(spec)}: longer than {MAX_SPEC_CHARS} characters", names)
+    name, sep, version = spec.partition("==")
+    if not sep:
+        name, sep, version = spec.partition("@")
+    if name not in names:
+        meant = _near_miss(name, names)
+        said = f" (did you mean {meant!r}? names are matched exactly)" if meant else ""
+        raise _unknown_name(f"unknown engine {_shown(name)}{said}", names)
+    if not sep:
+        return name, None
+    if not _pep440(version):
+        raise _unknown(spec, name, ": the version is not a PEP 440 version")
+    return name, version
+
+
+@dataclass(frozen=True)
+class _Version:
+    epoch: int
+    release: tuple[int, ...]
+
+
+def _digits(s: str, i: int) -> int:
+    """Where the run of ASCII digits from ``i`` ends."""
+    m = _DIGITS.match(s, i)
+    return m.end() if m else i
+
+
+def _label(s: str, i: int, labels: tuple[str, ...]) -> int | None:
+    """After ``[-_.]? label [-_.]? digits?`` from ``i`` (a PEP 440 pre, post or dev part), or None."""
+    j = i + 1 if s[i : i + 1] in tuple(_SEPS) else i
+    for label in labels:
+        if s.startswith(label, j):
+            k = j + len(label)
+            k2 = k + 1 if s[k : k + 1] in tuple(_SEPS) else k
+            end = _digits(s, k2)
+            return end  # a separator with no number after it still belongs to the label (appendix B)
+    return None
+
+
+def _scan_pep440(text: str) -> tuple[str, list[str]] | None:
+    """(epoch, release numbers) of a PEP 440 version (its appendix B grammar, any case, a leading
+    ``v``), or None. A scanner, not a backtracking pattern: every character is looked at a bounded
+    number of times, so it is linear in ``text`` whatever ``text`` is."""
+    s = text.lower()
+    i = 1 if s.startswith("v") else 0
+    epoch = "0"
+    j = _digits(s, i)
+    if j > i and s[j : j + 1] == "!":
+        epoch, i = s[i:j], j + 1
+    m = _RELEASE.match(s, i)
+    if m is None:
+        return None
+    release, i = m.group().split("."), m.end()
+    got = _label(s, i, _PRE) if i < len(s) else None
+    i = got if got is not None else i
+    if s[i : i + 1] == "-" and _digits(s, i + 1) > i + 1:
+        i = _digits(s, i + 1)
+    else:
+        got = _label(s, i, _POST) if i < len(s) else None
+        i = got if got is not None else i
+    got = _label(s, i, ("dev",)) if i < len(s) else None
+    i = got if got is not None else i
+    m = _LOCAL.match(s, i)
+    i = m.end() if m else i
+    return (epoch, release) if i == len(s) else None
+
+
+def _pep440(text: str) -> bool:
+    return len(text) <= MAX_SPEC_CHARS and _scan_pep440(text) is not None
+
+
+def _parse_version(text: str) -> _Version | None:
+    """A PEP 440 version's epoch and release numbers (None: not PEP 440, or too long to be one)."""
+    got = _scan_pep440(text) if len(text) <= MAX_SPEC_CHARS else None
+    if got is None:
+        return None
+    return _Version(int(got[0]), tuple(int(x) for x in got[1]))
+
+
+def _match(engine: str, version: _Version) -> EngineRelease | None:
+    """The table whose release ``version`` is: its release numbers are the table's version (any
+    pre, post, dev or local part), or for a minor-keyed table such as vLLM's 0.32 the table's
+    version and one patch number."""
+    if version.epoch != 0:
+        return None
     for r in ENGINES[engine]:
-        if not version.startswith(r.version):
-            continue
-        rest = version[len(r.version) :]
-        suffix = r"(\.?(post|dev|rc|a|b)\d*)*(\+[0-9A-Za-z.]+)?"
-        patch = r"(\.\d+)?" if r.version.count(".") == 1 else ""
-        if re.fullmatch(patch + suffix, rest):
+        key = tuple(int(x) for x in r.version.split("."))
+        rel = version.release
+        if rel == key or (len(key) == 2 and len(rel) == 3 and rel[:2] == key):
             return r
     return None
 
@@ -1096,18 +1308,13 @@ def _match(engine: str, version: str) -> EngineRelease | None:
 def resolve(spec: str) -> EngineRelease:
     """The table for ``sglang``, ``sglang==0.5.23`` or ``sglang@0.5.23`` (no version: the newest known).
 
-    A release with a local tag or post-release suffix (``0.5.17.post1``, ``0.32.0+cpu``) resolves
-    like :func:`release_from_version_string`. Raises ConfigError, listing the known releases,
-    for an unknown engine or release."""
-    m = _SPEC.match(spec or "")
-    if not m:
-        raise _unknown(spec)
-    engine = _ALIASES.get(m.group(1).lower(), m.group(1).lower())
-    if engine not in ENGINES:
-        raise _unknown(spec)
-    if m.group(2) is None:
+    The name is matched exactly (:func:`split_spec`). A release with a local tag or post-release
+    suffix (``0.5.17.post1``, ``0.32.0+cpu``) resolves like :func:`release_from_version_string`.
+    Raises ConfigError, listing the known releases, for an unknown engine or release."""
+    engine, version = split_spec(spec)
+    if version is None:
         return ENGINES[engine][-1]
-    return release_from_version_string(engine, m.group(2), _spec=spec)
+    return release_from_version_string(engine, version, _spec=spec)
 
 
 def release_from_version_string(engine: str, text: str, *, _spec: str | None = None) -> EngineRelease:
@@ -1118,16 +1325,16 @@ def release_from_version_string(engine: str, text: str, *, _spec: str | None = N
     changes drafter loading and response fields between patch releases and vLLM between minor
     ones. So ``0.5.17``, ``0.5.17.post1``, ``0.5.17rc1``, ``0.5.17.dev3`` give SGLang 0.5.17;
     ``0.32.0``, ``0.32.1``, ``0.32.0+cpu`` give vLLM 0.32; ``0.5.18`` or ``0.34.0`` are errors
-    (no table is assumed for a release nobody has read). Leading text such as ``sglang `` or
-    ``Version: `` is ignored."""
-    engine = _ALIASES.get(engine.lower(), engine.lower())
+    (no table is assumed for a release nobody has read), and so is a version PEP 440 does not
+    allow (``0.5.17.dev.post.rc.a.b``). Leading text such as ``sglang `` or ``Version: `` is ignored.
+    ``engine`` is an engine's exact name."""
     if engine not in ENGINES:
-        raise _unknown(_spec or f"{engine} {text}")
-    raw = text.strip().split()[-1] if text.strip() else ""
-    m = _VERSION.match(raw)
-    if not m:
-        raise _unknown(_spec or f"{engine} {text}", engine)
-    version = raw.lstrip("v")
+        raise _unknown(_spec or f"{engine} {text}", None)
+    words = text.split() if isinstance(text, str) and len(text) <= 4 * MAX_SPEC_CHARS else [text]
+    raw = words[-1] if words and isinstance(words[-1], str) else ""
+    version = _parse_version(raw)
+    if version is None:
+        raise _unknown(_spec or f"{engine}=={raw}", engine, ": the version is not a PEP 440 version")
     found = _match(engine, version)
     if found is None:
         raise _unknown(_spec or f"{engine}=={raw}", engine)

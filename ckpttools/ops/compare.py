@@ -157,10 +157,15 @@ def _shared_server(
     last lines, the log kept); the drafters after it go to their own servers."""
     from ckpttools.engines.launch import RunningServer
     from ckpttools.engines.swap import prepare_launch, server_spec, swappable
+    from ckpttools.formats.config import require_valid_config
+    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.io.net import NetClient
     from ckpttools.io.fsutil import note
 
     first = drafters[0]
+    for d in dict.fromkeys(drafters):  # server_spec and swappable read each config: the one guard first
+        with open_checkpoint(d) as ck:
+            require_valid_config(ck.config, d)
     spec = prepare_launch(dataclasses.replace(launch, drafter=first), release)
     note(f"starting {spec.engine} on {spec.url} for {len(drafters)} drafters, log: {spec.log_path}")
     timeout = verify_kwargs.get("timeout", 600.0)

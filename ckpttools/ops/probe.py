@@ -32,7 +32,7 @@ from typing import Any
 
 from ckpttools.engines.http import RequestResult
 from ckpttools.errors import CkptError, ConfigError, opt
-from ckpttools.formats.config import aux_layer_ids, essentials
+from ckpttools.formats.config import aux_layer_ids, essentials, require_valid_config
 from ckpttools.engines.aux_rules import (
     LATER_LAYER_NORM,
     VLLM,
@@ -125,6 +125,7 @@ class MlaAttention:
 
     def __init__(self, cfg: dict[str, Any], device: str = "cpu") -> None:
         torch = _torch()
+        require_valid_config(cfg, "the MLA drafter's config")
         self.heads = int(cfg["num_attention_heads"])
         self.nope, self.rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
         self.vd = int(cfg["v_head_dim"])
@@ -207,6 +208,7 @@ def _load_drafter(path: str | Path, device: str, dtype: Any) -> tuple[dict[str, 
     torch = _torch()
     with open_checkpoint(path, download=True) as ck:
         cfg = ck.config or {}
+        require_valid_config(cfg, str(path))  # the one config guard, before any size is read from it
         flavor = detect_flavor(cfg, ck.tensors.keys()).kind
         dt = dtype or {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
             essentials(cfg).torch_dtype or "", torch.float32
@@ -385,7 +387,10 @@ class TorchSpeculator:
         except ImportError:
             raise CkptError("the offline torch engine needs transformers", hint="pip install transformers") from None
         hf_logging.disable_progress_bar()  # the report is the output; no per-load bars on stderr
-        tcfg_dtype = essentials(open_checkpoint(target).config).torch_dtype
+        with open_checkpoint(target) as tck:
+            tcfg = tck.config
+        require_valid_config(tcfg, f"target {target}")  # transformers builds the target from these sizes
+        tcfg_dtype = essentials(tcfg).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
         self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
         model: Any = AutoModelForCausalLM.from_pretrained(str(target), dtype=self.dtype)

@@ -442,6 +442,8 @@ def _dtype_findings(ess: Any, engine: str = "sglang") -> list[Finding]:
 
 # ------------------------------------------------------------------------ tensor checks
 def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
+    if config_problems(cfg):  # the one config guard: a size is read only from a usable config (validate says why)
+        return {}
     ess = essentials(cfg)
     H, V = ess.hidden_size, ess.vocab_size
     if not isinstance(H, int):
@@ -515,8 +517,10 @@ def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str
 
 
 def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
-    """Names SGLang loads, shapes the config implies, and the vocabulary mapping."""
-    out, canon = _name_findings(ck, engine, cfg)
+    """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary mapping."""
+    plan = _plan(ck, cfg, engine)
+    out, canon = _name_findings(ck, engine, cfg, plan)
+    out += _tensor_dtype_findings(ck, engine, plan)
     if cfg is None:
         return out
     shapes = _shape_findings(cfg, canon, engine)
@@ -525,8 +529,48 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sgl
     return out + shapes + options + fields + _mapping_findings(cfg, canon, ck)
 
 
+def _plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
+    """The applied release's load plan of the drafter (engines/load_plan.py); None when the config has a
+    field the plan would size from that is unusable (validate says which) or it builds no class."""
+    from ckpttools.engines.load_plan import load_plan
+
+    if config_problems(cfg):
+        return None
+    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+    plan = load_plan(heads, cfg or {}, applied(engine))
+    return plan if plan.cls is not None and plan.tensors else None
+
+
+def _tensor_dtype_findings(ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
+    """Each tensor whose dtype its parameter does not take in the applied release (its table's
+    ``param_dtypes``): the load plan's parameters; without a plan, by name (d2t the map, t2d never
+    loaded, any other a weight)."""
+    from ckpttools.engines.load_plan import dtype_entries, dtype_message
+
+    release = applied(engine)
+    if plan is not None:
+        entries = plan.dtypes
+    else:
+        kinds = {n: canonical_name(n)[0] for n in ck.tensors}
+        loads = [
+            (n, None, "d2t" if c == "d2t" else "linear", ck.tensors[n].dtype) for n, c in kinds.items() if c != "t2d"
+        ]
+        entries = dtype_entries(release, loads)
+    out = []
+    for e in entries:
+        severity, message, consequence = dtype_message(e, release.spec)
+        fid = "tensors.dtype" if e["verdict"] == "wrong" else "tensors.dtype_unchecked"
+        hint = (
+            "give the trained tensor in a dtype the parameter takes (for a weight: bf16, fp16 or fp32; for d2t: int64)"
+            if severity == "error"
+            else "dequantize to bf16 first, or check by hand that the engine serves it as it should"
+        )
+        out.append(Finding(fid, severity, e["tensor"], f"{message}; {consequence}", hint))
+    return out
+
+
 def _name_findings(
-    ck: Checkpoint, engine: str = "sglang", cfg: dict[str, Any] | None = None
+    ck: Checkpoint, engine: str = "sglang", cfg: dict[str, Any] | None = None, plan: Any = None
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Tensors the engine would drop (or refuse), as the applied release's load plan says; and the
     tensors by canonical name. Where the plan cannot say (no drafter class, or a loader not
@@ -535,7 +579,7 @@ def _name_findings(
     canon: dict[str, Any] = {c: t for c, t in ((canonical_name(n)[0], t) for n, t in ck.tensors.items())}
     qk = [n for n in ck.tensors if QK_NORM.match(n)]
     out += _qk_norm_findings(qk, engine, cfg)
-    fates = _plan_fates(ck, cfg, engine)
+    fates = _plan_fates(plan)
     for name in ck.tensors:
         fate = fates.get(name) if fates is not None else (None if sglang_loads(name) else ("dropped", None, "error:"))
         if fate is None or name in qk or canonical_name(name)[0] == "t2d":
@@ -544,19 +588,13 @@ def _name_findings(
     return out, canon
 
 
-def _plan_fates(
-    ck: Checkpoint, cfg: dict[str, Any] | None, engine: str
-) -> dict[str, tuple[str, str | None, str]] | None:
+def _plan_fates(plan: Any) -> dict[str, tuple[str, str | None, str]] | None:
     """{tensor: (fate, reason, consequence)} for the tensors the applied release drops or refuses;
-    None when its load plan has no class or loader model for this drafter. The consequence is the
-    plan's (engines/load_plan.py), prefixed with its severity."""
-    from ckpttools.engines.load_plan import load_plan, plan_findings
+    None when there is no load plan (:func:`_plan`). The consequence is the plan's
+    (engines/load_plan.py), prefixed with its severity."""
+    from ckpttools.engines.load_plan import plan_findings
 
-    if config_problems(cfg):  # a field the plan would size from is unusable (validate says which)
-        return None
-    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-    plan = load_plan(heads, cfg or {}, applied(engine))
-    if plan.cls is None or not plan.tensors:
+    if plan is None:
         return None
     said = {
         f["tensor"]: f"{f['severity']}:{f['consequence']}" for f in plan_findings(plan) if f["code"] == "tensor_dropped"
@@ -1171,10 +1209,13 @@ def _add_load_plan(rep: ValidationReport, drafter: Any, release: Any) -> None:
     heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
     plan = load_plan(heads, cfg or {}, release)
     rep.load_plan = plan.to_dict()
-    # validate's own dropped-tensor findings come from this plan already: one verdict, one severity
+    # validate's own dropped-tensor and dtype findings come from this plan already: one verdict, one severity
     said = {f.location for f in rep.findings if f.id in ("tensors.dropped", "tensors.training_only")}
+    typed = {f.location for f in rep.findings if f.id in ("tensors.dtype", "tensors.dtype_unchecked")}
     for f in plan_findings(plan):
         if f["code"] == "tensor_dropped" and f.get("tensor") in said:
+            continue
+        if f["code"] in ("tensor_dtype", "tensor_dtype_unchecked") and f.get("tensor") in typed:
             continue
         sev = f["severity"] if f["severity"] in SEVERITIES else "warning"
         where = f.get("name") or f.get("param") or f.get("tensor") or "load plan"

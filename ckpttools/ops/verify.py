@@ -78,6 +78,8 @@ class SpecOffError(ServerError):
 #: the version of the report's JSON (schemas/verify-report.schema.json); raised on any change
 #: that removes or retypes a field
 SCHEMA_VERSION = 1
+#: what verify's engine may be: a server engine (optionally with a release), auto-detected, or offline
+VERIFY_ENGINES = ("auto", "torch", "sglang", "vllm")
 
 
 @dataclass
@@ -823,16 +825,23 @@ def _connect(
 def split_engine(engine: str) -> tuple[str, Any]:
     """``NAME==VERSION`` (or ``NAME@VERSION``) as (``NAME``, its table); a bare name as (name, None).
 
-    Raises:
-        ConfigError: a release no table knows (the message lists the known ones).
-    """
-    if engine in ("auto", "sglang", "vllm", "torch"):
-        return engine, None
-    from ckpttools.engines.releases import resolve
+    The name is matched exactly: ``SGLang``, ``sgl`` or ``' sglang'`` are refused, naming the one
+    meant (a near miss must not turn into a pinned release, which has no swap route or target check).
 
+    Raises:
+        ConfigError: a name other than :data:`VERIFY_ENGINES`, or a release no table knows (the
+            message lists the known ones).
+    """
+    from ckpttools.engines.releases import resolve, split_spec
+
+    name, version = split_spec(engine, VERIFY_ENGINES)
+    if version is None:
+        return name, None
+    if name not in ("sglang", "vllm"):
+        raise ConfigError(
+            f"{engine}: only sglang and vllm take a release", hint="give sglang==VERSION or vllm==VERSION"
+        )
     rel = resolve(engine)
-    if rel.name not in ("sglang", "vllm"):
-        raise ConfigError(f"{rel.spec}: verify measures through SGLang or vLLM servers", hint="give sglang or vllm")
     return rel.name, rel
 
 
