@@ -36,6 +36,10 @@ def pytest_configure(config):
         # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
         # at once would share that core while the other idles: each worker's servers get a core of their own
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(worker[2:]) % (os.cpu_count() or 1))
+    if worker.startswith("gw"):
+        # one thread per worker for torch (the probe) and what it starts: two workers on two cores
+        # would otherwise run four threads that wait on each other
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
