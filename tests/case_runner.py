@@ -4,9 +4,9 @@ process of its own (``python -m ckpttools``). tests/corpus.py:run_case judges bo
 A case runs in this process unless it needs its own (:func:`static_reason`, :func:`dir_reason`):
 an environment that a library reads once, at import (huggingface_hub: HF_*; any case ``env``
 counts, to be safe); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
-server that stalls; a server launch or the demo (children a kill must reach); a FIFO, socket or
-device among its inputs (an open that blocks); a user's regular expression (backtracking in C
-that no signal stops). ``Case.process`` asks for a process outright. When unsure: a process.
+server mode that stalls; the demo (models and servers, minutes); a FIFO, socket or device among
+its inputs (an open that blocks); a user's regular expression (backtracking in C that no signal
+stops). ``Case.process`` asks for a process outright. When unsure: a process.
 
 In this process a case gets what a fresh ``python -m ckpttools`` gets: its own directory as
 cwd, exactly the environment the subprocess would have, stdin empty (/dev/null), stdout and
@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,18 +59,18 @@ def _arg_values(argv: Sequence[str]) -> Iterator[str]:
 def static_reason(process: bool, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """Why a case needs its own process, from what it says (None: it need not, so far)."""
     if process:
-        return "asked (Case.process)"
+        return "asked: Case.process"
     if env:
-        return f"its environment ({', '.join(sorted(env))}) may be read at import"
-    if argv[:1] == ["demo"] or "--launch" in argv:
-        return "it may start servers"
+        return f"environment: {', '.join(sorted(env))} (may be read at import)"
+    if argv[:1] == ["demo"]:  # the whole story: models, servers, minutes (a --launch case's server is
+        return "demo: it may run models and servers"  # stopped by its own cleanup when the watchdog stops it)
     if "--pattern" in argv:
-        return "a user's regular expression (backtracking in C is not interruptible)"
+        return "regex: a user's regular expression (backtracking in C is not interruptible)"
     for a in _arg_values(argv):
         if "{srv" in a:
             mode = a.split("}", 1)[-1].lstrip("/").split("/", 1)[0]
             if any(k in mode for k in STALLING):
-                return f"server mode {mode} stalls"
+                return f"stalling server: {mode}"
     return None
 
 
@@ -88,7 +89,7 @@ def dir_reason(argv: Sequence[str], root: Path, cwd: Path) -> str | None:
         if why:
             return why
         if _REPO_ID.fullmatch(a) and not os.path.lexists(cwd / a.split("/", 1)[0]):  # org/...: no local path
-            return f"{a} names a Hub repo (huggingface_hub reads HF_HOME, HF_HUB_OFFLINE at import)"
+            return f"hub: {a} names a repo (huggingface_hub reads HF_HOME, HF_HUB_OFFLINE at import)"
     return None
 
 
@@ -98,9 +99,9 @@ def _blocking(p: Path) -> str | None:
     except (OSError, ValueError):
         return None
     if stat.S_ISFIFO(mode):
-        return f"{p.name} is a FIFO (opening it blocks)"
+        return f"fifo: {p.name} (opening it blocks)"
     if stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return f"{p.name} is a socket or device"
+        return f"device: {p.name} is a socket or device"
     return None
 
 
@@ -153,22 +154,35 @@ def _child_streams(env: dict[str, str]) -> tuple[str, str, str]:
 
 class _Routed:
     """sys.stdout/sys.stderr while a case runs: the case's threads write to its stream, the others
-    (the test servers' request threads, the pool's) to the stream that was there before."""
+    (the test servers' request threads, the pool's) to where they wrote before (under ``lock``, so
+    that the runner can move them back at the end)."""
 
-    def __init__(self, case: Any, other: Any, mine: Any) -> None:
-        self._case, self._other, self._mine = case, other, mine
+    def __init__(self, case: Any, other: Any, mine: Any, lock: threading.Lock) -> None:
+        self._case, self._other, self._mine, self._lock = case, other, mine, lock
 
     def _target(self) -> Any:
         return self._case if self._mine() else self._other
 
     def write(self, s: str) -> int:
-        return self._target().write(s)
+        if self._mine():
+            return self._case.write(s)
+        with self._lock:
+            return self._other.write(s)
 
     def writelines(self, lines: Any) -> None:
-        self._target().writelines(lines)
+        for ln in lines:
+            self.write(ln)
 
     def flush(self) -> None:
-        self._target().flush()
+        if self._mine():
+            return self._case.flush()
+        with self._lock:
+            return self._other.flush()
+
+    def retarget(self, other: Any) -> Any:
+        """Send the other threads' writes to ``other`` (the caller holds the lock); the previous target."""
+        old, self._other = self._other, other
+        return old
 
     def isatty(self) -> bool:
         return self._target().isatty()
@@ -179,8 +193,22 @@ class _Routed:
     def writable(self) -> bool:
         return True
 
-    def __getattr__(self, name: str) -> Any:  # .buffer, .line_buffering, ...
+    def __getattr__(self, name: str) -> Any:  # .buffer, .encoding, .errors, ...
         return getattr(self._target(), name)
+
+
+def _elsewhere(stream: Any, fd: int, saved: int) -> Any:
+    """Where other threads' writes to ``stream`` go while ``fd`` is the case's: ``stream`` itself,
+    or, when it writes to ``fd`` (pytest -s), a stream on ``saved``, the fd's saved copy."""
+    try:
+        direct = stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        direct = False
+    if not direct:
+        return stream
+    enc = getattr(stream, "encoding", None) or "utf-8"
+    raw = io.FileIO(saved, "w", closefd=False)
+    return io.TextIOWrapper(raw, encoding=enc, errors="backslashreplace", line_buffering=True, write_through=True)
 
 
 #: Python's default warning filters (a fresh interpreter with no -W and no PYTHONWARNINGS)
@@ -231,14 +259,18 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
             self._corpus_case = token  # type: ignore[attr-defined]
         start(self)
 
-    hung = threading.Event()
+    hung, running = threading.Event(), [True]
 
     def fire() -> None:
+        if not running[0]:
+            return
         hung.set()
         faulthandler.dump_traceback(file=err_f, all_threads=True)  # where it was stuck, in its stderr
         signal.pthread_kill(main_thread.ident or 0, signal.SIGINT)
 
     def on_sigint(*_: Any) -> None:
+        if not running[0]:  # the watchdog fired as the case ended: nothing to stop
+            return
         if hung.is_set():
             raise _Hang()
         raise KeyboardInterrupt
@@ -248,6 +280,8 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
         if s is not None:
             s.flush()  # what is buffered for fds 1 and 2 goes there, not into the case's output
     case_out = case_err = None
+    lock = threading.Lock()
+    routed: list[_Routed] = []
     watchdog = threading.Timer(timeout, fire)
     watchdog.daemon = True
     try:
@@ -258,8 +292,11 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
         case_out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, errors=oerr)
         case_err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc, errors=eerr, line_buffering=True)
         sys.stdin = case_in
-        sys.stdout = _Routed(case_out, saved_std[1], mine)
-        sys.stderr = _Routed(case_err, saved_std[2], mine)
+        routed = [
+            _Routed(case_out, _elsewhere(saved_std[1], 1, saved_fds[1]), mine, lock),
+            _Routed(case_err, _elsewhere(saved_std[2], 2, saved_fds[2]), mine, lock),
+        ]
+        sys.stdout, sys.stderr = routed
         sys.argv = [str(Path(__file__).resolve().parents[1] / "ckpttools" / "__main__.py"), *argv]
         os.environ.clear()
         os.environ.update(env)
@@ -272,11 +309,16 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
             warnings.showwarning = _showwarning_to_stderr
             watchdog.start()
             rc = _call_main(argv)
-            watchdog.cancel()
+            running[0] = False
     except _Hang:
         rc = None
     finally:
+        running[0] = False
         watchdog.cancel()
+        if watchdog.ident is not None:  # started
+            watchdog.join()
+        if hung.is_set():
+            time.sleep(0.01)  # a SIGINT still pending is handled now, by on_sigint, which lets it be
         for s in (case_out, case_err):
             if s is not None:
                 try:
@@ -294,9 +336,13 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
         os.umask(saved_umask)
         sys.argv = saved_argv
         sys.stdin, sys.stdout, sys.stderr = saved_std
-        for fd, saved in zip((0, 1, 2), saved_fds):
-            os.dup2(saved, fd)
-            os.close(saved)
+        with lock:  # no other thread writes through the saved fds while they are closed
+            for fd, saved in zip((0, 1, 2), saved_fds):
+                os.dup2(saved, fd)
+            for r, orig in zip(routed, saved_std[1:]):
+                r.retarget(orig).flush()
+            for saved in saved_fds:
+                os.close(saved)
         os.close(devnull)
         _restore_loggers(loggers)
     if hung.is_set() and rc is not None:  # it ended just as the watchdog fired

@@ -5,6 +5,7 @@ cases run both ways with the same outcome."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -110,6 +111,14 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         "in own process s": round(sum(o.seconds for o in res if o.how != "in-process"), 1),
     }
     print("\ncorpus totals:", totals)
+    why: dict[str, int] = {}
+    for o in res:
+        k = o.how.removeprefix("process: ").split(":")[0]
+        why[k] = why.get(k, 0) + 1
+    print("how they ran:", why)
+    for o in res:
+        if o.problems:
+            print(f"unclean: {o.case.name} ({o.how}): {o.problems}\n  stderr: {o.stderr[-800:]!r}")
     assert len(res) >= 200
     assert totals["clean"] == totals["cases"]
 
@@ -133,3 +142,15 @@ def test_both_ways_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
     differ = [f"{n}: in-process {_alike(outcomes[n])!r}, process {_alike(sub[n])!r}" for n in chosen]
     differ = [d for n, d in zip(chosen, differ) if _alike(outcomes[n]) != _alike(sub[n])]
     assert not differ, "\n".join(differ)
+
+
+def test_an_uncaught_exception_reads_alike(tmp_path: Path) -> None:
+    """CKPT_DEBUG=1 lets the CLI's error escape: in this process it is printed as Python prints
+    it, with exit 1, as the subprocess shows it (the judge's "traceback")."""
+    from tests.case_runner import run_inprocess, run_process
+
+    env = {**os.environ, "CKPT_DEBUG": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    ran = [run(["inspect", "nowhere"], tmp_path, env, 60.0) for run in (run_inprocess, run_process)]
+    for rc, so, se in ran:
+        assert rc == 1 and so == "" and se.startswith("Traceback (most recent call last):\n"), se
+    assert [se.splitlines()[-1] for _, _, se in ran][0] == [se.splitlines()[-1] for _, _, se in ran][1]
