@@ -254,9 +254,12 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
     loggers = _logger_state()
     start = threading.Thread.start
 
+    started: list[threading.Thread] = []
+
     def start_marked(self: threading.Thread) -> None:
         if mine():
             self._corpus_case = token  # type: ignore[attr-defined]
+            started.append(self)
         start(self)
 
     hung, running = threading.Event(), [True]
@@ -309,6 +312,7 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
             warnings.showwarning = _showwarning_to_stderr
             watchdog.start()
             rc = _call_main(argv)
+            _join_at_exit(started)
             running[0] = False
     except _Hang:
         rc = None
@@ -376,6 +380,15 @@ def _call_main(argv: list[str]) -> int:
         for s in (sys.stdout, sys.stderr):
             s.flush()
     return 0
+
+
+def _join_at_exit(threads: list[threading.Thread]) -> None:
+    """Wait, as Python does before it exits, for the non-daemon threads the case started (the
+    watchdog still runs: one that never ends is a hang). concurrent.futures' workers are left:
+    at exit Python tells them to stop (they end once their executor is gone)."""
+    for t in threads:
+        if not t.daemon and not t.name.startswith("ThreadPoolExecutor-") and t is not threading.current_thread():
+            t.join()
 
 
 def _exit_status(code: object) -> int:

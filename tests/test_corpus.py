@@ -154,3 +154,19 @@ def test_an_uncaught_exception_reads_alike(tmp_path: Path) -> None:
     for rc, so, se in ran:
         assert rc == 1 and so == "" and se.startswith("Traceback (most recent call last):\n"), se
     assert [se.splitlines()[-1] for _, _, se in ran][0] == [se.splitlines()[-1] for _, _, se in ran][1]
+
+
+def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:
+    """The in-process watchdog: a verify that waits on a server which sleeps 2 s is stopped at its
+    0.5 s limit and reported as a hang (rc None), and the process is left as it was."""
+    from tests.case_runner import run_inprocess
+
+    (tmp_path / "p.jsonl").write_text('{"input_ids": [1, 2, 3]}\n')
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    cwd, environ = os.getcwd(), dict(os.environ)
+    argv = ["verify", "--host", bench.subst["{srv}"] + "/sg-timeout", "--prompts", "p.jsonl", "--num-prompts", "1"]
+    rc, _, se = run_inprocess(argv, tmp_path, env, 0.5)
+    assert rc is None and "most recent call first" in se  # where it was stuck, for the failure message
+    assert (os.getcwd(), dict(os.environ)) == (cwd, environ)
+    rc, so, se = run_inprocess(["logs", "-"], tmp_path, env, 60.0)  # the next run: stdin empty, measured nothing
+    assert rc == 3 and "<stdin>: 0 lines" in so and se.startswith("ckpt: error: "), se
