@@ -308,7 +308,7 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
         signal.signal(signal.SIGINT, on_sigint)
         with warnings.catch_warnings():
             warnings.resetwarnings()  # a new filter version: each warning shows once per case, as in a fresh process
-            warnings.filters[:] = _DEFAULT_FILTERS
+            warnings.filters[:] = _DEFAULT_FILTERS  # type: ignore[index]
             warnings.showwarning = _showwarning_to_stderr
             watchdog.start()
             rc = _call_main(argv)
