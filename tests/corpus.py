@@ -1,7 +1,8 @@
 """A corpus of hostile and ordinary-but-untested inputs, over every command.
 
-Each case builds its inputs in a fresh directory, runs the real ``ckpt`` in a
-subprocess from that directory with relative paths, and is judged on:
+Each case builds its inputs in a fresh directory, runs the real ``ckpt`` from that directory
+with relative paths (in this process through the CLI's ``main()``, or in a subprocess where
+it needs one: tests/case_runner.py), and is judged on:
   - the exit code;
   - stderr: no traceback; on failure exactly one ``ckpt: error:`` line, then at most
     one ``ckpt: hint:`` line (``ckpt: note:`` lines say what was cleaned up);
@@ -17,8 +18,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ class Case:
     stdout_has: str | None = None
     stderr_has: str | None = None
     cwd: str | None = None  # run from this subdirectory of the case dir
+    process: bool = False  # run in a process of its own (the automatic rules: tests/case_runner.py)
 
 
 @dataclass
@@ -50,6 +50,8 @@ class Outcome:
     stderr: str
     problems: list[str]
     seconds: float
+    how: str = "process"  # "in-process", or "process: " and why
+    dir: str = ""  # where it ran
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -142,7 +144,22 @@ def tree_digest(root: Path, skip: set[str] = frozenset()) -> dict[str, str]:  # 
     return out
 
 
-def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: float = 60.0) -> Outcome:
+@dataclass
+class Prepared:
+    """A case with its inputs made: what it runs, from where, with what environment."""
+
+    case: Case
+    dir: Path
+    argv: list[str]
+    env: dict[str, str]
+    skip: set[str]
+    before: dict[str, str]
+    why: str | None  # why it needs its own process (None: it may run in this one)
+
+
+def prepare(c: Case, base: Path, work: Path, subst: dict[str, str], environ: dict[str, str] | None = None) -> Prepared:
+    """Make the case's inputs in ``work/NAME`` and digest them. ``environ``: the environment the
+    run starts from (default: this process's now)."""
     d = work / c.name
     d.mkdir(parents=True)
     if c.setup is not None:
@@ -154,23 +171,39 @@ def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: fl
         argv.append(a)
     skip = {c.out.split("/")[0]} if c.out else set()
     before = tree_digest(d, skip)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty"), **c.env}
+    env = {**(os.environ if environ is None else environ), "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty")}
+    env.update(c.env)
     env.pop("CKPT_DEBUG", None)
+    return Prepared(c, d, argv, env, skip, before, process_reason(c, d, argv))
+
+
+def run_case(
+    c: Case,
+    base: Path,
+    work: Path,
+    subst: dict[str, str],
+    timeout: float = 60.0,
+    *,
+    how: str = "auto",
+    environ: dict[str, str] | None = None,
+) -> Outcome:
+    """Make the case's inputs, run it, judge it. ``how``: "auto" (in this process unless it needs its
+    own: tests/case_runner.py), "process", or "inprocess" (only for cases that may run so)."""
+    return execute(prepare(c, base, work, subst, environ), how, timeout)
+
+
+def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
+    """Run a prepared case the way ``how`` says (see :func:`run_case`) and judge it."""
+    from tests import case_runner as R
+
+    c, d, skip, before = p.case, p.dir, p.skip, p.before
+    if how == "inprocess" and p.why is not None:
+        raise ValueError(f"{c.name} needs its own process: {p.why}")
+    inproc = how == "inprocess" or (how == "auto" and p.why is None and R.inprocess_possible())
     t0 = time.perf_counter()
     problems: list[str] = []
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "ckpttools", *argv],
-            cwd=d / (c.cwd or ""),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        rc, so, se = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, so, se = None, str(e.stdout or ""), str(e.stderr or "")
+    rc, so, se = (R.run_inprocess if inproc else R.run_process)(p.argv, d / (c.cwd or ""), p.env, timeout)
+    if rc is None:
         problems.append("hang")
     dt = time.perf_counter() - t0
     if rc is not None and rc != c.code:
@@ -186,7 +219,7 @@ def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: fl
             problems.append(f"stderr is not one error line plus a hint: {se[-400:]!r}")
     if tree_digest(d, skip) != before:
         problems.append("input tree changed")
-    left = [p.name for p in d.iterdir() if ".ckpt-tmp-" in p.name]
+    left = [q.name for q in d.iterdir() if ".ckpt-tmp-" in q.name]
     if left:
         problems.append(f"temporaries left: {left}")
     if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
@@ -197,7 +230,40 @@ def run_case(c: Case, base: Path, work: Path, subst: dict[str, str], timeout: fl
         problems.append(f"stderr lacks {c.stderr_has!r}")
     if rc is not None:
         shutil.rmtree(d, ignore_errors=True)  # keep failures' dirs only when they hung
-    return Outcome(c, rc, so, se, problems, dt)
+    return Outcome(c, rc, so, se, problems, dt, "in-process" if inproc else f"process: {p.why or 'asked'}", str(d))
+
+
+def process_reason(c: Case, d: Path | None = None, argv: list[str] | None = None) -> str | None:
+    """Why case ``c`` needs its own process (None: it may run in this one); ``d``: its directory,
+    inputs made (without it only what the case says is looked at)."""
+    from tests import case_runner as R
+
+    argv = c.argv if argv is None else argv
+    why = R.static_reason(c.process, c.argv, c.env)
+    if why is None and d is not None:
+        why = R.dir_reason(argv, d, d / (c.cwd or ""))
+    return why
+
+
+def run_corpus(cases: list[Case], base: Path, work: Path, subst: dict[str, str], threads: int = 4) -> list[Outcome]:
+    """Every case, in case order: those that need their own process on ``threads`` threads, the
+    others meanwhile in this process, one at a time (in the main thread)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from tests import case_runner as R
+
+    environ = dict(os.environ)  # in-process cases change os.environ while they run: the pool's runs start from this
+    here = R.inprocess_possible()
+    done: dict[str, Outcome | Future[Outcome]] = {}
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for c in cases:
+            if process_reason(c) is not None or not here:
+                done[c.name] = pool.submit(run_case, c, base, work, subst, how="process", environ=environ)
+        for c in cases:
+            if c.name not in done:
+                p = prepare(c, base, work, subst, environ)
+                done[c.name] = pool.submit(execute, p, "process") if p.why else execute(p, "inprocess")
+        return [o.result() if isinstance(o, Future) else o for o in (done[c.name] for c in cases)]
 
 
 # ----------------------------------------------------------------------------- base inputs

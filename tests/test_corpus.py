@@ -1,14 +1,19 @@
-"""The hostile-input corpus (tests/corpus.py), run as users run ckpt: subprocesses, relative
-paths, from the case's own directory. One parametrized test per case, plus the totals."""
+"""The hostile-input corpus (tests/corpus.py), run as users run ckpt: relative paths, from the
+case's own directory; in this process where a fresh process would behave the same, else in a
+subprocess (tests/case_runner.py). One parametrized test per case, the totals, and a sample of
+cases run both ways with the same outcome."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
-from tests.corpus import Outcome, all_cases, build_base, run_case
+from tests.corpus import Case, Outcome, all_cases, build_base, process_reason, run_case, run_corpus
 from tests.corpus_net import hub_repos
 from tests.fake_servers import MisbehavingServer
 from tests.local_hub import LocalHub
@@ -17,27 +22,67 @@ CASES = all_cases()
 NAMES = [c.name for c in CASES]
 
 
+def both_ways_sample(cases: list[Case], n: int) -> list[str]:
+    """``n`` cases that may run in this process (by what they say: their inputs, once made, may
+    still need one), taken in turn from each class (the name up to its first dash), so that
+    every class is in it while it has cases left."""
+    by: dict[str, list[Case]] = {}
+    for c in cases:
+        if process_reason(c) is None and not c.env:
+            by.setdefault(c.name.split("-", 1)[0], []).append(c)
+    queues = [v[:: max(1, len(v) // 6)] + v for v in by.values()]  # spread over each class first
+    out: list[str] = []
+    while len(out) < n and any(queues):
+        for q in queues:
+            while q and q[0].name in out:
+                q.pop(0)
+            if q and len(out) < n:
+                out.append(q.pop(0).name)
+    return out
+
+
+#: the cases run both ways are the first 60 of these that ran in this process
+SAMPLE = both_ways_sample(CASES, 80)
+
+
 def _selected(request: pytest.FixtureRequest) -> set[str]:
     """The case names this session runs (all of them unless -k or node ids narrowed it)."""
     here = [i for i in request.session.items if i.module is request.module]
     if any(i.name == "test_totals" for i in here):  # the totals need every case
         return set(NAMES)
-    return {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
+    sample = set(SAMPLE) if any(i.name == "test_both_ways_alike" for i in here) else set()
+    return sample | {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
+
+
+@dataclass
+class Bench:
+    """What the cases run against: the base inputs, the servers' URLs, the Hub's home."""
+
+    base: Path
+    subst: dict[str, str]
+    home: str
+    tmp: pytest.TempPathFactory
+
+    def case(self, c: Case) -> Case:
+        """``c`` with its environment's placeholders filled in."""
+        hub = self.subst["{hub}"]
+        return replace(c, env={k: v.replace("{hub}", hub).replace("{hubhome}", self.home) for k, v in c.env.items()})
 
 
 @pytest.fixture(scope="module")
-def outcomes(request: pytest.FixtureRequest, tmp_path_factory) -> dict[str, Outcome]:
-    wanted = _selected(request)
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     base = tmp_path_factory.mktemp("corpus-base")
     build_base(base)
-    work = tmp_path_factory.mktemp("corpus-work")
     with MisbehavingServer() as srv, LocalHub(hub_repos(base)) as hub:
         subst = {"{srv}": srv.url, "{srvhostport}": srv.url.removeprefix("http://"), "{hub}": hub.url}
-        home = str(tmp_path_factory.mktemp("hub-home"))
-        env = lambda c: {k: v.replace("{hub}", hub.url).replace("{hubhome}", home) for k, v in c.env.items()}  # noqa: E731
-        cases = [replace(c, env=env(c)) for c in CASES if c.name in wanted]
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            res = list(pool.map(lambda c: run_case(c, base, work, subst), cases))
+        yield Bench(base, subst, str(tmp_path_factory.mktemp("hub-home")), tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest, bench: Bench) -> dict[str, Outcome]:
+    wanted = _selected(request)
+    cases = [bench.case(c) for c in CASES if c.name in wanted]
+    res = run_corpus(cases, bench.base, bench.tmp.mktemp("corpus-work"), bench.subst)
     return {o.case.name: o for o in res}
 
 
@@ -61,7 +106,67 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         "hangs": count("hang"),
         "bad stderr": count("stderr is not"),
         "slowest case s": round(max(o.seconds for o in res), 2),
+        "in-process": sum(o.how == "in-process" for o in res),
+        "in-process s": round(sum(o.seconds for o in res if o.how == "in-process"), 1),
+        "in own process s": round(sum(o.seconds for o in res if o.how != "in-process"), 1),
     }
     print("\ncorpus totals:", totals)
+    why: dict[str, int] = {}
+    for o in res:
+        k = o.how.removeprefix("process: ").split(":")[0]
+        why[k] = why.get(k, 0) + 1
+    print("how they ran:", why)
+    for o in res:
+        if o.problems:
+            print(f"unclean: {o.case.name} ({o.how}): {o.problems}\n  stderr: {o.stderr[-800:]!r}")
     assert len(res) >= 200
     assert totals["clean"] == totals["cases"]
+
+
+def _alike(o: Outcome) -> tuple:
+    """What a run's outcome is: its exit code, the judge's findings, and stderr (its directory
+    written as <case>, so that runs in two directories compare)."""
+    return o.rc, [p.replace(o.dir, "<case>") for p in o.problems], o.stderr.replace(o.dir, "<case>")
+
+
+def test_both_ways_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
+    """60 cases across the classes, run in this process (by the corpus run) and in subprocesses:
+    the same exit code, the same findings, the same stderr, case by case."""
+    chosen = [n for n in SAMPLE if outcomes[n].how == "in-process"][:60]
+    assert len(chosen) == 60 and len({n.split("-", 1)[0] for n in chosen}) >= 20
+    work = bench.tmp.mktemp("corpus-both-ways")
+    cases = {c.name: bench.case(c) for c in CASES if c.name in chosen}
+    run = lambda n: run_case(cases[n], bench.base, work, bench.subst, how="process")  # noqa: E731
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        sub = dict(zip(chosen, pool.map(run, chosen)))
+    differ = [f"{n}: in-process {_alike(outcomes[n])!r}, process {_alike(sub[n])!r}" for n in chosen]
+    differ = [d for n, d in zip(chosen, differ) if _alike(outcomes[n]) != _alike(sub[n])]
+    assert not differ, "\n".join(differ)
+
+
+def test_an_uncaught_exception_reads_alike(tmp_path: Path) -> None:
+    """CKPT_DEBUG=1 lets the CLI's error escape: in this process it is printed as Python prints
+    it, with exit 1, as the subprocess shows it (the judge's "traceback")."""
+    from tests.case_runner import run_inprocess, run_process
+
+    env = {**os.environ, "CKPT_DEBUG": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    ran = [run(["inspect", "nowhere"], tmp_path, env, 60.0) for run in (run_inprocess, run_process)]
+    for rc, so, se in ran:
+        assert rc == 1 and so == "" and se.startswith("Traceback (most recent call last):\n"), se
+    assert [se.splitlines()[-1] for _, _, se in ran][0] == [se.splitlines()[-1] for _, _, se in ran][1]
+
+
+def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:
+    """The in-process watchdog: a verify that waits on a server which sleeps 2 s is stopped at its
+    0.5 s limit and reported as a hang (rc None), and the process is left as it was."""
+    from tests.case_runner import run_inprocess
+
+    (tmp_path / "p.jsonl").write_text('{"input_ids": [1, 2, 3]}\n')
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    cwd, environ = os.getcwd(), dict(os.environ)
+    argv = ["verify", "--host", bench.subst["{srv}"] + "/sg-timeout", "--prompts", "p.jsonl", "--num-prompts", "1"]
+    rc, _, se = run_inprocess(argv, tmp_path, env, 0.5)
+    assert rc is None and "most recent call first" in se  # where it was stuck, for the failure message
+    assert (os.getcwd(), dict(os.environ)) == (cwd, environ)
+    rc, so, se = run_inprocess(["logs", "-"], tmp_path, env, 60.0)  # the next run: stdin empty, measured nothing
+    assert rc == 3 and "<stdin>: 0 lines" in so and se.startswith("ckpt: error: "), se
