@@ -140,6 +140,16 @@ def compare_drafters(
     return out
 
 
+def _guard_configs(drafters: Sequence[str]) -> None:
+    """Each drafter's config through the one config guard: server_spec and swappable read them."""
+    from ckpttools.formats.config import require_valid_config
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    for d in dict.fromkeys(drafters):
+        with open_checkpoint(d) as ck:
+            require_valid_config(ck.config, d)
+
+
 def _shared_server(
     launch: Any,
     drafters: Sequence[str],
@@ -157,15 +167,11 @@ def _shared_server(
     last lines, the log kept); the drafters after it go to their own servers."""
     from ckpttools.engines.launch import RunningServer
     from ckpttools.engines.swap import prepare_launch, server_spec, swappable
-    from ckpttools.formats.config import require_valid_config
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.io.net import NetClient
     from ckpttools.io.fsutil import note
 
     first = drafters[0]
-    for d in dict.fromkeys(drafters):  # server_spec and swappable read each config: the one guard first
-        with open_checkpoint(d) as ck:
-            require_valid_config(ck.config, d)
+    _guard_configs(drafters)
     spec = prepare_launch(dataclasses.replace(launch, drafter=first), release)
     note(f"starting {spec.engine} on {spec.url} for {len(drafters)} drafters, log: {spec.log_path}")
     timeout = verify_kwargs.get("timeout", 600.0)
