@@ -142,7 +142,7 @@ def _literal(pattern: str) -> str:
 
 
 def _few_layers(joined: str) -> bool:
-    return len(set(_LAYER_ID.findall(joined))) <= 4
+    return len(_layer_ids(joined)) <= 4
 
 
 def other_kind(
@@ -218,6 +218,10 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
     names = list(tensor_names)
     joined = "\n".join(names)  # one text for the C-level scans of both
     canon = _canonical_subset(names, joined)
+    if joined.count("\n") == max(0, len(names) - 1):  # no name holds a newline: a line is a name
+        has_mid = _has_midlayer(joined)
+    else:
+        has_mid = any(n.startswith(("midlayer.", "model.midlayer.")) for n in names)
     other = other_kind(config, names, joined)
     if other is not None:
         kind, ev, flags = other
@@ -225,7 +229,7 @@ def detect_flavor(config: dict[str, Any] | None, tensor_names: list[str] | Any) 
         f = Flavor(kind, [*ev, f"served by {served}"])
         f.flags = flags
     else:
-        f = _detect(config, names, canon)
+        f = _detect(config, names, canon, has_mid)
     f.has_d2t, f.has_t2d = "d2t" in canon, "t2d" in canon
     return f
 
@@ -247,18 +251,30 @@ def _canonical_subset(names: list[str], joined: str) -> set[str]:
     if any(alias in raw for alias in D2T_ALIASES):
         out.add("d2t")
     # one regex pass in C over the joined names instead of a Python loop over every name
-    out.update("layers." + i for i in set(_LAYER_ID.findall(joined)))
-    if _MIDLAYER.search(joined):
+    out.update("layers." + i for i in _layer_ids(joined))
+    if _has_midlayer(joined):
         out.add("layers.0")
     return out
 
 
-# "layers.N" where a name starts with it (after an optional "model."); N is what follows up to the next dot
-_LAYER_ID = re.compile(r"^(?:model\.)?layers\.([^.\n]*)", re.M)
-_MIDLAYER = re.compile(r"^(?:model\.)?midlayer\.", re.M)
+# "layers.N" where a name starts with it (after an optional "model."); N is what follows up to the next dot.
+# A name starts after a newline of "\n" + joined: a pattern that begins with a literal is searched for
+# in C, where one anchored with ^ under re.M is tried at every character (3x slower on 35,000 names)
+_LAYER_ID = re.compile(r"\n(?:model\.)?layers\.([^.\n]*)")
 
 
-def _detect(config: dict[str, Any] | None, names: list[str], canon: set[str]) -> Flavor:
+def _layer_ids(joined: str) -> set[str]:
+    """The N of every name (one a line of ``joined``) that starts with [model.]layers.N."""
+    return set(_LAYER_ID.findall("\n" + joined))
+
+
+def _has_midlayer(joined: str) -> bool:
+    """Whether a name (one a line of ``joined``) starts with [model.]midlayer. (two substring scans)."""
+    text = "\n" + joined
+    return "\nmidlayer." in text or "\nmodel.midlayer." in text
+
+
+def _detect(config: dict[str, Any] | None, names: list[str], canon: set[str], has_mid: bool) -> Flavor:
     """Decide the layout from config.json and the tensor names (headers only).
 
     Example:
@@ -268,7 +284,6 @@ def _detect(config: dict[str, Any] | None, names: list[str], canon: set[str]) ->
     cfg = config or {}
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs else None
-    has_mid = any(n.startswith(("midlayer.", "model.midlayer.")) for n in names)
     has_fc = "fc.weight" in canon
     has_d2t, has_t2d = "d2t" in canon, "t2d" in canon
     ev: list[str] = []

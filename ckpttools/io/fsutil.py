@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
@@ -137,6 +136,8 @@ def remove_entry(p: Path) -> None:
     """Remove what is at ``p``: a real directory's tree; a link (never followed) or a file itself."""
     p = Path(p)
     if p.is_dir() and not p.is_symlink():
+        import shutil  # bz2, lzma and more: not for the commands that only read
+
         shutil.rmtree(p, ignore_errors=True)
     else:
         try:

@@ -49,14 +49,13 @@ def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         o, d = stack.pop()
-        if isinstance(o, dict):
+        if isinstance(o, (dict, list)):
             if d > limit:
                 return False
-            stack.extend((v, d + 1) for v in o.values() if isinstance(v, (dict, list)))
-        elif isinstance(o, list):
-            if d > limit:
-                return False
-            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list)))
+            values = o.values() if isinstance(o, dict) else o
+            # the kinds of value first, in C: a 35,000-entry weight_map holds no container at all
+            if any(issubclass(t, (dict, list)) for t in set(map(type, values))):
+                stack.extend((v, d + 1) for v in values if isinstance(v, (dict, list)))
     return True
 
 
