@@ -10,7 +10,6 @@ Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadab
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -132,29 +131,36 @@ def _capped(text: str) -> str:
 
 def _notes_to_stderr() -> None:
     """What the library said on the side (stale temporaries removed, ...) goes to stderr as a
-    note, with each parameter it names written as the running command's flag."""
-    import logging
+    note, with each parameter it names written as the running command's flag. The handler is
+    put in place before the first note (logging is not imported by a command that says nothing)."""
+    from ckpttools.io.fsutil import BEFORE_FIRST_NOTE
 
     # huggingface_hub logs each retry itself; the CLI says what failed once (set before it is imported:
     # its root logger takes HF_HUB_VERBOSITY then)
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    if _install_note_handler not in BEFORE_FIRST_NOTE:
+        BEFORE_FIRST_NOTE.append(_install_note_handler)
+
+
+def _install_note_handler() -> None:
+    import logging
+
+    class NoteHandler(logging.Handler):
+        """The library's log records as ``ckpt: note:`` lines, each parameter named as its flag."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            from ckpttools.errors import render_params
+
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx is not None else None
+            flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
+            click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
+
     log = logging.getLogger("ckpttools")
-    if not any(isinstance(h, _NoteHandler) for h in log.handlers):
-        log.addHandler(_NoteHandler())
+    if not any(type(h).__name__ == "NoteHandler" for h in log.handlers):
+        log.addHandler(NoteHandler())
     log.setLevel(logging.INFO)
     log.propagate = False
-
-
-class _NoteHandler(logging.Handler):
-    """The library's log records as ``ckpt: note:`` lines, each parameter named as its flag."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from ckpttools.errors import render_params
-
-        ctx = click.get_current_context(silent=True)
-        root = ctx.find_root() if ctx is not None else None
-        flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
-        click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})

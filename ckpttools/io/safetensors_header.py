@@ -13,6 +13,7 @@ from functools import partial
 from itertools import chain, compress, islice, repeat
 from math import prod
 from operator import add, and_, eq, itemgetter, lt, mul, rshift, sub
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -88,22 +89,44 @@ _BYTE_NAMES = frozenset(_BYTES)
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
-class _Columns(NamedTuple):
-    """A checked header's entries column by column (header order), before any TensorInfo is made.
+class _Columns:
+    """A checked header's entries column by column (header order), before any TensorInfo is made:
+    what a TensorInfo needs and nothing it can be made from (numel, end), plus the per-dtype sums.
 
     Only flat tuples of strings and ints: no per-tensor container, and none the garbage
     collector walks twice (it untracks a tuple of atoms the first time it sees one; a list it
     walks at every collection: a 1 TB target's columns as lists cost each one ~5 ms).
     """
 
-    names: tuple[str, ...]
-    dtypes: tuple[str, ...]
-    dims: tuple[int, ...]  # every shape's dims, one after another
-    ndims: tuple[int, ...]
-    begins: tuple[int, ...]  # data offsets, relative to the data section
-    ends: tuple[int, ...]
-    numel: tuple[int, ...]
-    lengths: tuple[int, ...]
+    __slots__ = ("names", "dtypes", "dims", "ndims", "begins", "totals")
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        dtypes: tuple[str, ...],
+        dims: tuple[int, ...],
+        ndims: tuple[int, ...],
+        begins: tuple[int, ...],
+        totals: dict[str, tuple[int, int, int]],
+    ) -> None:
+        self.names = names
+        self.dtypes = dtypes
+        self.dims = dims  # every shape's dims, one after another
+        self.ndims = ndims
+        self.begins = begins  # data offsets, relative to the data section
+        self.totals = totals
+
+
+def _totals(dtypes: Sequence[str], numel: Sequence[int], lengths: Sequence[int]) -> dict[str, tuple[int, int, int]]:
+    """dtype -> (tensors, elements, bytes), summed in C."""
+    kinds = set(dtypes)
+    if len(kinds) == 1:
+        return {dtypes[0]: (len(dtypes), sum(numel), sum(lengths))}
+    out = {}
+    for dt in sorted(kinds):
+        sel = list(map(eq, dtypes, repeat(dt)))
+        out[dt] = (sum(sel), sum(compress(numel, sel)), sum(compress(lengths, sel)))
+    return out
 
 
 class ShardHeader:
@@ -146,17 +169,12 @@ class ShardHeader:
         if t is None:
             c = self._columns
             assert c is not None
-            d0 = self.data_start
             dims = iter(c.dims)
-            rows = zip(
-                c.names,
-                c.dtypes,
-                map(tuple, map(islice, repeat(dims), c.ndims)),
-                repeat(self._shard),
-                map(add, c.begins, repeat(d0)),
-                map(add, c.ends, repeat(d0)),
-                c.numel,
-            )
+            shapes = list(map(tuple, map(islice, repeat(dims), c.ndims)))
+            numel = list(map(prod, shapes))
+            starts = list(map(add, c.begins, repeat(self.data_start)))
+            stops = map(add, starts, map(mul, numel, map(_BYTES.__getitem__, c.dtypes)))
+            rows = zip(c.names, c.dtypes, shapes, repeat(self._shard), starts, stops, numel)
             t = self._tensors = dict(zip(c.names, map(_MAKE_INFO, rows)))
         return t
 
@@ -167,23 +185,16 @@ class ShardHeader:
         return c.names if c is not None else tuple(self.tensors)
 
     def dtype_totals(self) -> dict[str, tuple[int, int, int]]:
-        """dtype -> (tensors, elements, bytes), summed in C."""
+        """dtype -> (tensors, elements, bytes)."""
         c = self._columns
         if c is not None:
-            dtypes, numel, lengths = c.dtypes, c.numel, c.lengths
-        else:
-            ts = self.tensors.values()
-            dtypes = tuple(map(itemgetter(1), ts))
-            numel = tuple(map(itemgetter(6), ts))
-            lengths = tuple(map(sub, map(_END, ts), map(_START, ts)))
-        kinds = set(dtypes)
-        if len(kinds) == 1:
-            return {dtypes[0]: (len(dtypes), sum(numel), sum(lengths))}
-        out = {}
-        for dt in sorted(kinds):
-            sel = list(map(eq, dtypes, repeat(dt)))
-            out[dt] = (sum(sel), sum(compress(numel, sel)), sum(compress(lengths, sel)))
-        return out
+            return dict(c.totals)
+        ts = self.tensors.values()
+        return _totals(
+            tuple(map(itemgetter(1), ts)),
+            tuple(map(itemgetter(6), ts)),
+            tuple(map(sub, map(_END, ts), map(_START, ts))),
+        )
 
     def __repr__(self) -> str:
         return f"ShardHeader({str(self.path)!r}, {self.header_len} header bytes, {len(self.names)} tensors)"
@@ -346,9 +357,7 @@ def _fast_columns(raw: bytes, size: int) -> tuple[dict[str, str], _Columns] | No
         tuple(chain.from_iterable(shapes)),
         tuple(map(len, shapes)),
         tuple(begins),
-        tuple(ends),
-        tuple(numel),
-        tuple(lengths),
+        _totals(dtypes, numel, lengths),
     )
 
 
