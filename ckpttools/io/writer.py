@@ -17,7 +17,9 @@ import math
 import os
 import shutil
 import struct
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -49,6 +51,9 @@ __all__ = [
 ]
 
 _COPY_CHUNK = 64 << 20
+#: the most one copy_file_range call moves on Linux (MAX_RW_COUNT): a whole data section is one
+#: copy, in calls of this size
+_KERNEL_COPY_MAX = 0x7FFFF000
 #: the largest shard size parse_size accepts (1 PB)
 MAX_SHARD_SIZE = 10**15
 
@@ -222,7 +227,18 @@ class SafetensorsFileWriter:
         spec = self._expect(name)
         self._copy(src, offset, spec.nbytes, name)
 
-    def _copy(self, src: str | Path, offset: int, length: int, name: str) -> None:
+    def copy_run(self, names: Sequence[str], src: str | Path, offset: int) -> int:
+        """Write the next tensors, ``names`` in order, whose bytes lie one after another in ``src``
+        from ``offset``: one kernel copy for all of them (a shard whose tensors keep their dtype,
+        bytes and order is its new header and one copy of the source's data section). Returns
+        the bytes copied."""
+        ends = list(accumulate(self._expect(n).nbytes for n in names))
+        if ends and ends[-1]:
+            # a short source is reported with the tensor whose bytes it lacks
+            self._copy(src, offset, ends[-1], lambda done: names[bisect_right(ends, done)])
+        return ends[-1] if ends else 0
+
+    def _copy(self, src: str | Path, offset: int, length: int, name: str | Callable[[int], str]) -> None:
         self._f.flush()
         left = length
         fd = self._src_fds.get(str(src))
@@ -233,7 +249,7 @@ class SafetensorsFileWriter:
         if hasattr(os, "copy_file_range") and self._kernel_copy:
             try:
                 while left:
-                    n = os.copy_file_range(fd, dfd, min(left, 1 << 30), pos)
+                    n = os.copy_file_range(fd, dfd, min(left, _KERNEL_COPY_MAX), pos)
                     if n == 0:
                         break
                     pos += n
@@ -244,7 +260,8 @@ class SafetensorsFileWriter:
         while left:
             chunk = os.pread(fd, min(left, _COPY_CHUNK), pos)
             if not chunk:
-                raise CheckpointFormatError(f"{src}: ended early while copying {name!r}", path=src, tensor=name)
+                which = name if isinstance(name, str) else name(pos - offset)
+                raise CheckpointFormatError(f"{src}: ended early while copying {which!r}", path=src, tensor=which)
             self._f.write(chunk)
             pos += len(chunk)
             left -= len(chunk)
@@ -390,6 +407,19 @@ class CheckpointWriter:
 
     def copy_range(self, name: str, src: str | Path, offset: int) -> None:
         self._writer_for(name).copy_range(name, src, offset)
+        kill_point("mid-write")
+
+    def copy_run(self, names: Sequence[str], src: str | Path, offset: int) -> None:
+        """Tensors ``names`` (in order) from consecutive bytes of ``src`` at ``offset``: one kernel
+        copy per output shard the run spans (:meth:`SafetensorsFileWriter.copy_run`)."""
+        i = 0
+        while i < len(names):
+            shard = self._shard_of.get(names[i])
+            j = i + 1
+            while j < len(names) and self._shard_of.get(names[j]) == shard:
+                j += 1
+            offset += self._writer_for(names[i]).copy_run(names[i:j], src, offset)
+            i = j
         kill_point("mid-write")
 
     def write_segments(self, name: str, segments: Iterable[Any]) -> None:
