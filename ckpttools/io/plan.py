@@ -327,6 +327,7 @@ def _execute_directory(
             in_place=in_place,
             backup=backup,
         ) as w:
+            w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
             _write_tensors(w, plan, progress)
             warm.join()
             if plan.config is not None:
@@ -411,6 +412,37 @@ def _copy_runs(tensors: list[PlannedTensor]) -> dict[int, int]:
         runs[i] = j - i
         i = j
     return runs
+
+
+#: a copy this large has its output placed at its source's offset within a page
+_PAGE_ALIGN_MIN = 64 << 20
+
+
+def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]]) -> dict[int, int]:
+    """For each output shard whose largest run of copied bytes is at least 64 MiB: where its data
+    section must start within a page for that run to land at its source's offset within a page
+    (a page-congruent kernel copy). Shards of small or computed tensors keep the 8-byte padding."""
+    from ckpttools.io.writer import PAGE
+
+    runs = _copy_runs(tensors)
+    shard_of = {s.name: i for i, shard in enumerate(shards) for s in shard}
+    at: dict[str, int] = {}  # each tensor's offset in its shard's data section
+    for shard in shards:
+        pos = 0
+        for s in shard:
+            at[s.name] = pos
+            pos += s.nbytes
+    best: dict[int, tuple[int, int]] = {}  # shard -> (bytes of its largest run, wanted page offset)
+    for i, n in runs.items():
+        run = tensors[i : i + n]
+        first = run[0].source
+        assert isinstance(first, Copy)
+        shard = shard_of[run[0].name]
+        size = sum(t.nbytes for t in run if shard_of[t.name] == shard)
+        want = (first.ref.offset - at[run[0].name]) % PAGE
+        if size >= _PAGE_ALIGN_MIN and want % 8 == 0 and size > best.get(shard, (0, 0))[0]:
+            best[shard] = (size, want)
+    return {shard: want for shard, (_, want) in best.items()}
 
 
 def _write_tensors(w: Any, plan: WritePlan, progress: Progress | None) -> None:

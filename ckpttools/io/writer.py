@@ -141,7 +141,13 @@ def shard_file_names(n: int) -> list[str]:
     return [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
 
 
-def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) -> bytes:
+#: the page size a data section is placed against (see SafetensorsFileWriter's ``page_offset``)
+PAGE = 4096
+
+
+def _header_bytes(
+    specs: Sequence[TensorSpec], metadata: dict[str, str] | None, page_offset: int | None = None
+) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -152,7 +158,10 @@ def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) 
         header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [off, off + s.nbytes]}
         off += s.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
+    if page_offset is None:
+        raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
+    else:  # the data at ``page_offset`` within a page (a multiple of 8: still 8-byte aligned)
+        raw += b" " * ((page_offset - 8 - len(raw)) % PAGE)
     return struct.pack("<Q", len(raw)) + raw
 
 
@@ -185,14 +194,27 @@ class SafetensorsFileWriter:
         ...     w.write("w", np.eye(2, dtype=np.float32))
     """
 
-    def __init__(self, path: str | Path, specs: Sequence[TensorSpec], metadata: dict[str, str] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        specs: Sequence[TensorSpec],
+        metadata: dict[str, str] | None = None,
+        *,
+        page_offset: int | None = None,
+    ):
+        """``page_offset`` (a multiple of 8 below :data:`PAGE`): pad the header so that the data
+        section starts at that offset within a page. A kernel copy whose source and destination
+        lie at the same offset within their pages moves whole pages (on ext4 a misaligned one of
+        3.6 GB took ~1.35x as long)."""
         self.path = Path(path)
         self.specs = list(specs)
         self._next = 0
         self._src_fds: dict[str, int] = {}
         self._kernel_copy = True
+        if page_offset is not None and not (0 <= page_offset < PAGE and page_offset % 8 == 0):
+            raise ValueError(f"page_offset {page_offset}: a multiple of 8 in [0, {PAGE}) expected")
         self._f = open_new(self.path)
-        self._f.write(_header_bytes(self.specs, metadata))
+        self._f.write(_header_bytes(self.specs, metadata, page_offset))
 
     def _expect(self, name: str) -> TensorSpec:
         if self._next >= len(self.specs):
@@ -377,6 +399,8 @@ class CheckpointWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
         os.mkdir(self.tmp)
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
+        #: shard index -> where in a page its data section starts (SafetensorsFileWriter's page_offset)
+        self.page_offsets: dict[int, int] = {}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
         self._sealed = False
@@ -393,7 +417,10 @@ class CheckpointWriter:
                     self._cur.close()
                 self._cur_i += 1
                 self._cur = SafetensorsFileWriter(
-                    self.tmp / self.files[self._cur_i], self.plan[self._cur_i], self.metadata
+                    self.tmp / self.files[self._cur_i],
+                    self.plan[self._cur_i],
+                    self.metadata,
+                    page_offset=self.page_offsets.get(self._cur_i),
                 )
         assert self._cur is not None
         return self._cur
