@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpttools.engines.aux_rules import fc_options
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.config import (
     DEEPSEEK_V3_TYPES,
@@ -114,6 +113,8 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
         out["$.num_aux_hidden_states"] = (
             f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
         )
+    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
+
     flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
     num = fc_options(cfg, "sglang").num_aux
     want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
