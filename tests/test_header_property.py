@@ -203,7 +203,7 @@ def compact_file(draw) -> tuple[bytes, str]:
 
 
 @settings(
-    max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(case=compact_file())
 def test_compact_headers_agree_with_safetensors(tmp_path_factory, case: tuple[bytes, str]) -> None:

@@ -437,12 +437,12 @@ def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]]) -> dict
         run = tensors[i : i + n]
         first = run[0].source
         assert isinstance(first, Copy)
-        shard = shard_of[run[0].name]
-        size = sum(t.nbytes for t in run if shard_of[t.name] == shard)
+        k = shard_of[run[0].name]
+        size = sum(t.nbytes for t in run if shard_of[t.name] == k)
         want = (first.ref.offset - at[run[0].name]) % PAGE
-        if size >= _PAGE_ALIGN_MIN and want % 8 == 0 and size > best.get(shard, (0, 0))[0]:
-            best[shard] = (size, want)
-    return {shard: want for shard, (_, want) in best.items()}
+        if size >= _PAGE_ALIGN_MIN and want % 8 == 0 and size > best.get(k, (0, 0))[0]:
+            best[k] = (size, want)
+    return {k: want for k, (_, want) in best.items()}
 
 
 def _write_tensors(w: Any, plan: WritePlan, progress: Progress | None) -> None:
