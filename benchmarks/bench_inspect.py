@@ -6,6 +6,10 @@ Compares, whole-process and in the same run:
     tensor's dtype and shape, and print that inventory as JSON,
 and `ckpt --help`. It also counts the bytes each process read (/proc/self/io rchar).
 
+The summary (`inspect --json --no-tensors` against the loop that only counts tensors, the
+figure with a target) is also timed in pairs, A B A B ..., with the ratio taken pair by pair,
+so that a machine whose speed drifts between runs moves both sides of each ratio alike.
+
     python benchmarks/bench_inspect.py [--workdir DIR] [--repeat 5] [--before OTHER_CHECKOUT]
 """
 
@@ -104,11 +108,24 @@ def main() -> None:
     quiet_med, quiet_min = run_timed([sys.executable, "-c", quiet.replace(", sys.stdout)", ")"), str(huge)], a.repeat)
     nt_med, nt_min = run_timed([*ckpt, "inspect", str(huge), "--json", "--no-tensors"], a.repeat)
     count_med, count_min = run_timed([sys.executable, "-c", COUNT, str(huge)], a.repeat)
-    if a.before is not None:  # another checkout against this one and the counting loop, interleaved
-        import statistics
-        import subprocess
-        import time
+    import statistics
+    import subprocess
+    import time
 
+    # the summary against the counting loop, in pairs (3x the runs: the figure with a target)
+    pair_ratios, pair_a, pair_b = [], [], []
+    for _ in range(3 * a.repeat):
+        t = time.perf_counter()
+        subprocess.run([*ckpt, "inspect", str(huge), "--json", "--no-tensors"], capture_output=True, check=True)
+        ta = time.perf_counter() - t
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", COUNT, str(huge)], capture_output=True, check=True)
+        tb = time.perf_counter() - t
+        pair_a.append(ta)
+        pair_b.append(tb)
+        pair_ratios.append(ta / tb)
+    pair_ratios.sort()
+    if a.before is not None:  # another checkout against this one and the counting loop, interleaved
         cmds = {
             "before": [
                 "env",
@@ -128,7 +145,9 @@ def main() -> None:
         for _ in range(3 * a.repeat):
             for k, c in cmds.items():
                 t = time.perf_counter()
-                subprocess.run(c, capture_output=True, check=True)
+                # `python -m` puts the working directory first on sys.path: run the other
+                # checkout from its own root, or it would import this one
+                subprocess.run(c, capture_output=True, check=True, cwd=a.before if k == "before" else None)
                 times[k].append(time.perf_counter() - t)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(
@@ -145,7 +164,13 @@ def main() -> None:
     print(f"ckpt inspect --json --no-tensors  median {nt_med:.3f} s  min {nt_min:.3f} s")
     print(f"naive safe_open loop counting tensors  median {count_med:.3f} s  min {count_min:.3f} s")
     print(f"ratio inspect / naive: {ins_med / naive_med:.2f}x  (below 1 = faster than naive)")
-    print(f"ratio inspect --no-tensors / naive count loop: {nt_med / count_med:.2f}x  (target <= 1.0)")
+    print(f"ratio inspect --no-tensors / naive count loop: {nt_med / count_med:.2f}x  (of the medians)")
+    print(
+        f"paired x{len(pair_ratios)}, inspect --json --no-tensors / naive count loop: median "
+        f"{statistics.median(pair_ratios):.2f}x, min {pair_ratios[0]:.2f}x, max {pair_ratios[-1]:.2f}x  "
+        f"(target <= 1.0); inspect median {statistics.median(pair_a):.3f} s, loop median "
+        f"{statistics.median(pair_b):.3f} s (spread {min(pair_b):.3f}-{max(pair_b):.3f} s)"
+    )
     print(f"ratio inspect / naive printing nothing: {ins_med / quiet_med:.2f}x")
     print(
         f"bytes read by inspect beyond `ckpt --help`: {read / 1e6:.2f} MB "

@@ -32,9 +32,8 @@ from ckpttools.errors import (
     UnsafePathError,
 )
 
-from ckpttools.io.version import __version__  # noqa: E402
-
 if TYPE_CHECKING:
+    from ckpttools.io.version import __version__
     from ckpttools.engines.flavor import detect_flavor
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
@@ -51,6 +50,8 @@ if TYPE_CHECKING:
 
 #: public name -> the module that defines it (loaded on first use)
 _LAZY = {
+    # the version comes from importlib.metadata, which costs every start-up ~20 ms: read when asked for
+    "__version__": "ckpttools.io.version",
     "open_checkpoint": "ckpttools.io.checkpoint",
     "Checkpoint": "ckpttools.io.checkpoint",
     "detect_flavor": "ckpttools.engines.flavor",

@@ -239,3 +239,32 @@ def test_no_checkpoint_mapping_or_config_is_written_outside_the_executor() -> No
         if f.split(":")[0] not in allowed or not any(w in f for w in ("write_bytes", "write_text", "write_json"))
     ]
     assert not stray, "writes outside the executor (ckpttools/io/plan.py):\n" + "\n".join(stray)
+
+
+def test_one_large_copy_lands_at_its_sources_offset_in_a_page(tmp_path: Path) -> None:
+    """A shard that is one kernel copy of >= 64 MiB gets its header padded so its data starts at
+    the source's offset within a page; a small copy keeps the 8-byte padding (golden trees)."""
+    import struct
+
+    from safetensors.numpy import load_file
+
+    from ckpttools.io.plan import Copy, PlannedTensor, TensorRef, _copy_runs, _page_offsets
+    from ckpttools.io.writer import SafetensorsFileWriter, TensorSpec
+
+    big = [
+        PlannedTensor(
+            f"t{i}", "BF16", (16 << 20,), Copy(TensorRef(f"s{i}", "src", 1728 + i * (32 << 20), "BF16", (16 << 20,)))
+        )
+        for i in range(2)
+    ]
+    small = [PlannedTensor("x", "F32", (4,), Copy(TensorRef("x", "src", 1728, "F32", (4,))))]
+    assert _copy_runs(big) == {0: 2}  # consecutive in one file: one run, one copy
+    assert _page_offsets(big, [[TensorSpec(t.name, t.dtype, t.shape) for t in big]]) == {0: 1728}
+    assert _page_offsets(small, [[TensorSpec("x", "F32", (4,))]]) == {}
+    tmp = tmp_path / ".o.ckpt-tmp-1-write"
+    tmp.mkdir()
+    with SafetensorsFileWriter(tmp / "a.safetensors", [TensorSpec("x", "F32", (4,))], page_offset=1728) as w:
+        w.write("x", np.arange(4, dtype=np.float32))
+    raw = (tmp / "a.safetensors").read_bytes()
+    assert (8 + struct.unpack("<Q", raw[:8])[0]) % 4096 == 1728
+    assert load_file(tmp / "a.safetensors")["x"].tolist() == [0, 1, 2, 3]

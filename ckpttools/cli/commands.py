@@ -10,7 +10,6 @@ Exit codes: 0 success; 1 a check ran and found problems; 2 bad usage or unreadab
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -135,29 +134,36 @@ def _capped(text: str) -> str:
 
 def _notes_to_stderr() -> None:
     """What the library said on the side (stale temporaries removed, ...) goes to stderr as a
-    note, with each parameter it names written as the running command's flag."""
-    import logging
+    note, with each parameter it names written as the running command's flag. The handler is
+    put in place before the first note (logging is not imported by a command that says nothing)."""
+    from ckpttools.io.fsutil import BEFORE_FIRST_NOTE
 
     # huggingface_hub logs each retry itself; the CLI says what failed once (set before it is imported:
     # its root logger takes HF_HUB_VERBOSITY then)
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    if _install_note_handler not in BEFORE_FIRST_NOTE:
+        BEFORE_FIRST_NOTE.append(_install_note_handler)
+
+
+def _install_note_handler() -> None:
+    import logging
+
+    class NoteHandler(logging.Handler):
+        """The library's log records as ``ckpt: note:`` lines, each parameter named as its flag."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            from ckpttools.errors import render_params
+
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx is not None else None
+            flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
+            click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
+
     log = logging.getLogger("ckpttools")
-    if not any(isinstance(h, _NoteHandler) for h in log.handlers):
-        log.addHandler(_NoteHandler())
+    if not any(type(h).__name__ == "NoteHandler" for h in log.handlers):
+        log.addHandler(NoteHandler())
     log.setLevel(logging.INFO)
     log.propagate = False
-
-
-class _NoteHandler(logging.Handler):
-    """The library's log records as ``ckpt: note:`` lines, each parameter named as its flag."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from ckpttools.errors import render_params
-
-        ctx = click.get_current_context(silent=True)
-        root = ctx.find_root() if ctx is not None else None
-        flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
-        click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
 
 
 @click.group(cls=CkptGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -185,7 +191,6 @@ def _show_plan(make: Any, as_json: bool, force: bool = False) -> None:
     """--dry-run: build the plan (no download; ckpttools' and huggingface_hub's caches read, never
     written) and print it. It is refused where the run would be, with the same line: the executor's
     own preflight (ckpttools.io.preflight) runs on it."""
-    from ckpttools.cli.render import render_plan
     from ckpttools.io.hub import read_only_cache
     from ckpttools.io.preflight import preflight
 
@@ -199,17 +204,22 @@ def _show_plan(make: Any, as_json: bool, force: bool = False) -> None:
 
         emit_json(d)
     else:
+        from ckpttools.cli.render import render_plan
+
         click.echo(render_plan(d))
 
 
-def _show(result: Any, as_json: bool, render: Any) -> None:
-    """Data to stdout: the result's JSON with --json, else its human rendering."""
+def _show(result: Any, as_json: bool, render: str, **options: Any) -> None:
+    """Data to stdout: the result's JSON with --json, else its human rendering by the function
+    ``render`` of ckpttools.cli.render (imported only then: --json never loads the renderers)."""
     if as_json:
         from ckpttools.cli.output import emit_json
 
         emit_json(result.to_dict())
     else:
-        click.echo(render(result))
+        from ckpttools.cli import render as renderers
+
+        click.echo(getattr(renderers, render)(result, **options))
 
 
 # ---------------------------------------------------------------------------- inspect
@@ -238,11 +248,10 @@ def inspect_cmd(
     """
     if revision is not None and os.path.lexists(path):
         raise click.UsageError(f"--revision goes with a Hub repo id; {path} is a local path")
-    from ckpttools.cli.render import render_inspect
     from ckpttools.ops.inspect import inspect
 
     report = inspect(path, tensors=tensors, filter=pattern, revision=revision)
-    _show(report, as_json, lambda r: render_inspect(r, all_tensors=all_tensors))
+    _show(report, as_json, "render_inspect", all_tensors=all_tensors)
 
 
 # ---------------------------------------------------------------------------- vocab
@@ -273,10 +282,9 @@ def diff_vocab_cmd(a: str, b: str, tokenizer: str | None, frequencies: str | Non
       ckpt diff-vocab ./drafter-k2 ./drafter-k25
       ckpt diff-vocab ./drafter mapping.safetensors --tokenizer ./target --show 20
     """
-    from ckpttools.cli.render import render_diff_vocab
     from ckpttools.vocab.diff import diff_vocab
 
-    _show(diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show), as_json, render_diff_vocab)
+    _show(diff_vocab(a, b, tokenizer=tokenizer, frequencies=frequencies, show=show), as_json, "render_diff_vocab")
 
 
 @cli.group("vocab")
@@ -315,12 +323,11 @@ def vocab_build_cmd(
     Example:
       ckpt vocab build --frequencies counts.jsonl --vocab-size 163840 --draft-vocab-size 32000 -o map.safetensors
     """
-    from ckpttools.cli.render import render_build
     from ckpttools.vocab.diff import build_vocab, plan_vocab
 
     if dry_run:
         return _show_plan(lambda: plan_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size), as_json, force)
-    _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, render_build)
+    _show(build_vocab(frequencies, draft_vocab_size, out, vocab_size=vocab_size, force=force), as_json, "render_build")
 
 
 # ---------------------------------------------------------------------------- validate
@@ -392,7 +399,6 @@ def validate_cmd(
         raise click.UsageError("-o/--in-place/--force/--dry-run go with --fix")
     if do_fix and bool(out) == in_place:
         raise click.UsageError("--fix needs exactly one of -o OUT or --in-place")
-    from ckpttools.cli.render import render_fix, render_validation
 
     if do_fix:
         from ckpttools.ops.fix import fix, plan_fix
@@ -404,12 +410,12 @@ def validate_cmd(
                 force,
             )
         res = fix(drafter, out, target=target, in_place=in_place, force=force, engine=engine)
-        _show(res, as_json, render_fix)
+        _show(res, as_json, "render_fix")
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
 
     r = validate(drafter, target, deep=deep, max_download=max_download, engine=engine, load_plan=show_plan)
-    _show(r, as_json, render_validation)
+    _show(r, as_json, "render_validation")
     sys.exit(0 if r.ok else 1)
 
 
@@ -474,7 +480,6 @@ def remap_cmd(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from ckpttools.cli.output import byte_progress
-    from ckpttools.cli.render import render_remap
     from ckpttools.ops.remap import plan_remap, remap
 
     opts: dict[str, Any] = dict(
@@ -492,7 +497,7 @@ def remap_cmd(
         return _show_plan(lambda: plan_remap(drafter, out, **opts, download=False), as_json, force)
     with byte_progress("remap", quiet) as bar:
         r = remap(drafter, out, **opts, force=force, progress=bar)
-    _show(r, as_json, render_remap)
+    _show(r, as_json, "render_remap")
 
 
 # ---------------------------------------------------------------------------- export
@@ -549,7 +554,6 @@ def export_cmd(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--max-shard-size") from None
     from ckpttools.cli.output import byte_progress
-    from ckpttools.cli.render import render_export
     from ckpttools.ops.export import ExportRejected, export, plan_export
 
     if dry_run:
@@ -571,10 +575,10 @@ def export_cmd(
                 progress=bar,
             )
     except ExportRejected as e:
-        _show(e.report, as_json, render_export)
+        _show(e.report, as_json, "render_export")
         click.echo(f"ckpt: error: {e}", err=True)
         sys.exit(e.exit_code)
-    _show(r, as_json, render_export)
+    _show(r, as_json, "render_export")
 
 
 # ---------------------------------------------------------------------------- verify
@@ -693,7 +697,6 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
       ckpt verify --engine torch --target ./target ./drafter --steps 3
       ckpt verify --launch --engine vllm --target ./target ./ckpt-1000 ./ckpt-2000 ./ckpt-3000
     """
-    from ckpttools.cli.render import render_verify
 
     drafters = [*o["drafter"], *drafter_args]
     drafter = drafters[0] if drafters else None
@@ -722,7 +725,7 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
         from ckpttools.ops.plot import plot_report
 
         plot_report(rep, o["plot_file"])
-    _show(rep, o["as_json"], render_verify)
+    _show(rep, o["as_json"], "render_verify")
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)
@@ -896,7 +899,6 @@ def _check_python(python: str | None, flag: str = "--engine-python") -> None:
 
 def _compare(drafters: list[str], o: dict[str, Any]) -> None:
     """Several drafters: one target load, each drafter swapped in (ops/compare.py)."""
-    from ckpttools.cli.render import render_compare
 
     from ckpttools.ops.compare import MAX_DRAFTERS
 
@@ -922,7 +924,7 @@ def _compare(drafters: list[str], o: dict[str, Any]) -> None:
         from ckpttools.io.guard import write_json
 
         write_json(o["output_file"], rep.to_dict())
-    _show(rep, o["as_json"], render_compare)
+    _show(rep, o["as_json"], "render_compare")
     err = rep.error()  # a drafter that failed, or measured nothing: one error line, the run's exit code
     if err is not None:
         raise err
@@ -1139,7 +1141,6 @@ def logs_cmd(
         from ckpttools.io.guard import check_output
 
         check_output(plot_file)
-    from ckpttools.cli.render import render_logs
     from ckpttools.ops.logs import read_logs
 
     rep = read_logs(list(files), pattern=pattern, convention=convention, min_accept_len=min_accept_len)
@@ -1147,7 +1148,7 @@ def logs_cmd(
         from ckpttools.ops.plot import plot_logs
 
         plot_logs(rep, plot_file)
-    _show(rep, as_json, lambda r: render_logs(r, show=show))
+    _show(rep, as_json, "render_logs", show=show)
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: give the server's own log (SGLang or vLLM), or --pattern for a custom line", err=True)

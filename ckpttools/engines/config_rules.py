@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpttools.engines.aux_rules import fc_options
-from ckpttools.engines.claims import VLLM_AMX_MLA_CHECKS
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.config import (
     DEEPSEEK_V3_TYPES,
@@ -116,6 +114,8 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
         out["$.num_aux_hidden_states"] = (
             f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
         )
+    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
+
     flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
     num = fc_options(cfg, "sglang").num_aux
     want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
@@ -143,6 +143,8 @@ def amx_mla_refusal(cfg: dict[str, Any] | None) -> dict[str, Any] | None:
         {"field", "value", "where" (its JSON path), "error" (the RuntimeError's text), "when"};
         None when every size passes, or one is missing or not a positive integer (nothing to say).
     """
+    from ckpttools.engines.claims import VLLM_AMX_MLA_CHECKS  # (validate's: not for inspect's start-up)
+
     sizes: dict[str, tuple[int, str]] = {}
     for key in dict.fromkeys(k for k, *_ in VLLM_AMX_MLA_CHECKS):
         value, where = lookup(cfg, key)

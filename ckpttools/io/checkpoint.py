@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +189,9 @@ class Checkpoint:
         self.index_path = index_path
         self.revision = revision
         self.headers: dict[str, ShardHeader] = {}
-        self.tensors: dict[str, TensorInfo] = {}
+        #: tensor name -> its shard, in checkpoint order (shards in order, each in header order)
+        self._shard_of: dict[str, str] = {}
+        self._tensors: dict[str, TensorInfo] | None = None
         self._shard_paths: dict[str, Path] = {}
         self._maps: dict[str, Any] = {}
         self._fds: dict[str, int] = {}
@@ -204,13 +205,39 @@ class Checkpoint:
             hdr = given.get(name) or read_header(p, name)
             self.headers[name] = hdr
             self._shard_paths[name] = p
-            common = hdr.tensors.keys() & self.tensors.keys()  # in C
-            if common:
-                dup = min(common)
+            mine = dict.fromkeys(hdr.names, name)
+            before = len(self._shard_of)
+            self._shard_of.update(mine)
+            if len(self._shard_of) != before + len(mine):  # a name an earlier shard has too
+                earlier: dict[str, str] = {}
+                for other in list(self.headers)[:-1]:
+                    earlier.update(dict.fromkeys(self.headers[other].names, other))
+                dup = min(mine.keys() & earlier.keys())
                 raise CheckpointFormatError(
-                    f"tensor {dup!r} appears in both {self.tensors[dup].shard} and {name}", path=p, tensor=dup
+                    f"tensor {dup!r} appears in both {earlier[dup]} and {name}", path=p, tensor=dup
                 )
-            self.tensors.update(hdr.tensors)
+
+    @property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor's :class:`TensorInfo`, by name, in checkpoint order (made on first use:
+        what needs only names and counts, as ``inspect --no-tensors`` does, never makes them)."""
+        t = self._tensors
+        if t is None:
+            with _gc_paused():
+                t = {}
+                for h in self.headers.values():
+                    t.update(h.tensors)
+            self._tensors = t
+        return t
+
+    @property
+    def tensor_names(self) -> KeysView[str]:
+        """The tensor names, in checkpoint order (no :class:`TensorInfo` made)."""
+        return self._shard_of.keys()
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self._shard_of)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -369,7 +396,7 @@ class Checkpoint:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Checkpoint({self.source!r}, {len(self.tensors)} tensors in {len(self.headers)} files)"
+        return f"Checkpoint({self.source!r}, {self.num_tensors} tensors in {len(self.headers)} files)"
 
 
 def _refuse_pickle(p: Path) -> PickleRefusedError:
@@ -407,20 +434,17 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
     return Checkpoint(source, root, [(p.name, p) for p in files], config, cfg_path if config else None, None, revision)
 
 
-_SHARD = itemgetter(3)
-
-
 def _check_index(ck: Checkpoint, weight_map: dict[str, str], index_name: str, where: str | Path) -> None:
     """Every tensor the index names is in the shard it names, and no other tensor exists."""
     norm = {rel: os.path.normpath(rel) for rel in set(weight_map.values())}
-    if all(k == v for k, v in norm.items()) and len(weight_map) == len(ck.tensors):
+    if all(k == v for k, v in norm.items()) and len(weight_map) == ck.num_tensors:
         # the usual case, compared in C: every tensor in the shard the index names
-        if weight_map == dict(zip(ck.tensors.keys(), map(_SHARD, ck.tensors.values()))):
+        if weight_map == ck._shard_of:
             return
     for tname, rel in weight_map.items():
-        t = ck.tensors.get(tname)
-        if t is None or t.shard != norm[rel]:
-            where_t = "no shard holds it" if t is None else f"it is in {t.shard}"
+        shard = ck._shard_of.get(tname)
+        if shard is None or shard != norm[rel]:
+            where_t = "no shard holds it" if shard is None else f"it is in {shard}"
             raise CheckpointFormatError(
                 f"{index_name} maps tensor {tname!r} to {rel}, but {where_t}",
                 path=where,

@@ -85,14 +85,13 @@ def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         o, d = stack.pop()
-        if isinstance(o, dict):
+        if isinstance(o, (dict, list)):
             if d > limit:
                 return False
-            stack.extend((v, d + 1) for v in o.values() if isinstance(v, (dict, list)))
-        elif isinstance(o, list):
-            if d > limit:
-                return False
-            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list)))
+            values = o.values() if isinstance(o, dict) else o
+            # the kinds of value first, in C: a 35,000-entry weight_map holds no container at all
+            if any(issubclass(t, (dict, list)) for t in set(map(type, values))):
+                stack.extend((v, d + 1) for v in values if isinstance(v, (dict, list)))
     return True
 
 
@@ -122,12 +121,12 @@ def loads_json(
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _err(error, f"{where}: not UTF-8 text (byte {e.start})", where, hint) from None
-    try:
-        obj = orjson.loads(raw)  # C parser: no Python recursion; refuses NaN and Infinity
+        obj = orjson.loads(raw)  # C parser: no Python recursion; refuses NaN, Infinity and bytes not UTF-8
     except orjson.JSONDecodeError as e:
+        try:  # which fault to name: text that is not UTF-8 first (decoded only here: a 3 MB index is 3 MB more)
+            raw.decode("utf-8")
+        except UnicodeDecodeError as u:
+            raise _err(error, f"{where}: not UTF-8 text (byte {u.start})", where, hint) from None
         msg = str(e)
         if "recursion" in msg.lower() or "depth limit" in msg.lower():
             raise _err(error, f"{where}: nested more than {max_depth} levels deep", where, hint) from None

@@ -179,10 +179,14 @@ class ManifestPlan:
 
 @dataclass(frozen=True)
 class Check:
-    """A check run on the written tree before it is renamed into place; raising aborts the write."""
+    """A check run on the written tree before it is renamed into place; raising aborts the write.
+
+    ``warm`` names modules the check imports: they are imported on another thread while the
+    tensors are copied (a kernel copy leaves the interpreter free), not after it."""
 
     what: str
     run: Callable[[Path], Any]
+    warm: tuple[str, ...] = ()
 
 
 @dataclass
@@ -344,6 +348,8 @@ def _execute_directory(
     shards = [[by_name[n] for n in group] for group in plan.shards] if plan.shards is not None else None
     hashed = [p for ps in (plan.manifest.sources.values() if plan.manifest else ()) for p in ps]
     hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
+    # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
+    warm = _Warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
     result = None
     try:
         with CheckpointWriter(
@@ -357,7 +363,9 @@ def _execute_directory(
             in_place=in_place,
             backup=backup,
         ) as w:
+            w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
             _write_tensors(w, plan, progress)
+            warm.join()
             if plan.config is not None:
                 w.add_json("config.json", plan.config)
             for s in plan.side_files:
@@ -371,9 +379,39 @@ def _execute_directory(
             if plan.check is not None:
                 result = plan.check.run(w.seal())
     finally:
+        warm.join()
         if hashes is not None:
             hashes.close()
     return Written(dest, plan.bytes_total, result)
+
+
+class _Warm:
+    """Modules imported on a thread of their own while the tensors are written: the kernel copy
+    and the hashing release the interpreter, so what comes after the copy (the manifest, the
+    check) costs no import time there. A module that fails here is left for the import that
+    needs it to raise."""
+
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self._thread = None
+        if modules:
+            import threading
+
+            self._thread = threading.Thread(target=self._run, args=(modules,), name="ckpt-warm-imports", daemon=True)
+            self._thread.start()
+
+    @staticmethod
+    def _run(modules: tuple[str, ...]) -> None:
+        import importlib
+
+        for m in modules:
+            try:
+                importlib.import_module(m)
+            except Exception:  # noqa: BLE001 - the import that needs it raises it again, where it belongs
+                pass
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
@@ -387,12 +425,75 @@ def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
     return make_manifest(m.operation, m.params, m.sources, hashes=done, extra=m.extra or None)
 
 
+def _copy_runs(tensors: list[PlannedTensor]) -> dict[int, int]:
+    """Where runs of local copies start (index -> tensors in the run): tensors copied unchanged
+    from one file whose bytes lie there one after another, in the output's order. A shard whose
+    tensors keep their dtype, bytes and order is then one kernel copy of the source's data."""
+    runs: dict[int, int] = {}
+    i = 0
+    while i < len(tensors):
+        src = tensors[i].source
+        if not (isinstance(src, Copy) and src.ref.hub is None):
+            i += 1
+            continue
+        j, end = i + 1, src.ref.offset + tensors[i].nbytes  # a copy moves the output's byte count
+        while j < len(tensors):
+            nxt = tensors[j].source
+            if not (isinstance(nxt, Copy) and nxt.ref.hub is None and nxt.ref.path == src.ref.path):
+                break
+            if nxt.ref.offset != end:
+                break
+            end += tensors[j].nbytes
+            j += 1
+        runs[i] = j - i
+        i = j
+    return runs
+
+
+#: a copy this large has its output placed at its source's offset within a page
+_PAGE_ALIGN_MIN = 64 << 20
+
+
+def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]]) -> dict[int, int]:
+    """For each output shard whose largest run of copied bytes is at least 64 MiB: where its data
+    section must start within a page for that run to land at its source's offset within a page
+    (a page-congruent kernel copy). Shards of small or computed tensors keep the 8-byte padding."""
+    from ckpttools.io.writer import PAGE
+
+    runs = _copy_runs(tensors)
+    shard_of = {s.name: i for i, shard in enumerate(shards) for s in shard}
+    at: dict[str, int] = {}  # each tensor's offset in its shard's data section
+    for shard in shards:
+        pos = 0
+        for s in shard:
+            at[s.name] = pos
+            pos += s.nbytes
+    best: dict[int, tuple[int, int]] = {}  # shard -> (bytes of its largest run, wanted page offset)
+    for i, n in runs.items():
+        run = tensors[i : i + n]
+        first = run[0].source
+        assert isinstance(first, Copy)
+        k = shard_of[run[0].name]
+        size = sum(t.nbytes for t in run if shard_of[t.name] == k)
+        want = (first.ref.offset - at[run[0].name]) % PAGE
+        if size >= _PAGE_ALIGN_MIN and want % 8 == 0 and size > best.get(k, (0, 0))[0]:
+            best[k] = (size, want)
+    return {k: want for k, (_, want) in best.items()}
+
+
 def _write_tensors(w: Any, plan: WritePlan, progress: Progress | None) -> None:
     total, done = plan.bytes_total, 0
-    for t in plan.tensors:
+    runs = _copy_runs(plan.tensors)
+    skip = 0
+    for i, t in enumerate(plan.tensors):
         src = t.source
-        if isinstance(src, Copy) and src.ref.hub is None:
-            w.copy_range(t.name, src.ref.path, src.ref.offset)
+        if skip:  # copied with the run it belongs to
+            skip -= 1
+        elif i in runs:
+            run = plan.tensors[i : i + runs[i]]
+            assert isinstance(src, Copy)
+            w.copy_run([r.name for r in run], src.ref.path, src.ref.offset)
+            skip = len(run) - 1
         elif isinstance(src, (Copy, Cast)):
             w.write_chunks(t.name, _cast_chunks(src.ref, t.dtype))
         elif isinstance(src, Gather):

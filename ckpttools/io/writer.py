@@ -17,7 +17,9 @@ import math
 import os
 import shutil
 import struct
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -50,6 +52,9 @@ __all__ = [
 ]
 
 _COPY_CHUNK = 64 << 20
+#: the most one copy_file_range call moves on Linux (MAX_RW_COUNT): a whole data section is one
+#: copy, in calls of this size
+_KERNEL_COPY_MAX = 0x7FFFF000
 #: the largest shard size parse_size accepts (1 PB)
 MAX_SHARD_SIZE = 10**15
 
@@ -137,7 +142,13 @@ def shard_file_names(n: int) -> list[str]:
     return [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
 
 
-def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) -> bytes:
+#: the page size a data section is placed against (see SafetensorsFileWriter's ``page_offset``)
+PAGE = 4096
+
+
+def _header_bytes(
+    specs: Sequence[TensorSpec], metadata: dict[str, str] | None, page_offset: int | None = None
+) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -148,7 +159,10 @@ def _header_bytes(specs: Sequence[TensorSpec], metadata: dict[str, str] | None) 
         header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [off, off + s.nbytes]}
         off += s.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
+    if page_offset is None:
+        raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as safetensors does
+    else:  # the data at ``page_offset`` within a page (a multiple of 8: still 8-byte aligned)
+        raw += b" " * ((page_offset - 8 - len(raw)) % PAGE)
     return struct.pack("<Q", len(raw)) + raw
 
 
@@ -181,14 +195,27 @@ class SafetensorsFileWriter:
         ...     w.write("w", np.eye(2, dtype=np.float32))
     """
 
-    def __init__(self, path: str | Path, specs: Sequence[TensorSpec], metadata: dict[str, str] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        specs: Sequence[TensorSpec],
+        metadata: dict[str, str] | None = None,
+        *,
+        page_offset: int | None = None,
+    ):
+        """``page_offset`` (a multiple of 8 below :data:`PAGE`): pad the header so that the data
+        section starts at that offset within a page. A kernel copy whose source and destination
+        lie at the same offset within their pages moves whole pages (on ext4 a misaligned one of
+        3.6 GB took ~1.35x as long)."""
         self.path = Path(path)
         self.specs = list(specs)
         self._next = 0
         self._src_fds: dict[str, int] = {}
         self._kernel_copy = True
+        if page_offset is not None and not (0 <= page_offset < PAGE and page_offset % 8 == 0):
+            raise ValueError(f"page_offset {page_offset}: a multiple of 8 in [0, {PAGE}) expected")
         self._f = open_new(self.path)
-        self._f.write(_header_bytes(self.specs, metadata))
+        self._f.write(_header_bytes(self.specs, metadata, page_offset))
 
     def _expect(self, name: str) -> TensorSpec:
         if self._next >= len(self.specs):
@@ -223,7 +250,18 @@ class SafetensorsFileWriter:
         spec = self._expect(name)
         self._copy(src, offset, spec.nbytes, name)
 
-    def _copy(self, src: str | Path, offset: int, length: int, name: str) -> None:
+    def copy_run(self, names: Sequence[str], src: str | Path, offset: int) -> int:
+        """Write the next tensors, ``names`` in order, whose bytes lie one after another in ``src``
+        from ``offset``: one kernel copy for all of them (a shard whose tensors keep their dtype,
+        bytes and order is its new header and one copy of the source's data section). Returns
+        the bytes copied."""
+        ends = list(accumulate(self._expect(n).nbytes for n in names))
+        if ends and ends[-1]:
+            # a short source is reported with the tensor whose bytes it lacks
+            self._copy(src, offset, ends[-1], lambda done: names[bisect_right(ends, done)])
+        return ends[-1] if ends else 0
+
+    def _copy(self, src: str | Path, offset: int, length: int, name: str | Callable[[int], str]) -> None:
         self._f.flush()
         left = length
         fd = self._src_fds.get(str(src))
@@ -234,7 +272,7 @@ class SafetensorsFileWriter:
         if hasattr(os, "copy_file_range") and self._kernel_copy:
             try:
                 while left:
-                    n = os.copy_file_range(fd, dfd, min(left, 1 << 30), pos)
+                    n = os.copy_file_range(fd, dfd, min(left, _KERNEL_COPY_MAX), pos)
                     if n == 0:
                         break
                     pos += n
@@ -245,7 +283,8 @@ class SafetensorsFileWriter:
         while left:
             chunk = os.pread(fd, min(left, _COPY_CHUNK), pos)
             if not chunk:
-                raise CheckpointFormatError(f"{src}: ended early while copying {name!r}", path=src, tensor=name)
+                which = name if isinstance(name, str) else name(pos - offset)
+                raise CheckpointFormatError(f"{src}: ended early while copying {which!r}", path=src, tensor=which)
             self._f.write(chunk)
             pos += len(chunk)
             left -= len(chunk)
@@ -361,6 +400,8 @@ class CheckpointWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
         os.mkdir(self.tmp)
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
+        #: shard index -> where in a page its data section starts (SafetensorsFileWriter's page_offset)
+        self.page_offsets: dict[int, int] = {}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
         self._sealed = False
@@ -377,7 +418,10 @@ class CheckpointWriter:
                     self._cur.close()
                 self._cur_i += 1
                 self._cur = SafetensorsFileWriter(
-                    self.tmp / self.files[self._cur_i], self.plan[self._cur_i], self.metadata
+                    self.tmp / self.files[self._cur_i],
+                    self.plan[self._cur_i],
+                    self.metadata,
+                    page_offset=self.page_offsets.get(self._cur_i),
                 )
         assert self._cur is not None
         return self._cur
@@ -391,6 +435,19 @@ class CheckpointWriter:
 
     def copy_range(self, name: str, src: str | Path, offset: int) -> None:
         self._writer_for(name).copy_range(name, src, offset)
+        kill_point("mid-write")
+
+    def copy_run(self, names: Sequence[str], src: str | Path, offset: int) -> None:
+        """Tensors ``names`` (in order) from consecutive bytes of ``src`` at ``offset``: one kernel
+        copy per output shard the run spans (:meth:`SafetensorsFileWriter.copy_run`)."""
+        i = 0
+        while i < len(names):
+            shard = self._shard_of.get(names[i])
+            j = i + 1
+            while j < len(names) and self._shard_of.get(names[j]) == shard:
+                j += 1
+            offset += self._writer_for(names[i]).copy_run(names[i:j], src, offset)
+            i = j
         kill_point("mid-write")
 
     def write_segments(self, name: str, segments: Iterable[Any]) -> None:

@@ -54,7 +54,6 @@ from ckpttools.io.plan import (
     side_files,
 )
 from ckpttools.io.writer import parse_size
-from ckpttools.ops.validate import validate
 from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
@@ -385,6 +384,8 @@ def _validation(dest: Path, target: str | Path | None, fmt: str, fields: dict[st
     """validate what was written, before it is moved into place; errors leave nothing at ``dest``."""
 
     def run(tree: Path) -> dict[str, Any]:
+        from ckpttools.ops.validate import validate
+
         with open_checkpoint(tree) as written:
             written.source = str(dest)
             val = validate(written, target, engine=fmt)
@@ -397,7 +398,11 @@ def _validation(dest: Path, target: str | Path | None, fmt: str, fields: dict[st
         return val.to_dict()
 
     against = f" against the target {target}" if target is not None else ""
-    return Check(f"validate for {fmt}{against}: any error leaves nothing at the output", run)
+    return Check(f"validate for {fmt}{against}: any error leaves nothing at the output", run, _VALIDATE_IMPORTS)
+
+
+#: what validate imports when it runs: brought in while the tensors are copied (io.plan.Check.warm)
+_VALIDATE_IMPORTS = ("ckpttools.ops.validate", "jsonschema", "ckpttools.engines.load_plan")
 
 
 def _eagle3_flavor(ck: Checkpoint, src: str, fmt: str) -> str:

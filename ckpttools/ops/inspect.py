@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,21 +71,16 @@ class InspectReport:
 
 
 def _by_dtype(ck: Checkpoint) -> dict[str, dict[str, int]]:
-    """Tensors, parameters and bytes per dtype; sums in C per shard and dtype."""
+    """Tensors, parameters and bytes per dtype; sums in C per shard and dtype (from the
+    checked headers: no per-tensor object is made)."""
     out: dict[str, dict[str, int]] = {}
     for h in ck.headers.values():
-        ts = list(h.tensors.values())
-        kinds = set(map(_DTYPE, ts))
-        for dt in kinds:
-            sel = ts if len(kinds) == 1 else [t for t in ts if t.dtype == dt]
+        for dt, (n, params, nbytes) in h.dtype_totals().items():
             d = out.setdefault(dt, {"tensors": 0, "params": 0, "bytes": 0})
-            d["tensors"] += len(sel)
-            d["params"] += sum(map(_NUMEL, sel))
-            d["bytes"] += sum(map(_END, sel)) - sum(map(_START, sel))
+            d["tensors"] += n
+            d["params"] += params
+            d["bytes"] += nbytes
     return out
-
-
-_DTYPE, _START, _END, _NUMEL = itemgetter(1), itemgetter(4), itemgetter(5), itemgetter(6)
 
 
 def inspect(
@@ -173,11 +167,11 @@ def _inspect_config_file(p: Path, tensors: bool) -> InspectReport:
 
 
 def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport:
-    flavor = detect_flavor(ck.config, ck.tensors.keys())
+    flavor = detect_flavor(ck.config, ck.tensor_names)
     ess = essentials(ck.config) if ck.config is not None else None
     by_dtype = _by_dtype(ck)
     files = [
-        {"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.tensors)}
+        {"file": name, "bytes": h.file_size, "header_bytes": h.header_len, "tensors": len(h.names)}
         for name, h in ck.headers.items()
     ]
     metadata: dict[str, str] = {}
@@ -201,7 +195,7 @@ def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport
         config=ess.to_dict() if ess is not None else None,
         context_length=context_length(ck.config)[0],
         files=files,
-        num_tensors=len(ck.tensors),
+        num_tensors=ck.num_tensors,
         total_params=sum(d["params"] for d in by_dtype.values()),
         total_bytes=sum(d["bytes"] for d in by_dtype.values()),
         by_dtype=by_dtype,
