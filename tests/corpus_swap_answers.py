@@ -90,6 +90,6 @@ def swap_answer_cases() -> list[Case]:
             0,
             "--timeout",
             "2",
-            stdout_has="no whole answer within 2 s",
+            stdout_has="timed out (no whole answer within",
         ),
     ]
