@@ -1012,7 +1012,7 @@ def example_drafter(
 
     \b
     Example:
-      ckpt example drafter /tmp/d --flavor eagle && ckpt inspect /tmp/d
+      ckpt example drafter ./d --flavor eagle && ckpt inspect ./d
     """
     if draft_vocab_size > vocab_size:
         raise click.BadParameter(
@@ -1052,7 +1052,7 @@ def example_target(
 
     \b
     Example:
-      ckpt example target /tmp/t --num-layers 8
+      ckpt example target ./t --num-layers 8
     """
     from ckpttools.demo.tiny import build_target
 

