@@ -11,7 +11,10 @@ import pytest
 from ckpttools.errors import ConfigError
 from ckpttools.ops.logs import read_logs
 
-EXCERPT = Path("/work/shared/data/sglang-0.5.17-responses/server-log-excerpt.txt")
+from .conftest import SHARED
+
+# found through CKPT_SHARED or ../shared, as every test finds the shared data
+EXCERPT = SHARED / "data" / "sglang-0.5.17-responses" / "server-log-excerpt.txt"
 REPO = Path(__file__).resolve().parents[1]
 
 
