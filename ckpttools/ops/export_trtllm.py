@@ -433,14 +433,14 @@ def _check(
     engine-neutral checks (:data:`NEUTRAL_CHECKS`, against the target when given): an error (a tensor
     dropped, a parameter left at init, fc sized for other aux states, a shape or a map the config
     contradicts) leaves nothing at ``dest``."""
-    from ckpttools.ops.validate import Finding, ValidationReport, _add_load_plan, validate
+    from ckpttools.ops.validate import Finding, ValidationReport, add_load_plan, validate
 
     def run(tree: Path) -> dict[str, Any]:
         with open_checkpoint(tree) as written:
             written.source = str(dest)
             rep = ValidationReport(str(dest), None, [f"the load plan of {release.spec}"])
             rep.engine_release, rep.engine_release_from = release.spec, "the newest known release"
-            _add_load_plan(rep, written, release)
+            add_load_plan(rep, written, release)
             bad = _fc_mismatch(written, captured, layout)
             neutral = validate(written, target).findings
         rep.findings[:0] = [f for f in neutral if f.severity == "error" and f.id.startswith(NEUTRAL_CHECKS)]
