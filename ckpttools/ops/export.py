@@ -37,23 +37,22 @@ from ckpttools.engines.releases import resolve
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
 from ckpttools.io.plan import (
-    Cast,
     Check,
-    Copy,
     Data,
     PlannedTensor,
-    TensorRef,
     WritePlan,
     execute,
     side_files,
 )
 from ckpttools.ops.export_common import (
     DROPPED_KEYS,
-    FLOATS,
     ExportRejected,
     ExportReport,
+    copy_or_cast,
     export_write_plan,
     flatten_speculators,
+    float_dtype,
+    output_float_dtypes,
     plan_names,
     set_config,
     source_boundaries,
@@ -91,8 +90,7 @@ def _plan_config(
         arch = engine_arch("vllm", "vllm_qwen3")  # vLLM's class for drafters with q/k norms
     set_config(cfg, "architectures", [arch], changes)
     kept = {new: ck.tensors[n] for n, new in names.items()}
-    floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in FLOATS]
-    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=floats)
+    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=output_float_dtypes(ck, names, out_dtype))
     _write_aux_ids(cfg, ck.config, flavor, fmt, target_cfg, notes, changes)
     _carry_fc_options(cfg, fmt, changes)
     if fmt == "vllm":
@@ -332,18 +330,8 @@ def _plan_tensors(
     """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
     tensors: list[PlannedTensor] = []
     for n, new in names.items():
-        t = ck.tensors[n]
-        dt = t.dtype
-        if new == "d2t":
-            dt = "I64"
-        elif new == "t2d":
-            dt = "BOOL"
-        elif out_dtype and t.dtype in FLOATS and t.dtype != out_dtype:
-            dt = out_dtype
-        ref = TensorRef.of(ck, n)
-        if dt != t.dtype:
-            report.cast.append(f"{n}: {t.dtype} -> {dt}")
-        tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
+        dt = {"d2t": "I64", "t2d": "BOOL"}.get(new) or float_dtype(ck.tensors[n].dtype, out_dtype)
+        tensors.append(copy_or_cast(ck, n, new, dt, report))
     if mapping is not None and "t2d" not in names.values():
         vt = int(vocab_size) if isinstance(vocab_size, int) else int(mapping.ids.max()) + 1
         tensors.append(PlannedTensor("t2d", "BOOL", (vt,), Data(np.asarray(mapping.t2d(vt), bool))))

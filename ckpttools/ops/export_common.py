@@ -20,7 +20,7 @@ from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials
 from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint
-from ckpttools.io.plan import Cast, Check, Copy, Gather, ManifestPlan, PlannedTensor, WritePlan
+from ckpttools.io.plan import Cast, Check, Copy, Gather, ManifestPlan, PlannedTensor, TensorRef, WritePlan
 from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.io.writer import parse_size
 from ckpttools.vocab.mapping import VocabMapping
@@ -37,6 +37,9 @@ __all__ = [
     "plan_names",
     "without_d2t",
     "export_write_plan",
+    "float_dtype",
+    "output_float_dtypes",
+    "copy_or_cast",
 ]
 
 FLOATS = ("F32", "F16", "BF16", "F64")
@@ -248,3 +251,24 @@ def without_d2t(
         f"{engine} reads draft slot i as target token i"
     )
     return out
+
+
+def float_dtype(dtype: str, out_dtype: str | None) -> str:
+    """A tensor's dtype in the output: a float one becomes ``out_dtype`` when one is asked for."""
+    return out_dtype if out_dtype and dtype in FLOATS else dtype
+
+
+def output_float_dtypes(ck: Checkpoint, names: dict[str, str], out_dtype: str | None) -> list[str]:
+    """The output dtype of each kept float tensor (what the config's torch_dtype is repaired from)."""
+    return [float_dtype(t.dtype, out_dtype) for n, t in ck.tensors.items() if n in names and t.dtype in FLOATS]
+
+
+def copy_or_cast(ck: Checkpoint, name: str, new: str, dtype: str, report: ExportReport) -> PlannedTensor:
+    """Tensor ``name`` of ``ck`` as the output's ``new`` in ``dtype``: its bytes copied, or cast (the
+    report lists each cast)."""
+    t = ck.tensors[name]
+    ref = TensorRef.of(ck, name)
+    if dtype == t.dtype:
+        return PlannedTensor(new, dtype, t.shape, Copy(ref))
+    report.cast.append(f"{name}: {t.dtype} -> {dtype}")
+    return PlannedTensor(new, dtype, t.shape, Cast(ref))

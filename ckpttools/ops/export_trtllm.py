@@ -45,16 +45,18 @@ from ckpttools.engines.flavor import detect_flavor
 from ckpttools.engines.names import QK_NORM
 from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.io.plan import Cast, Check, Copy, Data, PlannedTensor, SideFile, TensorRef, WritePlan
+from ckpttools.io.plan import Check, Data, PlannedTensor, SideFile, WritePlan
 from ckpttools.io.plan import side_files as source_side_files
 from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.ops.export_common import (
     DROPPED_KEYS,
-    FLOATS,
     ExportRejected,
     ExportReport,
+    copy_or_cast,
     export_write_plan,
     flatten_speculators,
+    float_dtype,
+    output_float_dtypes,
     plan_names,
     set_config,
     source_boundaries,
@@ -224,8 +226,7 @@ def _config(
     cfg = {k: v for k, v in src.items() if k not in DROPPED_KEYS}
     set_config(cfg, "architectures", [layout["architecture"]], changes)
     kept = {new: ck.tensors[n] for n, new in names.items()}
-    floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in FLOATS]
-    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=floats)
+    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=output_float_dtypes(ck, names, out_dtype))
     if target_cfg is not None and "vocab_size" not in cfg and isinstance(essentials(target_cfg).vocab_size, int):
         set_config(cfg, "vocab_size", essentials(target_cfg).vocab_size, changes)
     if cfg.get("draft_vocab_size") is None and isinstance(cfg.get("vocab_size"), int):
@@ -305,12 +306,7 @@ def _tensors(
         if canon in ("d2t", "t2d"):
             continue
         new = _out_name(canon, n_layers, layout)
-        t = ck.tensors[n]
-        dt = out_dtype if out_dtype and t.dtype in FLOATS and t.dtype != out_dtype else t.dtype
-        ref = TensorRef.of(ck, n)
-        if dt != t.dtype:
-            report.cast.append(f"{n}: {t.dtype} -> {dt}")
-        tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
+        tensors.append(copy_or_cast(ck, n, new, float_dtype(ck.tensors[n].dtype, out_dtype), report))
         if new != n:
             renamed.append([n, new])
     refuse_shared_names(((t.source.ref.tensor, t.name) for t in tensors), str(ck.source))  # type: ignore[union-attr]
