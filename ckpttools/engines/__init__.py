@@ -1,1 +1,16 @@
-"""Serving engines: HTTP clients for SGLang and vLLM, and starting a server."""
+"""What each serving engine does with a drafter, and talking to it: the facts as data, each
+cited to the engine's file:line, and the clients that reach a running server.
+
+- Facts: one table per engine release (``releases``, with its claim texts in ``claim_texts`` and
+  :func:`~ckpttools.engines.claims.claim` to say one for the release applied), where each engine
+  captures the target's hidden states (``aux_rules``), which tensor names it loads (``names``), how
+  it reads a config (``config_rules``), what it builds from a drafter (``load_plan``), the config
+  repairs export and fix share (``repairs``), which layout a checkpoint is in (``flavor``), and the
+  server-log line formats (``logs_formats``).
+- Servers: HTTP clients for SGLang and vLLM (``http``), starting and stopping one (``launch``),
+  swapping a drafter into a running one (``swap``, and ``serverside``, which runs inside the
+  engine's own process).
+
+No module outside this package names an engine release or model class
+(tests/test_engine_names.py).
+"""

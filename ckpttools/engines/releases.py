@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.engines import aux_rules, names
-from ckpttools.engines.claims import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
+from ckpttools.engines.claim_texts import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
 
 __all__ = [
     "Cited",
