@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ckpttools.demo.tiny import build_drafter, build_target, write_tensors
+from ckpttools.demo.tiny import build_drafter
 from ckpttools.engines.releases import SGLANG_0_5_17, VLLM_0_32
 from ckpttools.engines.swap import _server_module, byte_tensor_payload, server_spec, swap_in, target_digest
 from ckpttools.errors import ServerError
@@ -452,7 +452,10 @@ def test_the_target_digest_reads_every_rank_or_says_why_not(drafter: Path, engin
     assert "digested on the device" in got.how and "on 2 ranks" in got.how
     for mode, why in (
         ("target-none", "0 ranks answered the target digest, but the server has 1 rank"),
-        ("target-extra", "2 ranks answered the target digest, but the server has 1 rank|'rank1.json', but the server has 1 rank"),
+        (
+            "target-extra",
+            "2 ranks answered the target digest, but the server has 1 rank|'rank1.json', but the server has 1 rank",
+        ),
         ("target-no-sum", "'parameters' is null, not a count"),
         ("target-empty", "digested no parameter"),
         ("target-refused", "rank 0 could not digest the target: AttributeError"),
