@@ -117,3 +117,12 @@ def test_the_read_back_holds_bytes_casts_and_packed_layers_against_the_file() ->
     assert D.packed_linears(torch.nn.Sequential(packed)) == {"0": packed}
     got = D.model_digest(torch.nn.Sequential(packed))
     assert got["packed"] == 1 and "0.weight<applied>" in got["sums"]
+
+
+def test_a_padded_vocabulary_is_held_by_its_leading_rows() -> None:
+    w = torch.randn(100, 16)
+    padded = torch.zeros(128, 16)
+    padded[:100] = w
+    assert D.check_param(padded, [w], None, False) == ("bytes", True)
+    padded[3, 4] += 1
+    assert D.check_param(padded, [w], None, False) == ("bytes", False)

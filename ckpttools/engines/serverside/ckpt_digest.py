@@ -191,7 +191,8 @@ def check_param(param: Any, parts: list[Any], module: Any, sharded: bool) -> tup
     """How ``param`` was held against the file tensors ``parts`` (on its device, in shard order,
     concatenated along the first dimension as the engine fuses them), and whether it holds them:
 
-    - ``bytes``: the same dtype and size; every byte equal.
+    - ``bytes``: the same dtype and size; every byte equal (a parameter padded past the file's
+      rows, as a vocabulary is to a kernel's multiple, is held by its leading rows).
     - ``cast``: the same size in another dtype; equal to the file's values cast to it (as the
       loader's ``copy_`` casts).
     - ``applied``: the weight is held in a kernel format (another size, or none); the layer applied
@@ -204,11 +205,15 @@ def check_param(param: Any, parts: list[Any], module: Any, sharded: bool) -> tup
 
     with torch.no_grad():
         numel = sum(p.numel() for p in parts)
-        if param.numel() == numel and param.numel() > 0:
+        rows = sum(int(p.shape[0]) for p in parts) if all(p.dim() == param.dim() >= 1 for p in parts) else -1
+        held = param
+        if param.numel() > numel and rows > 0 and param.shape[0] > rows and param.shape[1:] == parts[0].shape[1:]:
+            held = param[:rows]  # a vocabulary padded to the kernel's multiple: the file's rows lead
+        if held.numel() == numel and held.numel() > 0:
             flat = torch.cat([p.reshape(-1) for p in parts]) if len(parts) > 1 else parts[0].reshape(-1)
-            if flat.dtype == param.dtype:
-                return "bytes", same_bytes(param, flat)
-            return "cast", same_bytes(param, flat.to(param.dtype))
+            if flat.dtype == held.dtype:
+                return "bytes", same_bytes(held, flat)
+            return "cast", same_bytes(held, flat.to(held.dtype))
         if sharded:
             return "sharded", True
         if module is not None and hasattr(getattr(module, "quant_method", None), "apply") and parts[0].dim() == 2:
@@ -219,6 +224,8 @@ def check_param(param: Any, parts: list[Any], module: Any, sharded: bool) -> tup
             wf = w.to(dtype).float().to(param.device)
             xf = x.float()
             ref = xf @ wf.T
+            if y.dim() == 2 and y.shape[0] == ref.shape[0] and y.shape[1] > ref.shape[1]:
+                y = y[:, : ref.shape[1]]  # outputs of padded rows
             if y.shape != ref.shape:
                 return "applied", False
             eps = _eps(dtype)
