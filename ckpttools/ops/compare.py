@@ -286,6 +286,7 @@ def _swap_and_measure(
     from ckpttools.engines.swap import swap_in
     from ckpttools.ops.verify import verify
 
+    t0 = time.monotonic()
     res = swap_in(
         launch.engine, net, launch.url, drafter, sspec, ranks=launch.tp, timeout=verify_kwargs.get("timeout", 600.0)
     )
@@ -304,6 +305,7 @@ def _swap_and_measure(
     if died is not None:
         return _failed(launch, drafter, "swap", res.to_dict(), died), None
     entry = {"drafter": drafter, "placed": "swap", "swap": res.to_dict(), **rep.to_dict(), "error": None}
+    entry["seconds"] = time.monotonic() - t0  # the swap, its checks and the measurement: the time to this verdict
     return {**entry, "_report": rep, "_error": None}, None
 
 
