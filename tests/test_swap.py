@@ -284,6 +284,11 @@ def test_a_swap_checked_on_the_device_says_how_each_parameter_was_held_and_where
     assert "cast to their dtype" in res.checked and "fixed random input" in res.checked
     assert {"request", "check", "read", "update", "read_back"} <= set(res.timings) and res.bytes == 4096
     assert res.timings["read"] == 0.25 and res.to_dict()["timings"] == res.timings
+    assert sum(res.compared.values()) == len(res.answers[0]["checks"]) and set(res.compared) <= {
+        "bytes",
+        "cast",
+        "applied",
+    }
     for mode, why in (
         ("device-differs", "does not hold the file's values"),
         ("device-missing", "did not read back"),

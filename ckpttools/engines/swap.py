@@ -2,11 +2,14 @@
 
 The engine-release table (``EngineRelease.drafter_swap``) says how a release allows it; the code
 that runs inside the engine is ``engines/serverside/ckpt_swap.py`` (put on the server's PYTHONPATH
-at launch). After each swap the drafter's weights are read back, where the engine allows, and held
-against the file's bytes; a swap that is refused, reaches fewer ranks than the server has, replaces
-no cached mapping the drafter needs, or reads back other bytes, is a failed swap; so is one where
-more ranks answer than the server has, or any field of a rank's answer is not of the type and in
-the range the server-side code gives it.
+at launch). After each swap every rank holds each parameter it loaded against the file's tensors
+on its own device (equal bytes, equal values cast, or a packed layer's output on a fixed input:
+serverside/ckpt_digest.py) and says how; a swap that is refused, reaches fewer ranks than the
+server has, replaces no cached mapping the drafter needs, leaves a parameter unchecked, or holds
+other values, is a failed swap; so is one where more ranks answer than the server has, or any
+field of a rank's answer is not of the type and in the range the server-side code gives it
+(answers with sha256 digests, as older server-side code gave, are held against the file's bytes
+here). :func:`target_digest` digests every target parameter in the server's process, on every rank.
 
 - vLLM (worker extension): ``POST /collective_rpc {"method": "ckpt_swap", "args": [path]}`` runs in
   every worker; then ``POST /reset_prefix_cache``.
@@ -75,6 +78,9 @@ class SwapResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: the drafter's bytes the slowest rank read (0: not said)
     bytes: int = 0
+    #: how many parameters rank 0 held against the file each way (ckpt_digest.check_param's words:
+    #: bytes, cast, applied, sharded, not compared); empty where the ranks sent digests instead
+    compared: dict[str, int] = field(default_factory=dict)
     #: the swap's request itself failed (no answer, a broken connection, an HTTP error): the
     #: server may have died, which the caller can see (not in ``to_dict``)
     request_failed: bool = False
@@ -424,12 +430,19 @@ def swap_in(
     seconds = time.monotonic() - t0
     timings = {"request": t1 - t0, "check": seconds - (t1 - t0), **_server_timings(answers)}
     size = max((a.get("bytes", 0) for a in answers if isinstance(a, dict) and _count(a.get("bytes"))), default=0)
+    first = answers[0] if answers and isinstance(answers[0], dict) else {}
+    compared: dict[str, int] = {}
+    for c in first.get("checks", {}).values() if isinstance(first.get("checks"), dict) else ():
+        if isinstance(c, list) and c and isinstance(c[0], str):
+            compared[c[0]] = compared.get(c[0], 0) + 1
     if why is not None:
-        return SwapResult(False, seconds, how, len(answers), 0, checked, why, answers, timings, size)
+        return SwapResult(False, seconds, how, len(answers), 0, checked, why, answers, timings, size, compared)
     maps = [int(a.get("maps_replaced", 0)) for a in answers]
     if asked.has_d2t and min(maps, default=0) < 1:
         why = "no rank replaced the cached draft-to-target map: the figures would be measured under the old mapping"
-    return SwapResult(why is None, seconds, how, len(answers), sum(maps), checked, why, answers, timings, size)
+    return SwapResult(
+        why is None, seconds, how, len(answers), sum(maps), checked, why, answers, timings, size, compared
+    )
 
 
 def _server_timings(answers: list[Any]) -> dict[str, float]:
