@@ -113,7 +113,14 @@ def test_the_read_back_holds_bytes_casts_and_packed_layers_against_the_file() ->
     near = w32.clone()
     near[:, 3] *= 1.5  # one input column off by half: far outside the dtype's tolerance
     assert D.check_param(packed.weight, [near], packed, False) == ("applied", False)
-    assert D.check_param(packed.weight, [w32], packed, True) == ("sharded", True)
+    assert D.check_param(packed.weight, [w32], packed, True) == ("applied", True)  # replicated at TP > 1: compared
+    row = _Packed(w32[:, :128].to(torch.bfloat16))  # a row shard: half the file's input columns
+    assert D.check_param(row.weight, [w32], row, True) == ("sharded", True)
+    assert D.check_param(row.weight, [w32], row, False)[0] == "applied"  # at TP 1 no shard: not held
+    col = _Packed(w32[:48].to(torch.bfloat16))
+    col.output_size_per_partition = 48
+    assert D.check_param(col.weight, [w32], col, True) == ("sharded", True)
+    assert D.check_param(torch.zeros(48, 256), [w32], None, True) == ("sharded", True)
     assert D.packed_linears(torch.nn.Sequential(packed)) == {"0": packed}
     got = D.model_digest(torch.nn.Sequential(packed))
     assert got["packed"] == 1 and "0.weight<applied>" in got["sums"]

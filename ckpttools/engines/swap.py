@@ -393,7 +393,7 @@ def _device_checked(answers: list[dict[str, Any]], ck: Any, spec: dict[str, Any]
     on = f" on {ranks} ranks" if ranks > 1 else ""
     n = len(answers[0]["checks"])
     parts = [f"{count[h]} {_HOW_WORDS[h]}" for h in _HOWS if count.get(h)]
-    return None, f"read back on the device{on}: {n} parameters, {', '.join(parts)}"
+    return None, f"read back{on} on the device: {n} parameters, {', '.join(parts)}"
 
 
 def swap_in(

@@ -199,7 +199,9 @@ def check_param(param: Any, parts: list[Any], module: Any, sharded: bool) -> tup
       to a fixed random input equals the file's weight, cast to the layer's dtype, times the same
       input, within 4 ulp of the dtype times the root of the summed squared products per output,
       plus 1 ulp of the output.
-    - ``sharded``: a shard of the file's tensor (tensor parallel), not compared.
+    - ``sharded``: with ``sharded`` (the server runs tensor parallel), a shard of the file's tensor
+      (a layer's partition sizes, or its output, are not the file's), not compared; a replicated
+      layer at any TP is still compared.
     - ``not compared``: none of these applies."""
     import torch
 
@@ -214,21 +216,26 @@ def check_param(param: Any, parts: list[Any], module: Any, sharded: bool) -> tup
             if flat.dtype == held.dtype:
                 return "bytes", same_bytes(held, flat)
             return "cast", same_bytes(held, flat.to(held.dtype))
-        if sharded:
-            return "sharded", True
         if module is not None and hasattr(getattr(module, "quant_method", None), "apply") and parts[0].dim() == 2:
             w = torch.cat(list(parts), 0) if len(parts) > 1 else parts[0]
+            in_pp = int(getattr(module, "input_size_per_partition", w.shape[1]))
+            out_pp = int(getattr(module, "output_size_per_partition", w.shape[0]))
+            if in_pp != w.shape[1] or out_pp != w.shape[0]:  # a row or column shard of the file's matrix
+                return ("sharded", True) if sharded else ("applied", False)
             dtype = param.dtype
             x = _fixed_input(4, w.shape[1], dtype, param.device)
-            y = apply_linear(module, x).float()
+            try:
+                y = apply_linear(module, x).float()
+            except RuntimeError:  # the layer does not take the file's matrix's input
+                return "applied", False
             wf = w.to(dtype).float().to(param.device)
             xf = x.float()
             ref = xf @ wf.T
             if y.dim() == 2 and y.shape[0] == ref.shape[0] and y.shape[1] > ref.shape[1]:
                 y = y[:, : ref.shape[1]]  # outputs of padded rows
             if y.shape != ref.shape:
-                return "applied", False
+                return ("sharded", True) if sharded else ("applied", False)
             eps = _eps(dtype)
             tol = 4 * eps * ((xf * xf) @ (wf * wf).T).sqrt() + eps * ref.abs() + 1e-30
             return "applied", bool(((y - ref).abs() <= tol).all())
-        return "not compared", True
+        return ("sharded", True) if sharded else ("not compared", True)
