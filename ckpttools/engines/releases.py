@@ -413,12 +413,21 @@ SGLANG_0_5_17 = EngineRelease(
             "never_loaded": ("embed_tokens.weight",),
             "payload": "torch.ByteTensor of the request's JSON (the payload passes _unwrap_tensor's .to(device) "
             "and SafeUnpickler's torch. allowlist)",
+            # ckpt serve: the flag whose key guards the route, and the request field that names the drafter
+            "key_flag": "admin-api-key",
+            "loopback_only": False,
+            "version_label": "weight_version",
         },
         _SG + "model_executor/model_runner_components/weight_updater.py:319-353 (custom loader called as "
         "fn(model, named_tensors) after tensor.to(device), 416-419) and 423-430; speculative/eagle_worker_v2.py:"
         "1512-1531 (the draft model, then the target, same tensors), 126 and 175 (EagleDraftWorker.draft_runner), "
         "297-301 (hot_token_id cached from the model's at start-up, used at 560 and 690); models/llama_eagle3.py:"
-        "339-342 (d2t adds a CPU arange); utils/common.py:2747-2761 and 2797-2869 (SafeUnpickler allowlist). "
+        "339-342 (d2t adds a CPU arange); utils/common.py:2747-2761 and 2797-2869 (SafeUnpickler allowlist)."
+        "Guard (ckpt serve): /update_weights_from_tensor and /update_weight_version are ADMIN_OPTIONAL "
+        "(entrypoints/http_server.py:1351-1352, 1412-1413), needing --admin-api-key as a bearer token once it "
+        "is set (utils/auth.py:128-138); weight_version is a request field (managers/io_struct.py:1715) set "
+        "only on success (managers/tokenizer_control_mixin.py:524-526), shown by /server_info "
+        "(entrypoints/http_server.py:781-800). "
         "Run on the H200 (tests/test_gpu_sglang_swap.py).",
     ),
     name_patterns=Cited(
@@ -818,6 +827,11 @@ VLLM_0_32 = EngineRelease(
             "env": {"VLLM_SERVER_DEV_MODE": "1"},
             "endpoint": "/collective_rpc",
             "flush": "/reset_prefix_cache",
+            # ckpt serve: --api-key guards no development endpoint, so the host must be loopback and the
+            # hook checks the key itself
+            "key_flag": None,
+            "loopback_only": True,
+            "version_label": None,
             "reload": {
                 "module": "vllm.model_executor.model_loader.reload",
                 "begin": "initialize_layerwise_reload",
@@ -832,7 +846,9 @@ VLLM_0_32 = EngineRelease(
         "api_router.py:20 (/reset_prefix_cache); model_executor/model_loader/reload/inplace.py:32-110 and "
         "layerwise.py:83-288 (weights processed into a kernel format after loading, as the CPU build's linear "
         "layers are, are restored before load_weights and processed again after; the model's metadata is "
-        "recorded at construction, model_loader/utils.py:96 and 128). Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
+        "recorded at construction, model_loader/utils.py:96 and 128). Guard (ckpt serve): --api-key guards only "
+        "/v1, /v2, /inference and /cohere (entrypoints/serve/middleware/authenticate.py:11 and 59), not "
+        "/collective_rpc. Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
     ),
 )
 
