@@ -67,7 +67,7 @@ class Params:
     def __init__(self, mod: Any, spec: dict[str, Any], files: dict[str, Any], fail_after: int | None = None) -> None:
         import torch
 
-        self.mod, self.spec, self.fail_after = mod, spec, fail_after
+        self.mod, self.spec, self.fail_after = mod, spec, None
         self.params: dict[str, Any] = {}
         self.slices: dict[tuple[str, str | None], tuple[int, int]] = {}
         for p, parts in mod._expected(files, spec, set()).items():
@@ -82,6 +82,7 @@ class Params:
             shape = (start, *ts[0].shape[1:]) if len(ts) > 1 else tuple(ts[0].shape)
             self.params[p] = torch.nn.Parameter(torch.zeros(shape, dtype=ts[0].dtype), requires_grad=False)
         self.load_weights([(n, t) for n, t in files.items() if not mod._never(n, spec)])
+        self.fail_after = fail_after  # the launch's load succeeded; a later write fails after this many tensors
 
     def named_parameters(self, remove_duplicate: bool = True) -> Any:
         return iter(self.params.items())
@@ -195,7 +196,9 @@ class HookHost:
                 if path == "/version":
                     return self._send(200, {"version": "0.32.0"})
                 if path == "/v1/models":
-                    return self._send(200, {"data": [{"id": str(srv.target), "root": str(srv.target), "max_model_len": 1024}]})
+                    return self._send(
+                        200, {"data": [{"id": str(srv.target), "root": str(srv.target), "max_model_len": 1024}]}
+                    )
                 if path == "/health":
                     return self._send(200, {})
                 self._send(404, {"detail": "Not Found"})

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import CheckpointFormatError, ServerError, UnsafePathError
+from ckpttools.errors import CheckpointFormatError, ServerError, UnsafePathError, opt
 
 __all__ = [
     "HookState",
@@ -143,7 +143,7 @@ def _unauthorized(resp: Any, where: str) -> None:
         raise ServerError(
             f"{where}: HTTP {resp.status}: the server refused the key"
             + (" (none given)" if resp.status == 401 else ""),
-            hint="give the key the server was started with (--api-key, or CKPT_API_KEY)",
+            hint=f"give the key the server was started with ({opt('api_key')}, or CKPT_API_KEY)",
         )
 
 
@@ -300,8 +300,7 @@ def guarded_swap(
     """One swap through the hook, checked as ``engines.swap.swap_in`` checks it, and further: each
     rank answered for the digest sent. Returns a ``SwapResult``; its ``why`` starts with "the server
     refused" where the hook refused (its reason follows)."""
-    from ckpttools.engines.swap import SwapResult, _Asked, _BadAnswer, _check
-    from ckpttools.io.checkpoint import open_checkpoint
+    from ckpttools.engines.swap import SwapResult, _BadAnswer
 
     t0 = time.monotonic()
     label = digest[:16] if route.get("version_label") else None
@@ -323,21 +322,22 @@ def guarded_swap(
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e))
     except ServerError as e:
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e), request_failed=True)
-    seconds = time.monotonic() - t0
+    return _judge(answers, drafter, spec, ranks, digest, time.monotonic() - t0, route)
+
+
+def _judge(
+    answers: list[Any], drafter: str, spec: dict[str, Any], ranks: int, digest: str, seconds: float, route: Any
+) -> Any:
+    """The swap's result from every rank's answer: refused, or checked as swap_in checks it, and for the digest."""
+    from ckpttools.engines.swap import SwapResult, _Asked, _check
+    from ckpttools.io.checkpoint import open_checkpoint
+
     how = f"the ckpttools hook through {route['endpoint']}"
     refused = [a for a in answers if isinstance(a, dict) and a.get("refused")]
     if refused:
         a = refused[0]
-        return SwapResult(
-            False,
-            seconds,
-            how,
-            len(answers),
-            0,
-            "not checked",
-            f"the server refused the swap: rank {a.get('rank')}: {a['refused']}",
-            answers,
-        )
+        said = f"the server refused the swap: rank {a.get('rank')}: {a['refused']}"
+        return SwapResult(False, seconds, how, len(answers), 0, "not checked", said, answers)
     with open_checkpoint(drafter) as ck:
         asked = _Asked(ranks, drafter, frozenset(ck.tensors), "d2t" in ck.tensors)
         why, checked = _check(answers, ck, spec, asked)

@@ -270,21 +270,11 @@ def swap_drafter(
         after = _state(server, net, key)
         _held(after, digest, server.url, "after the swap")
         target = _target_digest_check(server, net, key)
-        measured, rolled, rollback, code = None, False, None, 0
-        if check is not None:
-            kw = {"prompts": prompts, "max_new_tokens": max_new_tokens, "timeout": timeout, "ignore_eos": ignore_eos}
-            measured, code = _measure(server, check, min_accept_len, kw)
-            now = _state(server, net, key)
-            if now.generation != after.generation or now.digest != digest:
-                raise ServerError(
-                    f"{server.url}: another swap was made during the check (now {str(now.digest)[:16]}, "
-                    f"{now.path}): the figures are not this drafter's, and nothing was rolled back",
-                    url=server.url,
-                    hint="run one ckpt swap at a time against a server",
-                )
-            if measured.passed is False:
-                rollback, after = _roll_back(server, net, before, key, timeout)
-                rolled, code = True, EXIT_FINDINGS
+        kw = {"prompts": prompts, "max_new_tokens": max_new_tokens, "timeout": timeout, "ignore_eos": ignore_eos}
+        measured, rollback, after, code = _check_then_roll_back(
+            server, net, key, before, after, check, min_accept_len, kw
+        )
+        rolled = rollback is not None
         label = after.digest[:16] if server.route.get("version_label") and after.digest else None
     verdict = _verdict(step, measured, rolled, after)
     return SwapReport(
@@ -304,6 +294,35 @@ def swap_drafter(
         code,
         time.monotonic() - t0,
     )
+
+
+def _check_then_roll_back(
+    server: Any,
+    net: Any,
+    key: str | None,
+    before: LoadedDrafter,
+    after: LoadedDrafter,
+    check: int | None,
+    min_accept_len: float | None,
+    kw: dict[str, Any],
+) -> tuple[SwapCheck | None, SwapStep | None, LoadedDrafter, int]:
+    """With ``check``: measure; below the bar, the previous drafter back in (checked). Returns the
+    measurement, the rollback (None: none), what runs after, and the exit code."""
+    if check is None:
+        return None, None, after, 0
+    measured, code = _measure(server, check, min_accept_len, kw)
+    now = _state(server, net, key)
+    if now.generation != after.generation or now.digest != after.digest:
+        raise ServerError(
+            f"{server.url}: another swap was made during the check (now {str(now.digest)[:16]}, "
+            f"{now.path}): the figures are not this drafter's, and nothing was rolled back",
+            url=server.url,
+            hint="run one ckpt swap at a time against a server",
+        )
+    if measured.passed is not False:
+        return measured, None, after, code
+    rollback, after = _roll_back(server, net, before, key, kw["timeout"])
+    return measured, rollback, after, EXIT_FINDINGS
 
 
 def _held(st: LoadedDrafter, digest: str, url: str, when: str) -> None:
@@ -344,9 +363,11 @@ def _roll_back(
 
 def _refusal_hint(why: str) -> str:
     if "key" in why:
-        return "give the key the server was started with (--api-key, or CKPT_API_KEY)"
+        return f"give the key the server was started with ({opt('api_key')}, or CKPT_API_KEY)"
     if "swap root" in why:
-        return "put the drafter under the server's swap root (ckpt serve --swap-root), as a folder of its own"
+        return (
+            f"put the drafter under the server's swap root ({opt('swap_root')} of ckpt serve), as a folder of its own"
+        )
     if "safetensors" in why or "FIFO" in why or "0 bytes" in why:
         return "give a folder of regular .safetensors files (ckpt export writes one)"
     return "check the server's log: the hook prints one line per swap"
@@ -418,7 +439,7 @@ def serve_command(
     rel_spec = pinned.spec if pinned is not None else _launch_release(spec)
     release = resolve(rel_spec) if "==" in rel_spec else None
     route = swap_route(release)
-    if route is None:
+    if route is None or release is None:
         raise ServerError(
             f"{rel_spec}: the release tables give no swap route for it, so no hook can be installed",
             hint=f"serve with a release that has one (ckpt validate {opt('engine')} lists them), or pin one",
@@ -426,12 +447,12 @@ def serve_command(
     if not api_key:
         raise ServerError(
             "a server whose drafter can be swapped needs a key: none given",
-            hint="give --api-key K, or set CKPT_API_KEY (kept out of the process list)",
+            hint=f"give {opt('api_key')}, or set CKPT_API_KEY",
         )
     if route.get("loopback_only") and not is_loopback(host):
         raise UnsafePathError(
             f"{host}: {release.spec} guards none of its development endpoints (/collective_rpc included) with "
-            "--api-key, so the server must listen on loopback only",
+            "its API key, so the server must listen on loopback only",
             hint="serve on 127.0.0.1 and put an authenticating proxy in front for other machines",
         )
     check_inside(swap_root, drafter)
