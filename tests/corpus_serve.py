@@ -63,6 +63,11 @@ def serve_cases() -> list[Case]:
             env={"CKPT_API_KEY": "sesame-key"},
             stdout_has="map(s) replaced",
         ),
+        # SGLang's route: weight_version names the drafter; the admin key refuses before the hook runs
+        _swap("serve-swap-sglang-ok", "sg", f"{r}/sg-d2", 0, stdout_has="named: weight_version"),
+        _swap("serve-swap-sglang-wrong-key", "sg", f"{r}/sg-d2", 2, "--api-key", "x", key=False, stderr_has="401"),
+        _swap("serve-swap-sglang-no-key", "sg", f"{r}/sg-d2", 2, key=False, stderr_has="(none given)"),
+        _swap("serve-swap-sglang-outside-root", "sg", "{hookbase}/sg-outside", 2, stderr_has="it lies outside it"),
         # refused by the server, said in its answer
         _swap("serve-swap-wrong-key", "ok", f"{r}/d2", 2, "--api-key", "nope", key=False, stderr_has="wrong key"),
         _swap("serve-swap-no-key", "ok", f"{r}/d2", 2, key=False, stderr_has="no key given"),

@@ -8,7 +8,10 @@ their shard slices), and a completion reports accept length 4.0 (3 drafts accept
 unless the drafter loaded is named ``noise*`` (1.0).
 
 ``http://127.0.0.1:PORT/MODE-ANYTHING`` is a server of its own (its own hook module, state and
-model) per first path segment; MODE is ``ok`` (honest), ``liar`` (every answer claims another
+model) per first path segment; MODE is ``ok`` (honest), ``sg`` (SGLang 0.5.17's answers instead:
+/server_info with the loader named, /update_weights_from_tensor behind the admin key, running the
+real ``sglang_load_drafter`` on an ``EagleDraftWorker``'s model and cached map, weight_version),
+``liar`` (every answer claims another
 drafter's digest), ``nohook`` (no development endpoints: 404), ``failwrite`` (the write fails after
 the first tensor: the hook must put the old values back).
 
@@ -51,6 +54,9 @@ def build_root(base: Path) -> tuple[Path, Path]:
     build_drafter(root / "noise", "vllm", seed=3)
     build_drafter(root / "wide", "vllm", hidden_size=96, seed=4)
     build_drafter(base / "outside", "vllm", seed=5)
+    build_drafter(base / "sg-outside", "sglang", seed=5)
+    for name in ("d", "d2", "noise"):
+        build_drafter(root / f"sg-{name}", "sglang", seed={"d": 1, "d2": 2, "noise": 3}[name])
     for name in ("fifo", "empty", "junk"):
         shutil.copytree(root / "d", root / name)
         (root / name / "model.safetensors").unlink()
@@ -116,6 +122,22 @@ class _Target:
         return iter(())
 
 
+def _byte_tensors(payload: str) -> list[tuple[str, Any]]:
+    """The swap payload as SGLang's SafeUnpickler reads it, ``torch.ByteTensor`` the one global allowed."""
+    import base64
+    import pickle
+
+    import torch
+
+    class Only(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) == ("torch", "ByteTensor"):
+                return torch.ByteTensor
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
+
+    return list(Only(io.BytesIO(base64.b64decode(payload))).load())
+
+
 class HookServer:
     """One MODE's server: its own copy of the hook module (state, lock, environment)."""
 
@@ -128,12 +150,26 @@ class HookServer:
         assert spec_ is not None and spec_.loader is not None
         mod = importlib.util.module_from_spec(spec_)
         spec_.loader.exec_module(mod)
-        release = resolve("vllm==0.32.0")
-        spec = server_spec(release, root / "d")
+        first = root / ("sg-d" if mode == "sg" else "d")
+        release = resolve("sglang==0.5.17" if mode == "sg" else "vllm==0.32.0")
+        spec = server_spec(release, first)
         spec.pop("reload", None)  # the CPU build's kernel repacking: no such layers here
-        mod.ENVIRON = {**guard_env(root, KEY, root / "d"), "CKPT_SWAP_SPEC": json.dumps(spec)}
-        files, _ = mod.read_guarded(str(root / "d"), {})
-        draft = Params(mod, spec, files, fail_after=1 if mode == "failwrite" else None)
+        mod.ENVIRON = {**guard_env(root, KEY, first), "CKPT_SWAP_SPEC": json.dumps(spec)}
+        files, _ = mod.read_guarded(str(first), {})
+        if mode == "sg":
+            import torch
+
+            d2t = files.pop("d2t")
+            files.pop("t2d", None)
+            draft = type("LlamaForCausalLMEagle3", (Params,), {})(mod, spec, files)
+            draft.hot_token_id = d2t.to(torch.long) + torch.arange(len(d2t))
+            runner = type("Runner", (), {"model": draft})()
+            self.eagle = type(
+                "EagleDraftWorker", (), {"draft_runner": runner, "hot_token_id": draft.hot_token_id.clone()}
+            )()
+            self.label: str | None = "default"
+        else:
+            draft = Params(mod, spec, files, fail_after=1 if mode == "failwrite" else None)
         runner = type("Runner", (), {"get_draft_model": lambda s: draft, "get_model": lambda s: _Target()})()
         self.worker = type("Worker", (mod.VllmDrafterSwap,), {"model_runner": runner})()
         self.mod, self.mode, self.target, self.draft = mod, mode, target, draft
@@ -156,9 +192,22 @@ class HookServer:
             answer = json.dumps(a)
         return 200, {"results": [answer]}
 
+    def sglang_update(self, headers: Any, body: dict[str, Any]) -> tuple[int, Any]:
+        """/update_weights_from_tensor as SGLang 0.5.17 runs it: the admin key, then the custom
+        loader on the draft model (and on the target, which it returns from), then weight_version."""
+        if headers.get("Authorization") != f"Bearer {KEY}":
+            return 401, {"error": "Unauthorized"}
+        named = _byte_tensors(body["serialized_named_tensors"][0])
+        with redirect_stderr(self.log):
+            self.mod.sglang_load_drafter(self.draft, named)
+            self.mod.sglang_load_drafter(_Target(), named)
+        if body.get("weight_version") is not None:
+            self.label = body["weight_version"]
+        return 200, {"success": True, "message": "Success"}
+
     def accept(self) -> float:
         st = self.mod.state()
-        return 1.0 if Path(str(st.get("path"))).name.startswith("noise") else 4.0
+        return 1.0 if "noise" in Path(str(st.get("path"))).name else 4.0
 
 
 class HookHost:
@@ -191,6 +240,8 @@ class HookHost:
 
             def do_GET(self) -> None:
                 srv, path = self._route()
+                if srv.mode == "sg":
+                    return self._sglang_get(srv, path)
                 if path == "/metrics":
                     return self._send(200, "vllm:spec_decode_num_drafts_total 0.0\n", "text/plain")
                 if path == "/version":
@@ -203,11 +254,49 @@ class HookHost:
                     return self._send(200, {})
                 self._send(404, {"detail": "Not Found"})
 
+            def _sglang_get(self, srv: HookServer, path: str) -> None:
+                if path in ("/server_info", "/get_server_info"):
+                    info = {
+                        "version": "0.5.17",
+                        "model_path": str(srv.target),
+                        "speculative_algorithm": "EAGLE3",
+                        "speculative_num_steps": 3,
+                        "speculative_eagle_topk": 1,
+                        "speculative_num_draft_tokens": 4,
+                        "tp_size": 1,
+                        "skip_tokenizer_init": True,
+                        "custom_weight_loader": ["ckpt_swap.sglang_load_drafter"],
+                        "weight_version": srv.label,
+                        "internal_states": [{}],
+                    }
+                    return self._send(200, info)
+                return self._send(200, {}) if path == "/health" else self._send(404, {"detail": "Not Found"})
+
+            def _sglang_post(self, srv: HookServer, path: str, body: dict[str, Any]) -> None:
+                from tests.fake_servers import meta_0517
+
+                if path == "/update_weights_from_tensor":
+                    with srv.lock:
+                        return self._send(*srv.sglang_update(self.headers, body))
+                if path == "/update_weight_version":
+                    if self.headers.get("Authorization") != f"Bearer {KEY}":
+                        return self._send(401, {"error": "Unauthorized"})
+                    srv.label = body["new_version"]
+                    return self._send(200, {"success": True, "new_version": srv.label})
+                if path == "/flush_cache":
+                    return self._send(200, {})
+                if path == "/generate":
+                    meta = meta_0517(16, 4, 12) if srv.accept() == 4.0 else meta_0517(4, 4, 0)
+                    return self._send(200, {"output_ids": [20] * meta["completion_tokens"], "meta_info": meta})
+                self._send(404, {"detail": "Not Found"})
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n)
                 srv, path = self._route()
                 body = json.loads(raw or b"{}")
+                if srv.mode == "sg":
+                    return self._sglang_post(srv, path, body)
                 if path == "/collective_rpc" and srv.mode != "nohook":
                     with srv.lock:
                         code, ans = srv.rpc(body)

@@ -227,3 +227,31 @@ def test_verify_host_says_which_drafter_is_loaded(host: HookHost) -> None:
     rep = verify(url, engine="vllm", num_prompts=2, max_new_tokens=8)
     loaded = rep.server["drafter_loaded"]
     assert loaded["digest16"] == drafter_digest(host.root / "d2")[:16] and loaded["path"] == str(host.root / "d2")
+
+
+def test_sglang_route_end_to_end_key_label_map_and_rollback(host: HookHost) -> None:
+    """SGLang 0.5.17's answers around the real loader: the admin key (401 without it), the payload
+    through the one allowed global, the cached map replaced in the draft worker, weight_version set
+    to the short digest and put back after a refused swap, the rollback below the bar."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ckpttools.errors import ServerError
+    from ckpttools.ops.serve import swap_drafter
+
+    url = host.url + "/sg-route"
+    srv = host.server("sg-route")
+    with pytest.raises(ServerError, match="HTTP 401"):
+        swap_drafter(url, host.root / "sg-d2", api_key="nope")
+    rep = swap_drafter(url, host.root / "sg-d2", api_key=KEY)
+    dg = drafter_digest(host.root / "sg-d2")
+    assert rep.engine == "sglang" and rep.swap.ok and rep.swap.maps_replaced == 1 and rep.label == dg[:16]
+    assert srv.label == dg[:16] and rep.after.digest == dg and "read back" in rep.swap.checked
+    d2t = load_file(host.root / "sg-d2" / "model.safetensors")["d2t"].to(torch.long)
+    assert torch.equal(srv.eagle.hot_token_id, d2t + torch.arange(len(d2t)))  # the worker's cached map
+    with pytest.raises(ServerError, match="not under the swap root"):
+        swap_drafter(url, host.base / "sg-outside", api_key=KEY)
+    assert srv.label == dg[:16]  # the refused swap's label taken back: it names what is loaded
+    low = swap_drafter(url, host.root / "sg-noise", api_key=KEY, check=2, min_accept_len=2.0, max_new_tokens=8)
+    assert low.rolled_back and low.exit_code == 1 and low.after.digest == dg and srv.label == dg[:16]
+    assert LINE.search(srv.log.getvalue())

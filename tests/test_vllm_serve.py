@@ -109,6 +109,7 @@ def test_ckpt_serve_then_three_checked_swaps_one_rolled_back(tmp_path: Path) -> 
     assert out.returncode == 2 and "not under the swap root" in out.stderr
     text = log.read_text()
     hook = [ln for ln in text.splitlines() if ln.startswith("ckpttools swap: ") or "ckpttools swap: drafter=" in ln]
+    print("hook lines:", *hook, sep="\n  ")
     assert len(hook) == 4, hook  # id, swap, id again (the rollback), perm: one line each (TP 1)
     logs = _ckpt("logs", str(log), "--json")
     rep = json.loads(logs.stdout)

@@ -446,10 +446,9 @@ def sglang_load_drafter(model: Any, named_tensors: list) -> None:
         )
         return
     if req.get("op", "swap") == "state":
-        out: dict[str, Any] = state()
+        out: dict[str, Any] = state()  # its path is the loaded drafter's
     else:
-        out = _sglang_guarded(model, req, spec)
-    out |= {"rank": rank, "path": req.get("path")}
+        out = _sglang_guarded(model, req, spec) | {"rank": rank, "path": req.get("path")}
     tmp = f"{dest}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "w") as f:
