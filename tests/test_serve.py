@@ -255,3 +255,16 @@ def test_sglang_route_end_to_end_key_label_map_and_rollback(host: HookHost) -> N
     low = swap_drafter(url, host.root / "sg-noise", api_key=KEY, check=2, min_accept_len=2.0, max_new_tokens=8)
     assert low.rolled_back and low.exit_code == 1 and low.after.digest == dg and srv.label == dg[:16]
     assert LINE.search(srv.log.getvalue())
+
+
+def test_verify_host_on_sglang_names_the_drafter_from_weight_version(host: HookHost, tmp_path: Path) -> None:
+    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.ops.verify import verify
+
+    url = host.url + "/sg-verify"
+    swap_drafter(url, host.root / "sg-d2", api_key=KEY)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"input_ids": [5, 6, 7]}\n')
+    rep = verify(url, engine="sglang", prompts=str(prompts), num_prompts=1, max_new_tokens=8)
+    assert rep.server["drafter_loaded"]["digest16"] == drafter_digest(host.root / "sg-d2")[:16]
+    assert "weight_version" in rep.server["drafter_loaded"]["from"]
