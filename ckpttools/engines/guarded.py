@@ -177,7 +177,7 @@ def _vllm_call(
         raise NoHookError(f"{where}: HTTP {resp.status}: no development endpoints, so no ckpttools swap hook", url=url)
     if resp.status >= 400:
         raise NoHookError(
-            f"{where}: HTTP {resp.status} for {body['method']}: the workers have no ckpttools swap hook "
+            f"{where}: HTTP {resp.status} for {body['method']}: the workers have no ckpttools swap hook, or it failed "
             f"({resp.text[:120]!r})",
             url=url,
         )

@@ -371,6 +371,10 @@ class VllmDrafterSwap:
             return json.dumps({**out, "refused": str(e), "skipped": [], "state": state()})
         try:
             return json.dumps(self._commit(path, files, dg, spec, out))
+        except Exception as e:  # the answer says what failed; the worker keeps serving
+            return json.dumps(
+                {**out, "refused": f"{type(e).__name__}: {str(e)[:300]}", "skipped": [], "state": state()}
+            )
         finally:
             lock.release()
 
@@ -389,8 +393,8 @@ class VllmDrafterSwap:
             return {**out, "state": state()}
         out["loaded"] = [n for n, _ in weights]
         out["maps_replaced"] = int("d2t" in out["loaded"])  # draft_id_to_target_id is read at every step
+        out["previous"] = commit_state(path, dg, out["maps_replaced"])  # written: remembered before anything else
         out |= _read_back(draft, plan["expected"], plan["skip"])
-        out["previous"] = commit_state(path, dg, out["maps_replaced"])
         out["state"] = state()
         return out
 
@@ -483,10 +487,8 @@ def _sglang_guarded(model: Any, req: dict[str, Any], spec: dict[str, Any]) -> di
     try:
         check_key(req.get("key", ""))
         files, dg = read_guarded(req.get("path"))
-        out = _sglang_swap(model, files, spec)
+        out = _sglang_swap(model, files, spec, lambda maps: commit_state(str(req["path"]), dg, maps))
         out["digest"] = dg
-        if out.get("refused") is None:
-            out["previous"] = commit_state(str(req["path"]), dg, out["maps_replaced"])
     except Refused as e:
         out = {"refused": str(e), "skipped": []}
     except Exception as e:  # the answer says what failed; the server keeps running
@@ -513,7 +515,7 @@ def _sglang_workers(model: Any, spec: dict[str, Any]) -> list[Any]:
     return found
 
 
-def _sglang_swap(model: Any, files: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _sglang_swap(model: Any, files: dict[str, Any], spec: dict[str, Any], commit: Any) -> dict[str, Any]:
     """Stage (plan, map shapes, old values kept), then write the weights and the cached maps; a
     write that fails puts the old weights and maps back."""
     import torch
@@ -552,6 +554,7 @@ def _sglang_swap(model: Any, files: dict[str, Any], spec: dict[str, Any]) -> dic
         out["refused"] = f"the write failed ({type(e).__name__}: {str(e)[:200]}); {why}"
         return out
     out["maps_replaced"] = workers
+    out["previous"] = commit(workers)  # written: remembered before anything else
     out["loaded"] = [n for n, _ in loaded]
     out |= _read_back(model, plan["expected"], plan["skip"])
     if torch.cuda.is_available():
