@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
     from ckpttools.ops.compare import CompareReport, compare_drafters
+    from ckpttools.ops.serve import SwapReport, swap_drafter
     from ckpttools.ops.export import ExportRejected, ExportReport, export, plan_export
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
@@ -92,6 +93,8 @@ _LAZY = {
     "execute": "ckpttools.io.plan",
     "compare_drafters": "ckpttools.ops.compare",
     "CompareReport": "ckpttools.ops.compare",
+    "swap_drafter": "ckpttools.ops.serve",
+    "SwapReport": "ckpttools.ops.serve",
 }
 
 __all__ = [
@@ -144,6 +147,8 @@ __all__ = [
     "execute",
     "compare_drafters",
     "CompareReport",
+    "swap_drafter",
+    "SwapReport",
     "BuildResult",
 ]
 

@@ -16,6 +16,7 @@ import pytest
 from tests.corpus import Case, Outcome, all_cases, build_base, process_reason, run_case, run_corpus
 from tests.corpus_net import hub_repos
 from tests.fake_servers import MisbehavingServer
+from tests.hook_host import HookHost
 from tests.local_hub import LocalHub
 
 CASES = all_cases()
@@ -73,8 +74,9 @@ class Bench:
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     base = tmp_path_factory.mktemp("corpus-base")
     build_base(base)
-    with MisbehavingServer() as srv, LocalHub(hub_repos(base)) as hub:
+    with MisbehavingServer() as srv, LocalHub(hub_repos(base)) as hub, HookHost(base / "serve-hook") as hook:
         subst = {"{srv}": srv.url, "{srvhostport}": srv.url.removeprefix("http://"), "{hub}": hub.url}
+        subst |= {"{hook}": hook.url, "{hookroot}": str(hook.root), "{hookbase}": str(hook.base)}
         yield Bench(base, subst, str(tmp_path_factory.mktemp("hub-home")), tmp_path_factory)
 
 

@@ -48,6 +48,10 @@ CALLS = {
         "LaunchSpec('vllm', 't', 'd'), ['nope', 'd'], engine='vllm')\n"
         "except ckpttools.CheckpointNotFoundError:\n    pass\nelse:\n    raise AssertionError('a missing drafter is refused before any load')"
     ),
+    "swap_drafter": (
+        "try:\n    ckpttools.swap_drafter('http://127.0.0.1:9', 'd', api_key='k')\n"
+        "except ckpttools.ServerError:\n    pass\nelse:\n    raise AssertionError('no server, no swap')"
+    ),
 }
 
 

@@ -1155,6 +1155,11 @@ def logs_cmd(
     sys.exit(rep.exit_code)
 
 
+from ckpttools.cli.serve_cmds import register as _register_serve  # noqa: E402
+
+_register_serve(cli)  # ckpt serve, ckpt swap (ckpttools/cli/serve_cmds.py)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:

@@ -413,6 +413,10 @@ SGLANG_0_5_17 = EngineRelease(
             "never_loaded": ("embed_tokens.weight",),
             "payload": "torch.ByteTensor of the request's JSON (the payload passes _unwrap_tensor's .to(device) "
             "and SafeUnpickler's torch. allowlist)",
+            # ckpt serve: the flag whose key guards the route, and the request field that names the drafter
+            "key_flag": "admin-api-key",
+            "loopback_only": False,
+            "version_label": "weight_version",
         },
         _SG + "model_executor/model_runner_components/weight_updater.py:319-353 (custom loader called as "
         "fn(model, named_tensors) after tensor.to(device), 416-419) and 423-430; speculative/eagle_worker_v2.py:"
@@ -426,6 +430,11 @@ SGLANG_0_5_17 = EngineRelease(
         "model_runner.py:492-502 (get_model=lambda: self.model, the runner's own model); /get_weights_by_name, "
         "the partial route it replaces, exists only in models/llama.py:775, granite.py:434, exaone4.py:610 and "
         "opt.py:534 and returns truncate_size values. "
+        "Guard (ckpt serve): /update_weights_from_tensor and /update_weight_version are ADMIN_OPTIONAL "
+        "(entrypoints/http_server.py:1351-1352, 1412-1413), needing --admin-api-key as a bearer token once it "
+        "is set (utils/auth.py:128-138); weight_version is a request field (managers/io_struct.py:1715) set "
+        "only on success (managers/tokenizer_control_mixin.py:524-526), shown by /server_info "
+        "(entrypoints/http_server.py:781-800). "
         "Run on the H200 (tests/test_gpu_sglang_swap.py, tests/test_gpu_targets.py).",
     ),
     name_patterns=Cited(
@@ -825,6 +834,11 @@ VLLM_0_32 = EngineRelease(
             "env": {"VLLM_SERVER_DEV_MODE": "1"},
             "endpoint": "/collective_rpc",
             "flush": "/reset_prefix_cache",
+            # ckpt serve: --api-key guards no development endpoint, so the host must be loopback and the
+            # hook checks the key itself
+            "key_flag": None,
+            "loopback_only": True,
+            "version_label": None,
             "reload": {
                 "module": "vllm.model_executor.model_loader.reload",
                 "begin": "initialize_layerwise_reload",
@@ -844,7 +858,10 @@ VLLM_0_32 = EngineRelease(
         "(get_model); on the CPU build a linear layer's weight is packed for oneDNN or the sgl kernel after "
         "loading and left an empty parameter (model_executor/layers/linear.py:206-216, layers/utils.py:470-600, "
         "remove_weight=True): such layers are digested and read back by their output on a fixed input "
-        "(quant_method.apply). Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
+        "(quant_method.apply). "
+        "Guard (ckpt serve): --api-key guards only "
+        "/v1, /v2, /inference and /cohere (entrypoints/serve/middleware/authenticate.py:11 and 59), not "
+        "/collective_rpc. Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
     ),
 )
 

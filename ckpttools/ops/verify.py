@@ -808,6 +808,7 @@ def _connect(
     eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
     rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len, repeat=repeat)
     rep.server = eng.spec_settings()
+    rep.server["drafter_loaded"] = _loaded_drafter(engine, host, client, eng)
     eng.release = pinned or eng.server_release()
     rep.server["engine_release"] = eng.release.spec if eng.release is not None else None
     rep.server["engine_release_from"] = (
@@ -820,6 +821,13 @@ def _connect(
             url=host,
         )
     return eng, rep
+
+
+def _loaded_drafter(engine: str, host: str, client: Any, eng: Any) -> dict[str, Any] | None:
+    """Which drafter the server says it serves (ckpttools' swap hook, SGLang's weight_version), or None."""
+    from ckpttools.engines.guarded import loaded_drafter
+
+    return loaded_drafter(engine, client, host, eng.info() if hasattr(eng, "info") else None)
 
 
 def split_engine(engine: str) -> tuple[str, Any]:

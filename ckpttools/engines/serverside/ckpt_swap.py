@@ -16,21 +16,57 @@ Every answer is a JSON string: what was loaded, what was skipped and why, how ea
 parameter was held against the file on the device (ckpt_digest.check_param), where the seconds
 went, and on which rank. ``ckpt_target_digest`` (vLLM) and the payload op ``target_digest``
 (SGLang) answer ckpt_digest.model_digest of the target model, taken in the process that holds it.
+
+The guard (every swap, whoever started the server): the drafter is a folder of regular, non-empty
+safetensors files, read through one descriptor each (a FIFO, a device, a 0-byte file, anything
+``safetensors`` cannot parse is refused); with ``CKPT_SWAP_ROOT`` set (``ckpt serve`` sets it) its
+real path and every file's lie under that root (a link leading out is refused); with
+``CKPT_SWAP_KEY_SHA256`` set, the request's key must hash to it. A refusal is an answer with
+``refused`` and why; nothing is written. One swap at a time per process (a lock); the new weights
+are read and planned whole before the first write (staged), then written in one step, the old
+values kept until it ends and put back if a write fails, so a rank serves the old drafter or the
+new one. Each process remembers what it loaded (``ckpt_state``: path, digest, generation) and
+prints one line per committed swap::
+
+    ckpttools swap: drafter="<path, JSON-escaped>" digest=<16 hex> rank=<r> world=<n> maps=<replaced|none>
+
+The drafter's digest (:func:`drafter_digest`): sha256 over its ``*.safetensors`` files in the
+byte order of their names, each as ``NAME``, a NUL, its size in decimal, a NUL, then its bytes.
 """
 
 from __future__ import annotations
 
-import glob
+import hashlib
+import hmac
 import json
 import os
+import stat
+import sys
+import threading
+import time
 from typing import Any
 
 #: the name a swap request carries in place of a tensor's (SGLang's payload)
 SWAP_TAG = "__ckpttools_swap__"
 
 
+#: the swap root, the key's sha256 (hex) and what ckpt serve launched with (JSON: path, digest)
+ROOT_ENV, KEY_ENV, INITIAL_ENV = "CKPT_SWAP_ROOT", "CKPT_SWAP_KEY_SHA256", "CKPT_SWAP_INITIAL"
+#: the largest safetensors file a swap reads (a drafter is far smaller)
+MAX_FILE = 256 << 30
+_LOCK = threading.Lock()
+#: where the guard's settings are read (the process's environment; a test host gives its own)
+ENVIRON: Any = os.environ
+#: what this process has loaded: path, digest, generation (swaps committed here), since
+_STATE: dict[str, Any] = {}
+
+
+class Refused(Exception):
+    """A swap the guard refuses: nothing was written; the message is the answer's ``refused``."""
+
+
 def _spec() -> dict[str, Any]:
-    return json.loads(os.environ.get("CKPT_SWAP_SPEC") or "{}")
+    return json.loads(ENVIRON.get("CKPT_SWAP_SPEC") or "{}")
 
 
 def _rank() -> int:
@@ -39,32 +75,181 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _read(path: str, device: Any = "cpu") -> dict[str, Any]:
-    """Every tensor of the drafter's safetensors files, moved once onto ``device`` (the model's):
-    the same tensors are loaded and then held against what the model holds."""
-    from safetensors import safe_open
-
-    out: dict[str, Any] = {}
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-    if not files:
-        raise FileNotFoundError(f"{path}: no .safetensors files")
-    for f in files:
-        with safe_open(f, "pt", device=str(device)) as sf:
-            for k in sf.keys():
-                out[k] = sf.get_tensor(k)
-    return out
-
-
 def _world() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def weight_files(path: str) -> list[str]:
+    """The names of a drafter folder's ``*.safetensors`` files, in byte order (as ``glob`` finds them)."""
+    return sorted(n for n in os.listdir(path) if n.endswith(".safetensors") and not n.startswith("."))
+
+
+class Digest:
+    """The drafter digest, fed file by file: ``NAME\\0SIZE\\0`` then the file's bytes."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def file(self, name: str, size: int) -> None:
+        self.h.update(name.encode() + b"\0" + str(size).encode() + b"\0")
+
+    def update(self, data: bytes) -> None:
+        self.h.update(data)
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+def _inside(real: str, root: str) -> bool:
+    return os.path.commonpath([real, root]) == root
+
+
+def check_key(given: Any, env: Any = None) -> None:
+    """Refuse a request whose key does not hash to the launch's (no key set at launch: any passes)."""
+    want = (env if env is not None else ENVIRON).get(KEY_ENV, "")
+    if not want:
+        return
+    if not isinstance(given, str) or not given:
+        raise Refused("no key given: this server's swaps need the key it was started with")
+    got = hashlib.sha256(given.encode()).hexdigest()
+    if not hmac.compare_digest(got, want.lower()):
+        raise Refused("wrong key: this server's swaps need the key it was started with")
+
+
+def guarded_files(path: Any, env: Any = None) -> list[tuple[str, str]]:
+    """(name, real path) of each weight file of the drafter at ``path``, after the guard: an absolute
+    path to a folder, inside the swap root (when one is set) with every file, each a regular file."""
+    env = env if env is not None else ENVIRON
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        raise Refused(f"{path!r}: not an absolute path")
+    root = env.get(ROOT_ENV, "")
+    rroot = os.path.realpath(root) if root else ""
+    real = os.path.realpath(path)
+    if rroot and not _inside(real, rroot):
+        how = "a link leads out of it" if _inside(os.path.abspath(path), rroot) else "it lies outside it"
+        raise Refused(f"{path}: not under the swap root {root} ({how})")
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise Refused(f"{path}: cannot be read ({e.strerror})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused(f"{path}: not a folder of safetensors files")
+    names = weight_files(real)
+    if not names:
+        raise Refused(f"{path}: no .safetensors files")
+    out = []
+    for n in names:
+        rp = os.path.realpath(os.path.join(real, n))
+        if rroot and not _inside(rp, rroot):
+            raise Refused(f"{path}/{n}: a link leading out of the swap root {root}")
+        out.append((n, rp))
+    return out
+
+
+def _read_one(name: str, rp: str, dg: Digest) -> dict[str, Any]:
+    """One weight file through one descriptor (no blocking open, no link followed at the end):
+    a regular, non-empty file that safetensors parses."""
+    from safetensors.torch import load
+
+    try:
+        fd = os.open(rp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise Refused(f"{name}: cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+            raise Refused(f"{name}: {kind}, not a safetensors file")
+        if st.st_size == 0:
+            raise Refused(f"{name}: 0 bytes, not a safetensors file")
+        if st.st_size > MAX_FILE:
+            raise Refused(f"{name}: {st.st_size} bytes, more than a swap reads ({MAX_FILE >> 30} GiB)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(st.st_size + 1)
+    finally:
+        os.close(fd)
+    if len(data) != st.st_size:
+        raise Refused(f"{name}: changed while it was read")
+    dg.file(name, len(data))
+    dg.update(data)
+    try:
+        return load(data)
+    except Exception as e:  # safetensors' own errors: not one of its files
+        raise Refused(f"{name}: not a safetensors file ({str(e)[:120]})") from None
+
+
+def read_guarded(path: Any, env: Any = None) -> tuple[dict[str, Any], str]:
+    """Every tensor of the drafter (on the CPU) and its digest, after the guard; raises Refused."""
+    out: dict[str, Any] = {}
+    dg = Digest()
+    for name, rp in guarded_files(path, env):
+        for k, t in _read_one(name, rp, dg).items():
+            if k in out:
+                raise Refused(f"{name}: tensor {k} is in two files")
+            out[k] = t
+    return out, dg.hexdigest()
+
+
+def _initial(env: Any) -> dict[str, Any]:
+    """What ckpt serve says it launched with (not read back: the launch's word)."""
+    try:
+        got = json.loads(env.get(INITIAL_ENV) or "{}")
+    except ValueError:
+        got = {}
+    ok = isinstance(got, dict) and isinstance(got.get("path"), str) and isinstance(got.get("digest"), str)
+    return {"path": got["path"], "digest": got["digest"], "source": "launch"} if ok else {}
+
+
+def state(env: Any = None) -> dict[str, Any]:
+    """What this process serves: the last committed swap's drafter, else the launch's, and how many swaps."""
+    env = env if env is not None else ENVIRON
+    base = {"path": None, "digest": None, "source": "unknown", "generation": 0, "since": None}
+    return {**base, **_initial(env), **_STATE, "rank": _rank(), "world": _world()}
+
+
+def commit_state(path: str, dg: str, maps: int) -> dict[str, Any]:
+    """Remember the drafter just written and say so in one line (the logs read it)."""
+    prev = state()
+    _STATE.update(path=path, digest=dg, source="swap", generation=prev["generation"] + 1, since=time.time())
+    line = (
+        f"ckpttools swap: drafter={json.dumps(path)} digest={dg[:16]} rank={_rank()} world={_world()} "
+        f"maps={'replaced' if maps else 'none'}"
+    )
+    print(line, file=sys.stderr, flush=True)
+    return prev
+
+
+def _locked() -> Any:
+    """The swap lock of this process: a second swap waits for the first (at most CKPT_SWAP_LOCK_WAIT s)."""
+    wait = float(ENVIRON.get("CKPT_SWAP_LOCK_WAIT") or 600)
+    if not _LOCK.acquire(timeout=wait):
+        raise Refused(f"another swap held this rank for {wait:g} s")
+    return _LOCK
+
+
+def _backup(model: Any, names: Any) -> dict[str, Any]:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return {n: params[n].detach().clone() for n in names if n in params}
+
+
+def _restore(model: Any, backup: dict[str, Any]) -> str:
+    """Put the old values back after a failed write; says whether it could."""
+    import torch
+
+    params = dict(model.named_parameters(remove_duplicate=False))
+    try:
+        with torch.no_grad():
+            for n, old in backup.items():
+                params[n].data.copy_(old)
+    except Exception as e:
+        return f"the old weights could not be put back ({type(e).__name__}: {e}): restart the server"
+    return "the old weights were put back"
+
+
 def _sync(device: Any) -> float:
     """The time, once the device has finished what it was given (the phases' seconds are real)."""
-    import time
-
     import torch
 
     if getattr(device, "type", "cpu") == "cuda":
@@ -169,25 +354,65 @@ class VllmDrafterSwap:
         runner: Any = getattr(self, "model_runner", self)
         return runner.get_draft_model(), runner.get_model()
 
-    def ckpt_swap(self, path: str) -> str:
+    def ckpt_swap(self, path: str, key: str = "") -> str:
+        """Swap in the drafter at ``path`` (the guard first: key, root, files), staged, then written
+        in one step; a write that fails puts the old values back."""
         spec = _spec()
+        out: dict[str, Any] = {"rank": _rank(), "path": path}
+        try:
+            lock = _locked()
+        except Refused as e:
+            return json.dumps({**out, "refused": str(e), "skipped": []})
+        try:
+            check_key(key)
+            r0 = time.monotonic()
+            files, dg = read_guarded(path)
+            read_s = time.monotonic() - r0
+        except Refused as e:
+            lock.release()
+            return json.dumps({**out, "refused": str(e), "skipped": [], "state": state()})
+        try:
+            return json.dumps(self._commit(path, files, dg, spec, out, read_s))
+        except Exception as e:  # the answer says what failed; the worker keeps serving
+            return json.dumps(
+                {**out, "refused": f"{type(e).__name__}: {str(e)[:300]}", "skipped": [], "state": state()}
+            )
+        finally:
+            lock.release()
+
+    def _commit(
+        self, path: str, files: dict[str, Any], dg: str, spec: dict[str, Any], out: dict[str, Any], read_s: float
+    ) -> Any:
         draft, target = self._models()
         device = next(draft.parameters()).device
         t0 = _sync(device)
-        files = _read(path, device)
+        files = {k: t.to(device) for k, t in files.items()}  # moved once: loaded and held against
         t1 = _sync(device)
         plan = _plan(files, draft, target, spec)
-        out: dict[str, Any] = {"rank": _rank(), "path": path, "skipped": plan["skip"], "refused": plan["refused"]}
-        if plan["refused"] is None:
-            self._load(draft, [(n, t) for n, t in files.items() if n not in plan["skip"]], spec)
-            t2 = _sync(device)
-            out["loaded"] = [n for n in files if n not in plan["skip"]]
-            out["maps_replaced"] = int("d2t" in out["loaded"])  # draft_id_to_target_id is read at every step
-            out |= _read_back(draft, files, plan["expected"], plan["skip"])
-            t3 = _sync(device)
-            out["timings"] = {"read": t1 - t0, "update": t2 - t1, "check": t3 - t2}
-            out["bytes"] = sum(int(t.numel() * t.element_size()) for t in files.values())
-        return json.dumps(out)
+        out |= {"skipped": plan["skip"], "refused": plan["refused"], "digest": dg}
+        if plan["refused"] is not None:
+            return {**out, "state": state()}
+        weights = [(n, t) for n, t in files.items() if n not in plan["skip"]]
+        backup = _backup(draft, plan["expected"])
+        try:
+            self._load(draft, weights, spec)
+        except Exception as e:  # nothing half-written stays: the old values go back
+            out["refused"] = f"the write failed ({type(e).__name__}: {str(e)[:200]}); {_restore(draft, backup)}"
+            return {**out, "state": state()}
+        t2 = _sync(device)
+        out["loaded"] = [n for n, _ in weights]
+        out["maps_replaced"] = int("d2t" in out["loaded"])  # draft_id_to_target_id is read at every step
+        out["previous"] = commit_state(path, dg, out["maps_replaced"])  # written: remembered before anything else
+        out |= _read_back(draft, files, plan["expected"], plan["skip"])
+        t3 = _sync(device)
+        out["timings"] = {"read": read_s + t1 - t0, "update": t2 - t1, "check": t3 - t2}
+        out["bytes"] = sum(int(t.numel() * t.element_size()) for t in files.values())
+        out["state"] = state()
+        return out
+
+    def ckpt_state(self) -> str:
+        """What this worker serves (no key: it changes nothing)."""
+        return json.dumps(state())
 
     def _load(self, draft: Any, weights: list[tuple[str, Any]], spec: dict[str, Any]) -> None:
         """load_weights as at start-up: a layer whose weights were processed into a kernel format
@@ -222,10 +447,11 @@ class VllmDrafterSwap:
 
 def sglang_load_drafter(model: Any, named_tensors: list) -> None:
     """SGLang custom weight loader: called for the draft model and then for the target with the same
-    payload. The payload is one (SWAP_TAG, JSON) pair: the op (``swap``, the default, or
-    ``target_digest``), the drafter's path for a swap, and where to write this rank's answer. A swap
-    is done on the draft model's call (the target's returns at once); a target digest on the
-    target's call (the draft model's returns at once)."""
+    payload. The payload is one (SWAP_TAG, JSON) pair: the op (``swap``, the default, ``state`` or
+    ``target_digest``), the drafter's path and the key for a swap, and where to write this rank's
+    answer (a file in a folder private to the server's user). A swap or a state is answered on the
+    draft model's call (the target's returns at once); a target digest on the target's call (the
+    draft model's returns at once)."""
     spec = _spec()
     (tag, raw), *_ = named_tensors
     if tag != SWAP_TAG:
@@ -234,22 +460,27 @@ def sglang_load_drafter(model: Any, named_tensors: list) -> None:
     is_draft = type(model).__name__ in spec.get("draft_classes", [])
     op = req.get("op", "swap")
     rank = _rank()
-    if op == "target_digest":
-        if is_draft:
-            return
-        out = _sglang_target_digest(model)
-    elif not is_draft:
+    if (op == "target_digest") == is_draft:
+        return  # the other model's call
+    dest = _answer_dest(str(req.get("answer", "")), rank)
+    if dest is None:
+        print(
+            f"ckpttools swap: refused: answer path {str(req.get('answer'))[:200]!r} is no private answer file",
+            file=sys.stderr,
+            flush=True,
+        )
         return
+    out: dict[str, Any]
+    if op == "target_digest":
+        out = _sglang_target_digest(model)
+    elif op == "state":
+        out = state()  # its path is the loaded drafter's
     else:
-        try:
-            out = _sglang_swap(model, req["path"], spec)
-        except Exception as e:  # the answer says what failed; the server keeps running
-            out = {"refused": f"{type(e).__name__}: {e}"}
-        out |= {"path": req["path"]}
+        out = _sglang_guarded(model, req, spec) | {"path": req.get("path")}
     out |= {"rank": rank}
-    dest = req["answer"].replace("{rank}", str(rank))
     tmp = f"{dest}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(out, f)
     os.replace(tmp, dest)
 
@@ -264,6 +495,49 @@ def _sglang_target_digest(model: Any) -> dict[str, Any]:
     except Exception as e:  # said in the answer: the check reads "not checked" and why
         return {"op": "target_digest", "refused": f"{type(e).__name__}: {e}"}
     return {"op": "target_digest", "class": type(model).__name__, **got, "seconds": _sync(device) - t0}
+
+
+def _answer_dest(dest: str, rank: int) -> str | None:
+    """Where this rank's answer goes, or None: only ``rankN.json`` in a folder (no link) that is this
+    user's own and open to no one else (as the client's mkdtemp makes it)."""
+    import re
+
+    dest = dest.replace("{rank}", str(rank))
+    parent, name = os.path.split(dest)
+    if not os.path.isabs(dest) or not re.fullmatch(r"rank[0-9]{1,6}\.json", name):
+        return None
+    try:
+        st = os.lstat(parent)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        return None
+    return dest
+
+
+def _sglang_guarded(model: Any, req: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """One swap on this rank: the lock, the guard, then the staged write (answers, never raises)."""
+    try:
+        lock = _locked()
+    except Refused as e:
+        return {"refused": str(e), "skipped": []}
+    try:
+        check_key(req.get("key", ""))
+        r0 = time.monotonic()
+        files, dg = read_guarded(req.get("path"))
+        read_s = time.monotonic() - r0
+        out = _sglang_swap(model, files, spec, lambda maps: commit_state(str(req["path"]), dg, maps))
+        out["digest"] = dg
+        if "timings" in out:
+            out["timings"]["read"] += read_s  # the file's bytes read and parsed, then moved to the device
+    except Refused as e:
+        out = {"refused": str(e), "skipped": []}
+    except Exception as e:  # the answer says what failed; the server keeps running
+        out = {"refused": f"{type(e).__name__}: {e}", "skipped": []}
+    finally:
+        lock.release()
+    out["state"] = state()
+    return out
 
 
 def _sglang_workers(model: Any, spec: dict[str, Any]) -> list[Any]:
@@ -282,12 +556,14 @@ def _sglang_workers(model: Any, spec: dict[str, Any]) -> list[Any]:
     return found
 
 
-def _sglang_swap(model: Any, path: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _sglang_swap(model: Any, files: dict[str, Any], spec: dict[str, Any], commit: Any) -> dict[str, Any]:
+    """Stage (plan, map shapes, old values kept), then write the weights and the cached maps; a
+    write that fails puts the old weights and maps back."""
     import torch
 
     device = next(model.parameters()).device
     t0 = _sync(device)
-    files = _read(path, device)
+    files = {k: t.to(device) for k, t in files.items()}  # moved once: loaded and held against
     t1 = _sync(device)
     d2t = files.pop("d2t", None)
     files.pop("t2d", None)
@@ -295,22 +571,35 @@ def _sglang_swap(model: Any, path: str, spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"skipped": plan["skip"], "refused": plan["refused"], "maps_replaced": 0}
     if plan["refused"] is not None:
         return out
+    maps: list[Any] = []
+    hot = None
+    workers = 0
     if d2t is not None:
         hot = d2t.to(device=device, dtype=torch.long) + torch.arange(len(d2t), device=device)
-        workers = _sglang_workers(model, spec)
-        for w in workers:
-            cached = getattr(w, spec["worker_map_attr"])
+        maps = [getattr(w, spec["worker_map_attr"]) for w in _sglang_workers(model, spec)]
+        own = getattr(model, spec.get("model_map_attr", ""), None)
+        for cached in maps + ([own] if own is not None else []):
             if cached.shape != hot.shape:
                 out["refused"] = f"the running map has {cached.shape[0]} slots, this drafter {hot.shape[0]}"
                 return out
-        for w in workers:
-            getattr(w, spec["worker_map_attr"]).copy_(hot)
-        if getattr(model, spec.get("model_map_attr", ""), None) is not None:
-            getattr(model, spec["model_map_attr"]).copy_(hot.to(getattr(model, spec["model_map_attr"]).device))
-        out["maps_replaced"] = len(workers)
+        workers = len(maps)
+        maps += [own] if own is not None else []
     loaded = [(n, t) for n, t in files.items() if n not in plan["skip"]]
-    model.load_weights(iter(loaded))
+    backup = _backup(model, plan["expected"])
+    old_maps = [m.clone() for m in maps]
+    try:
+        model.load_weights(iter(loaded))
+        for m in maps:
+            m.copy_(hot.to(m.device))  # type: ignore[union-attr]
+    except Exception as e:
+        why = _restore(model, backup)
+        for m, old in zip(maps, old_maps):
+            m.copy_(old)
+        out["refused"] = f"the write failed ({type(e).__name__}: {str(e)[:200]}); {why}"
+        return out
     t2 = _sync(device)
+    out["maps_replaced"] = workers
+    out["previous"] = commit(workers)  # written: remembered before anything else
     out["loaded"] = [n for n, _ in loaded]
     out |= _read_back(model, files, plan["expected"], plan["skip"])
     t3 = _sync(device)

@@ -1,0 +1,129 @@
+"""Hostile runs of ``ckpt serve`` and ``ckpt swap`` (issue 33).
+
+``{hook}`` is tests/hook_host.py's server: vLLM 0.32's answers around the REAL swap hook
+(engines/serverside/ckpt_swap.py), one server of its own per first path segment (each case names
+its own, so no case sees another's swaps); ``{hookroot}`` its swap root (drafters ``d``, ``d2``,
+``noise``, ``wide``, ``fifo``, ``empty``, ``junk``, ``linkout``), ``{hookbase}`` the folder around it
+(``outside``: a drafter beside the root). The key is ``sesame-key``.
+
+What the server refuses (wrong key, no key, outside the root, a link out, a write that fails) is
+said by the hook in its answer and comes back as one error line (exit 2); what the client refuses
+before anything is sent (a FIFO, a 0-byte or non-safetensors file, a drafter for another target, a
+server without the hook, a hook answering for another drafter, bad --check or --min-accept-len, a
+URL that is not http, a log aimed at an input) is one error line too, with its exit code.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.corpus import Case, both, copy_in
+
+KEY = ["--api-key", "sesame-key"]
+
+
+def _swap(name: str, seg: str, drafter: str, code: int, *extra: str, key: bool = True, **has: str) -> Case:
+    argv = ["swap", "--host", f"{{hook}}/{seg}-{name}", drafter, *(KEY if key else []), *extra]
+    return Case(name, argv, code, **has)
+
+
+def _hook_copy(rel: str, as_name: str) -> object:
+    """A drafter of the hook's root copied into the case's folder (outside the root)."""
+
+    def s(d: Path, base: Path) -> None:
+        shutil.copytree(base / "serve-hook" / "hookroot" / rel, d / as_name)
+
+    return s
+
+
+def _serve_tree(d: Path, base: Path) -> None:
+    """``t`` (the corpus target) and ``root/d`` (the corpus drafter under a swap root)."""
+    shutil.copytree(base / "d", d / "root" / "d")
+
+
+SERVE_SETUP = both(copy_in("t"), copy_in("d"), _serve_tree)
+
+
+def _serve(name: str, code: int, *extra: str, engine: str = "vllm==0.32.0", **has: str) -> Case:
+    argv = ["serve", "--engine", engine, "--target", "t", "--drafter", "root/d", "--swap-root", "root", *extra]
+    return Case(name, argv, code, SERVE_SETUP, **has)
+
+
+def serve_cases() -> list[Case]:
+    r = "{hookroot}"
+    return [
+        # the honest swap, and its JSON
+        _swap("serve-swap-ok", "ok", f"{r}/d2", 0, stdout_has="swapped in"),
+        _swap("serve-swap-ok-json", "ok", f"{r}/d2", 0, "--json", stdout_has='"schema_version": 1'),
+        Case(
+            "serve-swap-key-from-env",
+            ["swap", "--host", "{hook}/ok-serve-swap-key-from-env", f"{r}/d2"],
+            0,
+            env={"CKPT_API_KEY": "sesame-key"},
+            stdout_has="map(s) replaced",
+        ),
+        # SGLang's route: weight_version names the drafter; the admin key refuses before the hook runs
+        _swap("serve-swap-sglang-ok", "sg", f"{r}/sg-d2", 0, stdout_has="named: weight_version"),
+        _swap("serve-swap-sglang-wrong-key", "sg", f"{r}/sg-d2", 2, "--api-key", "x", key=False, stderr_has="401"),
+        _swap("serve-swap-sglang-no-key", "sg", f"{r}/sg-d2", 2, key=False, stderr_has="(none given)"),
+        _swap("serve-swap-sglang-outside-root", "sg", "{hookbase}/sg-outside", 2, stderr_has="it lies outside it"),
+        # refused by the server, said in its answer
+        _swap("serve-swap-wrong-key", "ok", f"{r}/d2", 2, "--api-key", "nope", key=False, stderr_has="wrong key"),
+        _swap("serve-swap-no-key", "ok", f"{r}/d2", 2, key=False, stderr_has="no key given"),
+        _swap("serve-swap-outside-root", "ok", "{hookbase}/outside", 2, stderr_has="it lies outside it"),
+        Case(
+            "serve-swap-outside-root-relative",
+            ["swap", "--host", "{hook}/ok-serve-swap-outside-root-relative", "d2", *KEY],
+            2,
+            _hook_copy("d2", "d2"),  # type: ignore[arg-type]
+            stderr_has="not under the swap root",
+        ),
+        _swap("serve-swap-link-out", "ok", f"{r}/linkout", 2, stderr_has="a link leads out of it"),
+        _swap("serve-swap-write-fails", "failwrite", f"{r}/d2", 2, stderr_has="the old weights were put back"),
+        # refused before anything is sent
+        _swap("serve-swap-fifo", "ok", f"{r}/fifo", 2, stderr_has="model.safetensors"),
+        _swap("serve-swap-zero-bytes", "ok", f"{r}/empty", 2, stderr_has="model.safetensors"),
+        _swap("serve-swap-not-safetensors", "ok", f"{r}/junk", 2, stderr_has="model.safetensors"),
+        _swap("serve-swap-other-target", "ok", f"{r}/wide", 1, stderr_has="validate found"),
+        _swap("serve-swap-missing-drafter", "ok", f"{r}/nope", 2),
+        _swap("serve-swap-no-hook-vllm", "nohook", f"{r}/d2", 2, stderr_has="no ckpttools swap hook"),
+        Case("serve-swap-no-hook-sglang", ["swap", "--host", "{srv}/sg-ok", f"{r}/d2", *KEY], 2),
+        _swap("serve-swap-hook-lies", "liar", f"{r}/d2", 2, stderr_has="answered for digest"),
+        _swap("serve-swap-check-zero", "ok", f"{r}/d2", 2, "--check", "0"),
+        _swap("serve-swap-check-huge", "ok", f"{r}/d2", 2, "--check", "100001"),
+        _swap("serve-swap-check-text", "ok", f"{r}/d2", 2, "--check", "many"),
+        _swap("serve-swap-min-without-check", "ok", f"{r}/d2", 2, "--min-accept-len", "2", stderr_has="needs --check"),
+        _swap("serve-swap-min-nan", "ok", f"{r}/d2", 2, "--check", "2", "--min-accept-len", "nan"),
+        _swap("serve-swap-min-below-one", "ok", f"{r}/d2", 2, "--check", "2", "--min-accept-len", "0.5"),
+        Case("serve-swap-url-ftp", ["swap", "--host", "ftp://127.0.0.1:1", f"{r}/d2", *KEY], 2, stderr_has="http"),
+        Case("serve-swap-url-no-scheme", ["swap", "--host", "127.0.0.1:1", f"{r}/d2", *KEY], 2),
+        # measured below the bar: the previous drafter back in, checked, exit 1
+        _swap(
+            "serve-swap-below-bar-rolls-back",
+            "ok",
+            f"{r}/noise",
+            1,
+            "--check",
+            "3",
+            "--min-accept-len",
+            "2",
+            stdout_has="rolled back",
+        ),
+        _swap("serve-swap-above-bar", "ok", f"{r}/d2", 0, "--check", "3", "--min-accept-len", "2", stdout_has="4.0000"),
+        # ckpt serve: what it would start, and what it refuses
+        _serve("serve-print-vllm", 0, *KEY, "--print", stdout_has="CKPT_SWAP_KEY_SHA256="),
+        _serve("serve-print-sglang", 0, *KEY, "--print", engine="sglang==0.5.17", stdout_has="--admin-api-key"),
+        _serve("serve-no-key", 2, "--print", stderr_has="needs a key"),
+        _serve("serve-vllm-not-loopback", 2, *KEY, "--host", "0.0.0.0", "--print", stderr_has="loopback"),
+        Case(
+            "serve-drafter-outside-root",
+            ["serve", "--engine", "vllm==0.32.0", "--target", "t", "--drafter", "d", "--swap-root", "root", *KEY],
+            2,
+            SERVE_SETUP,
+            stderr_has="not under the swap root",
+        ),
+        _serve("serve-root-missing", 2, *KEY, "--print", "--swap-root", "nowhere"),
+        _serve("serve-log-over-input", 2, *KEY, "--log", "root/d/config.json"),
+        _serve("serve-release-without-route", 2, *KEY, "--print", engine="sglang==0.5.23", stderr_has="no swap route"),
+    ]
