@@ -37,7 +37,10 @@ if TYPE_CHECKING:
     from ckpttools.engines.flavor import detect_flavor
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
+    from ckpttools.engines.launch import LaunchSpec
     from ckpttools.ops.compare import CompareReport, compare_drafters
+    from ckpttools.ops.measure import measure
+    from ckpttools.ops.request import MeasureRequest, Offline, RequestError, RunningHost, Sweep
     from ckpttools.ops.export import ExportRejected, ExportReport, export, plan_export
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
@@ -85,6 +88,13 @@ _LAZY = {
     "execute": "ckpttools.io.plan",
     "compare_drafters": "ckpttools.ops.compare",
     "CompareReport": "ckpttools.ops.compare",
+    "measure": "ckpttools.ops.measure",
+    "MeasureRequest": "ckpttools.ops.request",
+    "RunningHost": "ckpttools.ops.request",
+    "Offline": "ckpttools.ops.request",
+    "Sweep": "ckpttools.ops.request",
+    "RequestError": "ckpttools.ops.request",
+    "LaunchSpec": "ckpttools.engines.launch",
 }
 
 __all__ = [
@@ -137,6 +147,13 @@ __all__ = [
     "execute",
     "compare_drafters",
     "CompareReport",
+    "measure",
+    "MeasureRequest",
+    "RunningHost",
+    "Offline",
+    "Sweep",
+    "RequestError",
+    "LaunchSpec",
     "BuildResult",
 ]
 

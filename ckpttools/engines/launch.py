@@ -46,62 +46,14 @@ class LaunchSpec:
 
 
 def build_command(s: LaunchSpec) -> list[str]:
-    """The server command line for the spec."""
-    if s.engine == "sglang":
-        n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
-        spec_flags = (
-            []
-            if s.drafter is None
-            else [
-                "--speculative-algorithm",
-                "EAGLE3",
-                "--speculative-draft-model-path",
-                s.drafter,
-                "--speculative-num-steps",
-                str(s.steps),
-                "--speculative-eagle-topk",
-                str(s.topk),
-                "--speculative-num-draft-tokens",
-                str(n),
-            ]
-        )
-        return [
-            s.python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            s.target,
-            *spec_flags,
-            "--tp-size",
-            str(s.tp),
-            "--host",
-            s.host,
-            "--port",
-            str(s.port),
-            *s.engine_args,
-        ]
-    if s.engine == "vllm":
-        spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
-        spec_flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
-        if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
-            # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
-            spec_flags.append("--per-request-spec-decode-metrics=summary")
-        return [
-            s.python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            s.target,
-            *spec_flags,
-            "--tensor-parallel-size",
-            str(s.tp),
-            "--host",
-            s.host,
-            "--port",
-            str(s.port),
-            *s.engine_args,
-        ]
-    raise ValueError(f"cannot launch engine {s.engine!r}")
+    """The server command line for the spec (its engine object's launch argv)."""
+    from ckpttools.engines.engine import engine_for
+
+    try:
+        eng = engine_for(s.engine)
+    except ValueError:
+        raise ValueError(f"cannot launch engine {s.engine!r}") from None
+    return eng.launch_argv(s)
 
 
 def parse_sglang_accept_lens(log_text: str) -> list[float]:

@@ -7,13 +7,15 @@ target checks with ``target=``; ``deep=True`` streams every tensor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError, MappingError, NoWeightsError
-from ckpttools.engines.claims import applied, applying, claim, label
+from ckpttools.engines.claims import applied, applying, claim
+from ckpttools.engines.engine import engine_for
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
 from ckpttools.engines.config_rules import amx_mla_refusal, context_length, weight_problems
@@ -209,7 +211,7 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
 
 def _sglang_said(engine: str) -> str:
     """What a finding about SGLang's behaviour adds when validate checks another engine's reading."""
-    return "" if engine == "sglang" else f" (SGLang's behaviour; {label(engine)}'s is not in its table)"
+    return engine_for(engine).sglang_said()
 
 
 _CONFIG_SCHEMA_FIX = "fix config.json to match schemas/eagle3-drafter-config.schema.json"
@@ -263,10 +265,10 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     if arch is None:
         return []
     where = "$.architectures[0]"
-    if engine == "vllm":
-        if arch in served_archs("vllm"):
+    if engine_for(engine).wants_own_arch_names:
+        if arch in served_archs(engine):
             return []
-        msg = claim("vllm:arch.wants", arch=arch)
+        msg = claim(f"{engine}:arch.wants", arch=arch)
         return [Finding("config.architectures", "error", where, msg, "ckpt export --format vllm writes it")]
     if arch in served_archs("sglang"):
         return []
@@ -305,7 +307,9 @@ def _is_mla(cfg: dict[str, Any]) -> bool:
 def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     """What SGLang's MLA drafter class refuses at load (engines/claims.py: ``mla.*``)."""
     archs = cfg.get("architectures")
-    if engine != "sglang" or not (isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]):
+    if not engine_for(engine).checks_mla_fields or not (
+        isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]
+    ):
         return []
     out: list[Finding] = []
     q, where = lookup(cfg, "q_lora_rank")
@@ -347,7 +351,7 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
 def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     """An MLA drafter whose sizes vLLM's CPU build refuses on a CPU with AMX (engines/claims.py:
     ``cpu_mla.amx``): a warning, since the same drafter loads on any other CPU."""
-    got = amx_mla_refusal(cfg) if engine == "vllm" and _is_mla(cfg) else None
+    got = amx_mla_refusal(cfg) if engine_for(engine).refuses_amx_mla_sizes and _is_mla(cfg) else None
     if got is None:
         return []
     msg = claim("vllm:cpu_mla.amx", field=got["field"], value=got["value"], error=got["error"], when=got["when"])
@@ -516,9 +520,15 @@ def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str
     return exp
 
 
-def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
-    """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary mapping."""
-    plan = _plan(ck, cfg, engine)
+_UNPLANNED: Any = object()
+
+
+def check_tensors(
+    cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang", plan: Any = _UNPLANNED
+) -> list[Finding]:
+    """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary
+    mapping; ``plan``: the drafter's load plan as :func:`_usable_plan` gives it, made once by the caller."""
+    plan = _plan(ck, cfg, engine) if plan is _UNPLANNED else plan
     out, canon = _name_findings(ck, engine, cfg, plan)
     out += _tensor_dtype_findings(ck, engine, plan)
     if cfg is None:
@@ -532,13 +542,19 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sgl
 def _plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
     """The applied release's load plan of the drafter (engines/load_plan.py); None when the config has a
     field the plan would size from that is unusable (validate says which) or it builds no class."""
+    return _usable_plan(None if config_problems(cfg) else _raw_plan(ck, cfg, engine))
+
+
+def _raw_plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
+    """The applied release's load plan of the drafter, whatever it builds (made once per drafter)."""
     from ckpttools.engines.load_plan import load_plan
 
-    if config_problems(cfg):
-        return None
     heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-    plan = load_plan(heads, cfg or {}, applied(engine))
-    return plan if plan.cls is not None and plan.tensors else None
+    return load_plan(heads, cfg or {}, applied(engine))
+
+
+def _usable_plan(plan: Any) -> Any:
+    return plan if plan is not None and plan.cls is not None and plan.tensors else None
 
 
 def _tensor_dtype_findings(ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
@@ -607,7 +623,8 @@ def _plan_fates(plan: Any) -> dict[str, tuple[str, str | None, str]] | None:
 def _dropped_finding(name: str, engine: str, fate: str, reason: str | None, said: str = "error:") -> Finding:
     """One tensor the engine drops or refuses, as its load plan says (``said``: the plan's
     ``severity:consequence``)."""
-    who = "SGLang" if engine == "sglang" else label(engine)
+    eng = engine_for(engine)
+    who = eng.who
     if is_training_only(name):
         how = "drops it, as it should" if fate == "dropped" else "refuses the load over it"
         sev = "info" if fate == "dropped" else "error"
@@ -620,8 +637,8 @@ def _dropped_finding(name: str, engine: str, fate: str, reason: str | None, said
         hint = "rename it to the name the forward reads" if severity == "error" else "drop it if it is unused"
         # not an error when the norm the forward reads is in the file too (vLLM's layout carries both)
         return Finding("tensors.dropped", "error" if severity == "error" else "info", name, msg, hint)
-    new = suggest_rename(name) if engine == "sglang" else None
-    if engine == "sglang":
+    new = suggest_rename(name) if eng.drops_unknown_names_silently else None
+    if eng.drops_unknown_names_silently:
         msg = "SGLang does not know this name and drops the tensor without a word"
         hint = (
             f"rename it to {new!r} (ckpt validate --fix does)"
@@ -647,15 +664,16 @@ def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) ->
     if not qk:
         return []
     archs = (cfg or {}).get("architectures") or []
-    if engine == "vllm" and archs[:1] == [QWEN3_DRAFTER_ARCH]:
+    serves = engine_for(engine).serves_qk_norm_drafter
+    if serves and archs[:1] == [QWEN3_DRAFTER_ARCH]:
         return []
-    msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + (
-        claim("sglang:qk_norm") if engine == "sglang" else claim("vllm:qk_norm")
+    msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + claim(
+        f"{engine}:qk_norm"
     )
     fix = (
-        f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
-        if engine == "sglang"
-        else f"set architectures to [{QWEN3_DRAFTER_ARCH!r}] (ckpt export --format vllm does)"
+        f"set architectures to [{QWEN3_DRAFTER_ARCH!r}] (ckpt export --format vllm does)"
+        if serves
+        else f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
     )
     return [Finding("tensors.qk_norm", "error", qk[0], msg, fix)]
 
@@ -685,7 +703,7 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                         "tensors.missing",
                         "error",
                         name,
-                        _sglang_missing(name) if engine == "sglang" else claim("vllm:missing"),
+                        _missing_words(name, engine),
                         "add the tensor, or check num_hidden_layers and the names",
                     )
                 )
@@ -700,6 +718,12 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                 )
             )
     return out
+
+
+def _missing_words(name: str, engine: str) -> str:
+    """What a missing tensor does in the engine (its claim, else SGLang's loader's words)."""
+    key = engine_for(engine).missing_tensor_claim
+    return claim(key) if key is not None else _sglang_missing(name)
 
 
 def _sglang_missing(name: str) -> str:
@@ -845,9 +869,15 @@ def _mapping_findings(cfg: dict[str, Any], canon: dict[str, Any], ck: Checkpoint
 
 # ------------------------------------------------------------------------ target checks
 def check_target(
-    cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None, engine: str = "sglang"
+    cfg: dict[str, Any],
+    tcfg: dict[str, Any],
+    ck: Checkpoint | None = None,
+    engine: str = "sglang",
+    *,
+    engine_args: Sequence[str] = (),
 ) -> list[Finding]:
-    """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope."""
+    """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope;
+    the KV advice under the engine arguments given (``engine_args``)."""
     out = _schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += _type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
@@ -858,7 +888,7 @@ def check_target(
     out += _aux_id_findings(cfg, t, engine)
     out += _target_dtype_findings(d, t, engine)
     out += _target_context_findings(cfg, tcfg, d, t, engine)
-    out += _draft_kv_findings(cfg, tcfg, d, t, engine)
+    out += _draft_kv_findings(cfg, tcfg, d, t, engine, engine_args)
     return out
 
 
@@ -984,8 +1014,8 @@ def _out_of_reach(bad: list[int], ids: list[int], L: int, arch: Any, rule: Any, 
         f"aux layer id(s) {bad} are out of reach for a {L}-layer {arch or 'target'}: {engine} "
         f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, "
     )
-    if engine == "sglang":
-        return msg + claim("sglang:aux.crash", got=len(ids) - len(bad), want=len(ids))
+    if engine_for(engine).aux_out_of_reach_crashes:
+        return msg + claim(f"{engine}:aux.crash", got=len(ids) - len(bad), want=len(ids))
     return msg + "so the drafter's fc never gets the states it was trained on"
 
 
@@ -1030,7 +1060,7 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
         out.append(
             Finding(
                 "target.dtype",
-                "error" if engine == "sglang" else "warning",
+                "error" if engine_for(engine).dtype_mismatch_crashes else "warning",
                 "$.torch_dtype",
                 f"the drafter is {d.torch_dtype} (served as {_served(d.torch_dtype)}) but the target is "
                 f"{t.torch_dtype}: " + claim("sglang:dtype.crash") + _sglang_said(engine),
@@ -1042,8 +1072,8 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
 
 def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, rope: str = "default") -> Finding:
     covers = f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} ({thow}): "
-    if engine == "vllm":
-        cache_only = applied("vllm").claims.value.get("context.cache_only_rope")
+    if engine_for(engine).raises_short_context:
+        cache_only = applied(engine).claims.value.get("context.cache_only_rope")
         limited = cache_only is not None and rope not in cache_only[0].split()
         return Finding(
             "target.context_length",
@@ -1051,7 +1081,9 @@ def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, ro
             "$.max_position_embeddings",
             covers
             + (
-                claim("vllm:context.limit", rope=rope, dctx=dctx) if limited else claim("vllm:context.raise", dctx=dctx)
+                claim(f"{engine}:context.limit", rope=rope, dctx=dctx)
+                if limited
+                else claim(f"{engine}:context.raise", dctx=dctx)
             ),
             f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does)",
         )
@@ -1160,6 +1192,7 @@ def validate(
     engine: str = "sglang",
     max_download: int | str = DEFAULT_MAX_DOWNLOAD,
     load_plan: bool = False,
+    engine_args: Sequence[str] = (),
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -1174,6 +1207,8 @@ def validate(
             e.g. ``"50GB"``); a larger repo is refused before anything is fetched.
         load_plan: also say what that release builds from the drafter, tensor by tensor and
             parameter by parameter (``report.load_plan``), with a finding for each silent outcome.
+        engine_args: the arguments the engine will be launched with: advice never asks for what
+            they give already (e.g. SGLang's ``--max-total-tokens``).
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -1191,23 +1226,33 @@ def validate(
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
     with applying(release):
-        rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
+        rep, plan = _validate(
+            drafter,
+            target,
+            deep=deep,
+            engine=release.name,
+            max_download=max_download,
+            engine_args=engine_args,
+            want_plan=load_plan,
+        )
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:
-        _add_load_plan(rep, drafter, release)
+        _add_load_plan(rep, drafter, release, plan)
     return rep
 
 
-def _add_load_plan(rep: ValidationReport, drafter: Any, release: Any) -> None:
-    """The release's load plan of the drafter, and its silent outcomes as findings."""
+def _add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any = None) -> None:
+    """The release's load plan of the drafter (``plan``: the one validate made), and its silent outcomes
+    as findings."""
     from ckpttools.engines.load_plan import load_plan, plan_findings
 
-    cfg, ck, name = _open_drafter(drafter)
-    if ck is None:
-        return
-    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-    plan = load_plan(heads, cfg or {}, release)
+    if plan is None:  # a drafter of another kind: validate made none
+        cfg, ck, name = _open_drafter(drafter)
+        if ck is None:
+            return
+        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+        plan = load_plan(heads, cfg or {}, release)
     rep.load_plan = plan.to_dict()
     # validate's own dropped-tensor and dtype findings come from this plan already: one verdict, one severity
     said = {f.location for f in rep.findings if f.id in ("tensors.dropped", "tensors.training_only")}
@@ -1231,13 +1276,18 @@ def _validate(
     deep: bool,
     engine: str,
     max_download: int | str,
-) -> ValidationReport:
+    engine_args: Sequence[str] = (),
+    want_plan: bool = False,
+) -> tuple[ValidationReport, Any]:
+    """The report, and the drafter's load plan (made once; None: no weights, or another kind of drafter)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     cfg, ck, name = _open_drafter(drafter)
     other = _other_kind_report(cfg, ck, name, target)
     if other is not None:
-        return other
+        return other, None
+    bad_config = bool(config_problems(cfg))
+    raw = _raw_plan(ck, cfg, engine) if ck is not None and (want_plan or not bad_config) else None
     checked = []
     findings: list[Finding] = []
     if cfg is None:
@@ -1255,14 +1305,14 @@ def _validate(
         findings += check_config(cfg, engine)
     if ck is not None:
         checked.append("tensors")
-        findings += check_tensors(cfg, ck, engine)
+        findings += check_tensors(cfg, ck, engine, plan=None if bad_config else _usable_plan(raw))
     else:
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += check_target(cfg, tcfg, ck, engine)
+        findings += check_target(cfg, tcfg, ck, engine, engine_args=engine_args)
     if deep and ck is not None:
         checked.append("deep")
         ck = _local_for_deep(ck, max_download)
@@ -1272,7 +1322,7 @@ def _validate(
     findings.sort(key=lambda f: order[f.severity])
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
-    return rep
+    return rep, raw
 
 
 def _other_kind_report(
@@ -1377,14 +1427,29 @@ def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, An
     }
 
 
-def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str) -> list[Finding]:
+def _draft_kv_findings(
+    cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str, engine_args: Sequence[str] = ()
+) -> list[Finding]:
     """A drafter whose per-layer KV outgrows the target's (a Llama layer behind an MLA target): SGLang's
-    draft pool is then sized for the target's KV and allocates past its budget at load."""
-    est = draft_kv_estimate(cfg, tcfg) if engine == "sglang" else None
+    draft pool is then sized for the target's KV and allocates past its budget at load. A token cap the
+    engine arguments give already, of one full-length request or more, leaves nothing to advise."""
+    eng = engine_for(engine)
+    est = draft_kv_estimate(cfg, tcfg) if eng.shares_kv_token_count else None
     if est is None or est["factor"] <= 1.05:
         return []
     gib = 1 << 30
     ctx = context_length(tcfg)[0] or 4096
+    cap = eng.kv_token_cap(engine_args)
+    if cap is not None and cap >= ctx:
+        return []
+    need = f"N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB"
+    if cap is None:
+        hint = f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two pools ({need})"
+    else:
+        hint = (
+            f"the --max-total-tokens {cap:,} given is fewer than one full-length request: raise it to {ctx} "
+            f"or more (each token costs {est['per_token']:,} bytes in the two pools; {need})"
+        )
     return [
         Finding(
             "target.draft_kv_memory",
@@ -1398,7 +1463,6 @@ def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any
             f"{est['target_layers'] + est['draft_layers']}), and the two pools {est['factor']:.2f} x it: with "
             f"100 GiB set aside, {100 * est['draft_share']:.0f} GiB for the drafter and {100 * est['factor']:.0f} "
             f"GiB in all; the launch dies allocating it (seen on an H200: 79 GiB) ({kv_pool_sources()})",
-            f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two "
-            f"pools (N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB)",
+            hint,
         )
     ]
