@@ -58,8 +58,13 @@ def measure_cases() -> list[Case]:
             PAIR,
             stderr_has="several drafters need --launch",
         ),
-        Case("measure-request-sweep-with-host", ["verify", *host, "--sweep", "steps=1,3"], 2, PAIR,
-             stderr_has="--sweep needs --launch"),  # fmt: skip
+        Case(
+            "measure-request-sweep-with-host",
+            ["verify", *host, "--sweep", "steps=1,3"],
+            2,
+            PAIR,
+            stderr_has="--sweep needs --launch",
+        ),  # fmt: skip
         Case(
             "measure-request-sweep-with-drafters",
             ["verify", "--launch", "--engine", "sglang", "--target", "t", "d", "d2", "--sweep", "steps=1,3"],
@@ -77,13 +82,30 @@ def measure_cases() -> list[Case]:
         ),
         Case(
             "measure-request-bar-never-met",
-            ["verify", "--launch", "--engine", "sglang", "--target", "t", "d", "--steps", "2", "--min-accept-len", "3.5"],
+            [
+                "verify",
+                "--launch",
+                "--engine",
+                "sglang",
+                "--target",
+                "t",
+                "d",
+                "--steps",
+                "2",
+                "--min-accept-len",
+                "3.5",
+            ],
             2,
             PAIR,
             stderr_has="can never be met",
         ),
-        Case("measure-request-launch-auto", ["verify", "--launch", "--target", "t", "d"], 2, PAIR,
-             stderr_has="--launch needs --engine sglang|vllm"),  # fmt: skip
+        Case(
+            "measure-request-launch-auto",
+            ["verify", "--launch", "--target", "t", "d"],
+            2,
+            PAIR,
+            stderr_has="--launch needs --engine sglang|vllm",
+        ),  # fmt: skip
         Case("measure-request-nothing", ["verify", "d"], 2, PAIR, stderr_has="give --host URL, or --launch"),
         # the engine arguments the check before the launch reads
         _tokens("measure-kv-tokens-not-a-number", "abc", stderr_has="launch SGLang with --max-total-tokens N"),
