@@ -124,18 +124,25 @@ def compare_drafters(
         tokenizer=tokenizer,
         timeout=timeout,
     )
-    return run_compare(req, progress)
-
-
-def run_compare(req: MeasureRequest, progress: Callable[[str], None] | None = None) -> CompareReport:
-    """A request of several drafters measured: every drafter checked once before any load, then each
-    swapped in on one shared server (or, where it cannot be, measured on a server of its own)."""
     from ckpttools.ops.launch_check import check_launch
 
+    assert req.launch is not None
+    t0 = time.monotonic()
+    checked = check_launch(req.launch, req.drafters, req.pinned)  # every drafter validated, once, before any load
+    return run_compare(req, checked, progress, t0)
+
+
+def run_compare(
+    req: MeasureRequest,
+    checked: LaunchCheck,
+    progress: Callable[[str], None] | None = None,
+    started: float | None = None,
+) -> CompareReport:
+    """A request of several drafters, checked before the launch (``checked``: its engine as it will run),
+    measured: each swapped in on one shared server (or, where it cannot be, on a server of its own)."""
     launch, drafters = req.launch, list(req.drafters)
     assert launch is not None
-    t0 = time.monotonic()
-    checked = check_launch(launch, drafters, req.pinned)  # every drafter validated against the target, once
+    t0 = time.monotonic() if started is None else started
     eng = checked.engine
     out = CompareReport(launch.engine, launch.target, eng.release.spec if eng.release is not None else None, launch.tp)
     entries: list[dict[str, Any] | None] = [None] * len(drafters)
@@ -147,7 +154,7 @@ def run_compare(req: MeasureRequest, progress: Callable[[str], None] | None = No
     for i, why in own:
         if progress:
             progress(f"{drafters[i]}: its own server ({why})")
-        entries[i] = entry = _own_server(req, drafters[i], why, out)
+        entries[i] = entry = _own_server(req, eng, drafters[i], why, out)
         if progress and entry["_error"] is not None:
             progress(f"{drafters[i]}: {_progress_words(entry)}")
     out.drafters = [e for e in entries if e is not None]
@@ -333,9 +340,10 @@ def _failed(launch: LaunchSpec, drafter: str, placed: str, swap: dict[str, Any],
     return {**entry, "_report": rep, "_error": err}
 
 
-def _own_server(req: MeasureRequest, drafter: str, why: str, out: CompareReport) -> dict[str, Any]:
-    """``drafter`` measured on a server of its own (checked before the run: not again)."""
+def _own_server(req: MeasureRequest, eng: Engine, drafter: str, why: str, out: CompareReport) -> dict[str, Any]:
+    """``drafter`` measured on a server of its own (checked before the run: only its port now)."""
     from ckpttools.engines.launch import free_port
+    from ckpttools.ops.launch_check import check_port_and_release
     from ckpttools.ops.verify import measure_one
 
     launch = req.launch
@@ -346,7 +354,8 @@ def _own_server(req: MeasureRequest, drafter: str, why: str, out: CompareReport)
     spec = dataclasses.replace(launch, drafter=drafter, port=free_port(), log_path=log)
     placed: dict[str, Any] = {"ok": False, "seconds": 0.0, "how": "its own server", "why": why}
     try:
-        rep = measure_one(dataclasses.replace(req, drafters=(drafter,), server=spec), prechecked=True)
+        checked = check_port_and_release(spec, req.pinned, eng)
+        rep = measure_one(dataclasses.replace(req, drafters=(drafter,), server=spec), checked=checked)
     except CkptError as e:  # this drafter's failure: the others' results stand
         placed["seconds"] = time.monotonic() - t0
         return _failed(spec, drafter, "own server", placed, e)

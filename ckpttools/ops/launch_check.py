@@ -18,7 +18,7 @@ from ckpttools.engines.engine import Engine, engine_for
 from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import EXIT_FINDINGS, CkptError
 
-__all__ = ["LaunchCheck", "check_launch", "effective_engine"]
+__all__ = ["LaunchCheck", "check_launch", "check_port_and_release", "effective_engine"]
 
 
 @dataclass
@@ -57,26 +57,31 @@ def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None, 
         spec: the launch (its port, target, interpreter and engine arguments).
         drafters: every drafter the run measures (each validated once, in order).
         pinned: the release the user pinned (``NAME==VERSION``), or None.
-        quiet: only the port and the release (the caller checked the drafters already: a sweep).
 
     Raises:
         ServerError: the port is taken. NoWeightsError: a drafter is a config alone.
         CkptError (exit 1): validate found errors in a drafter against the target.
     """
-    from ckpttools.engines.launch import check_port
-
-    check_port(spec.host, spec.port)
-    eng, how = effective_engine(spec, pinned)
-    out = LaunchCheck(eng, how)
-    if quiet:
-        return out
+    out = check_port_and_release(spec, pinned)
     per: dict[str, list[str]] = {}
     for d in dict.fromkeys(drafters):
-        rep = _validated(spec, d, eng)
+        rep = _validated(spec, d, out.engine)
         out.reports[d] = rep
         per[d] = [_warning_line(w) for w in rep.findings if w.severity == "warning"]
     out.warnings = _say_once(per)
     return out
+
+
+def check_port_and_release(spec: LaunchSpec, pinned: Any = None, known: Engine | None = None) -> LaunchCheck:
+    """The check of another server of a run whose drafters were checked already: its port, and the
+    release that will run (``known``: as the run's check found it; else read from the interpreter)."""
+    from ckpttools.engines.launch import check_port
+
+    check_port(spec.host, spec.port)
+    if known is not None:
+        return LaunchCheck(known, "given" if pinned is not None else "installed")
+    eng, how = effective_engine(spec, pinned)
+    return LaunchCheck(eng, how)
 
 
 def _validated(spec: LaunchSpec, drafter: str, eng: Engine) -> Any:

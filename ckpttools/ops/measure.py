@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ckpttools.ops.compare import CompareReport, run_compare
+from ckpttools.ops.launch_check import check_launch
 from ckpttools.ops.request import LaunchSpec, MeasureRequest, Offline, RunningHost
-from ckpttools.ops.verify import VerifyReport, measure_one
+from ckpttools.ops.verify import VerifyReport, measure_one, prompts_of
 
 __all__ = ["measure", "check_outputs"]
 
@@ -43,7 +44,7 @@ def measure(
         >>> measure(req).accept_length  # doctest: +SKIP
     """
     check_outputs(request)
-    rep = _run(request, on_request, on_note)
+    rep = _run(request, on_request, on_note)  # a launch is checked first, once: the port, the release, each drafter
     if request.output:
         from ckpttools.io.guard import write_json
 
@@ -64,13 +65,17 @@ def _run(
         from ckpttools.ops.probe import measure_offline
 
         return measure_offline(req)
-    if len(req.drafters) > 1:
-        return run_compare(req, on_note)
-    if req.sweep is not None:
+    checked = None
+    if isinstance(req.server, LaunchSpec):
+        prompts_of(req)  # the cheap checks first: a bad prompts file is refused before the launch check
+        checked = check_launch(req.server, req.drafters, req.pinned)
+    if checked is not None and len(req.drafters) > 1:
+        return run_compare(req, checked, on_note)
+    if checked is not None and req.sweep is not None:
         from ckpttools.ops.sweep import run_sweep
 
-        return run_sweep(req)
-    return measure_one(req, progress=on_request)
+        return run_sweep(req, checked)
+    return measure_one(req, progress=on_request, checked=checked)
 
 
 def check_outputs(req: MeasureRequest) -> None:

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ckpttools.engines.engine import SERVER_ENGINES, engine_for
+from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
 from ckpttools.engines.http import RequestResult
 from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import CkptError, ConfigError, opt
+from ckpttools.ops.launch_check import LaunchCheck
 from ckpttools.ops.request import MeasureRequest, Sweep
 from ckpttools.ops.verify import VerifyReport
 
@@ -73,9 +74,9 @@ MAX_SETTINGS = 64
 _AXIS_MAX = {"steps": 64, "topk": 64, "draft_tokens": 4096}
 
 
-def _applies(engine: str, s: dict[str, int]) -> str | None:
+def _applies(engine: Engine, s: dict[str, int]) -> str | None:
     """Why a setting cannot be launched on the engine (None: it can)."""
-    why = engine_for(engine).sweep_setting_refused(s)
+    why = engine.sweep_setting_refused(s)
     if why is not None:
         return why
     if s.get("topk", 1) > 1 and "draft_tokens" in s and s["draft_tokens"] > s.get("steps", 1) * s["topk"] + 1:
@@ -137,8 +138,11 @@ def launch_commands(spec: LaunchSpec, setting: dict[str, int]) -> dict[str, str]
     return out
 
 
-def _run_setting(req: MeasureRequest, s: dict[str, int], i: int, best: dict[str, Any] | None) -> Any:
+def _run_setting(
+    req: MeasureRequest, checked: LaunchCheck, s: dict[str, int], i: int, best: dict[str, Any] | None
+) -> Any:
     from ckpttools.engines.launch import free_port
+    from ckpttools.ops.launch_check import check_port_and_release
     from ckpttools.ops.verify import measure_one
 
     spec = req.launch
@@ -152,7 +156,8 @@ def _run_setting(req: MeasureRequest, s: dict[str, int], i: int, best: dict[str,
         port=free_port(),
         log_path=log,
     )
-    return measure_one(replace(req, server=one, sweep=None), stop_if=_worse_than(best), prechecked=True)
+    again = check_port_and_release(one, req.pinned, checked.engine)  # the drafter was checked before the sweep
+    return measure_one(replace(req, server=one, sweep=None), stop_if=_worse_than(best), checked=again)
 
 
 def _baseline_run(req: MeasureRequest) -> dict[str, Any]:
@@ -241,32 +246,34 @@ def sweep(
         timeout=timeout,
         flush_cache=flush_cache,
     )
-    return run_sweep(req)
-
-
-def run_sweep(req: MeasureRequest) -> VerifyReport:
-    """A sweep request measured: the baseline, then each setting on a server of its own."""
-    from ckpttools.io.fsutil import note
     from ckpttools.ops.launch_check import check_launch
-    from ckpttools.ops.verify import load_prompts, verdict_line
+    from ckpttools.ops.verify import load_prompts
+
+    load_prompts(req.prompts, req.num_prompts, req.tokenizer)  # refused here, before any server, if bad
+    return run_sweep(req, check_launch(launch, req.drafters, req.pinned))  # once: the port, validate's errors
+
+
+def run_sweep(req: MeasureRequest, checked: LaunchCheck) -> VerifyReport:
+    """A sweep request, checked before the launch (``checked``), measured: the baseline, then each
+    setting on a server of its own."""
+    from ckpttools.io.fsutil import note
+    from ckpttools.ops.verify import verdict_line
 
     launch = req.launch
     assert launch is not None and req.sweep is not None
-    load_prompts(req.prompts, req.num_prompts, req.tokenizer)  # refused here, before any server, if bad
-    check_launch(launch, list(req.drafters), req.pinned)  # once: the port, and validate's errors on the drafter
     base = _baseline_run(req)
     entries: list[dict[str, Any]] = []
     reports: list[Any] = []
     best: dict[str, Any] | None = None
     for i, s in enumerate(req.sweep.settings):
-        why = _applies(launch.engine, s)
+        why = _applies(checked.engine, s)
         if why:
             entries.append({"setting": s, "status": "not applicable", "error": why})
             reports.append(None)
             continue
         note(f"sweep setting {i + 1}/{len(req.sweep.settings)}: {s}")
         try:
-            rep = _run_setting(req, s, i, best)
+            rep = _run_setting(req, checked, s, i, best)
             e = _entry(s, rep, base.get("output_tokens_per_s"))
         except CkptError as err:
             rep, e = (

@@ -23,6 +23,7 @@ from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
+from ckpttools.ops.launch_check import LaunchCheck
 from ckpttools.ops.request import VERIFY_ENGINES, MeasureRequest, split_engine
 from ckpttools.ops.verdict import ci95 as _ci95
 from ckpttools.ops.verdict import pct as _pct
@@ -41,7 +42,7 @@ class SpecOffError(ServerError):
 #: the version of the report's JSON (schemas/verify-report.schema.json); raised on any change
 #: that removes or retypes a field
 SCHEMA_VERSION = 1
-__all__ += ["VERIFY_ENGINES", "split_engine", "measure_one"]
+__all__ += ["VERIFY_ENGINES", "split_engine", "measure_one", "prompts_of"]
 
 
 @dataclass
@@ -502,7 +503,16 @@ def verify(
         baseline_host=baseline_host,
         flush_cache=flush_cache,
     )
-    return measure_one(req, progress=progress, stop_if=stop_if, prechecked=prechecked)
+    checked = None
+    if launch is not None:
+        from ckpttools.ops.launch_check import check_launch, check_port_and_release
+
+        prompts_of(req)  # the cheap checks first: a bad prompts file is refused before the launch check
+        drafters_ = list(req.drafters)
+        checked = (
+            check_port_and_release(launch, req.pinned) if prechecked else check_launch(launch, drafters_, req.pinned)
+        )
+    return measure_one(req, progress=progress, stop_if=stop_if, checked=checked)
 
 
 def measure_one(
@@ -510,24 +520,25 @@ def measure_one(
     *,
     progress: Callable[[int, int], None] | None = None,
     stop_if: Callable[[list[RequestResult]], str | None] | None = None,
-    prechecked: bool = False,
-    checked: Any = None,
+    checked: LaunchCheck | None = None,
 ) -> VerifyReport:
     """One drafter on one server (running, or launched here and stopped after): the request measured.
 
-    ``checked``: the launch check already made (:func:`ckpttools.ops.launch_check.check_launch`)."""
+    ``checked``: with a launch, the check made before it (:func:`ckpttools.ops.launch_check.check_launch`,
+    or for a further server of a run, :func:`~ckpttools.ops.launch_check.check_port_and_release`)."""
     from ckpttools.io.net import NetClient
 
     launch, host = req.launch, req.host
     levels = list(req.concurrency)
-    tok = _local_tokenizer(req.tokenizer, launch, req.prompts, req.context_lengths)
-    plist = load_prompts(req.prompts, req.num_prompts, tok, req.repeat)
+    plist = prompts_of(req)
     bins = [(n, context_prompts(plist, n, req.max_new_tokens)) for n in req.context_lengths if n > req.max_new_tokens]
     client, server = NetClient(timeout=req.timeout, connect=10.0), None
     try:
         url, engine = (host.url if host is not None else None), req.engine
         if launch is not None:
-            server, url, engine = _start(launch, req, client, prechecked, checked)
+            if checked is None:
+                raise ValueError("a launch is checked before it starts: give checked")
+            server, url, engine = _start(launch, client, checked)
         eng, rep, obj = _connect(url, engine, client, len(plist), req.min_accept_len, req.repeat)
         if req.flush_cache:
             obj.flush_cache(eng)
@@ -557,15 +568,17 @@ def measure_one(
         client.close()
 
 
-def _start(
-    launch: LaunchSpec, req: MeasureRequest, client: Any, prechecked: bool, checked: Any
-) -> tuple[Any, str, str]:
-    """Check, then start the server and wait for it: (the server, its URL, the engine release)."""
-    from ckpttools.engines.launch import RunningServer
-    from ckpttools.ops.launch_check import check_launch
+def prompts_of(req: MeasureRequest) -> list[Prompt]:
+    """The prompts a request sends, tokenized here where they need to be (a launched target's own
+    tokenizer serves chat prompts and context lengths when none is given)."""
+    tok = _local_tokenizer(req.tokenizer, req.launch, req.prompts, req.context_lengths)
+    return load_prompts(req.prompts, req.num_prompts, tok, req.repeat)
 
-    if checked is None:
-        checked = check_launch(launch, [launch.drafter] if launch.drafter else [], req.pinned, quiet=prechecked)
+
+def _start(launch: LaunchSpec, client: Any, checked: LaunchCheck) -> tuple[Any, str, str]:
+    """Start the checked server and wait for it: (the server, its URL, the engine release)."""
+    from ckpttools.engines.launch import RunningServer
+
     checked.announce(launch)
     server = RunningServer(launch).start()
     try:
