@@ -200,12 +200,17 @@ def _type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) -
 
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """The drafter's config.json on its own: schema, types, the class, and the fields engines read."""
+    return _config_findings(cfg, essentials(cfg), engine)
+
+
+def _config_findings(cfg: dict[str, Any], ess: Any, engine: str) -> list[Finding]:
+    """:func:`check_config` with the config's essentials read once by the caller (``ess``)."""
     out = _schema_findings(cfg, "eagle3-drafter-config.schema.json", "config.schema", "", _CONFIG_SCHEMA_FIX)
     out += _type_findings(cfg, "config.type", "", {f.location for f in out})
-    out += _draft_vocab_finding(essentials(cfg))
+    out += _draft_vocab_finding(ess)
     out += _architecture_findings(cfg, engine)
     out += _field_findings(cfg, engine)
-    out += _dtype_findings(essentials(cfg), engine)
+    out += _dtype_findings(ess, engine)
     return out
 
 
@@ -445,10 +450,9 @@ def _dtype_findings(ess: Any, engine: str = "sglang") -> list[Finding]:
 
 
 # ------------------------------------------------------------------------ tensor checks
-def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
     if config_problems(cfg):  # the one config guard: a size is read only from a usable config (validate says why)
         return {}
-    ess = essentials(cfg)
     H, V = ess.hidden_size, ess.vocab_size
     if not isinstance(H, int):
         return {}
@@ -529,14 +533,19 @@ def check_tensors(
     """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary
     mapping; ``plan``: the drafter's load plan as :func:`_usable_plan` gives it, made once by the caller."""
     plan = _plan(ck, cfg, engine) if plan is _UNPLANNED else plan
+    return _tensor_findings(cfg, essentials(cfg) if cfg is not None else None, ck, engine, plan)
+
+
+def _tensor_findings(cfg: dict[str, Any] | None, ess: Any, ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
+    """:func:`check_tensors` with the essentials (``ess``) and the load plan made once by the caller."""
     out, canon = _name_findings(ck, engine, cfg, plan)
     out += _tensor_dtype_findings(ck, engine, plan)
     if cfg is None:
         return out
-    shapes = _shape_findings(cfg, canon, engine)
+    shapes = _shape_findings(cfg, ess, canon, engine)
     options = _option_findings(cfg, canon, engine)
     fields = _weight_field_findings(cfg, canon, {f.id for f in options})
-    return out + shapes + options + fields + _mapping_findings(cfg, canon, ck)
+    return out + shapes + options + fields + _mapping_findings(cfg, ess, canon, ck)
 
 
 def _plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
@@ -678,10 +687,9 @@ def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) ->
     return [Finding("tensors.qk_norm", "error", qk[0], msg, fix)]
 
 
-def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
+def _shape_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> list[Finding]:
     out: list[Finding] = []
-    ess = essentials(cfg)
-    for name, shape in _expected_shapes(cfg, canon, engine).items():
+    for name, shape in _expected_shapes(cfg, ess, canon, engine).items():
         got = canon.get(name)
         if got is None and name.startswith(("input_norm.", "fc_norm.")):
             continue  # _option_findings says what a missing option weight means
@@ -828,10 +836,9 @@ def _norm_flag_findings(cfg: dict[str, Any], canon: dict[str, Any], o: Any, engi
     return out
 
 
-def _mapping_findings(cfg: dict[str, Any], canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
+def _mapping_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
     """d2t/t2d read and checked; or missing where the head is reduced."""
     out: list[Finding] = []
-    ess = essentials(cfg)
     vd, v = ess.draft_vocab_size, ess.vocab_size
     from ckpttools.vocab.mapping import VocabMapping, missing_mapping_message
 
@@ -878,11 +885,23 @@ def check_target(
 ) -> list[Finding]:
     """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope;
     the KV advice under the engine arguments given (``engine_args``)."""
+    return _target_findings(cfg, essentials(cfg), tcfg, essentials(tcfg), ck, engine, engine_args)
+
+
+def _target_findings(
+    cfg: dict[str, Any],
+    d: Any,
+    tcfg: dict[str, Any],
+    t: Any,
+    ck: Checkpoint | None,
+    engine: str,
+    engine_args: Sequence[str] = (),
+) -> list[Finding]:
+    """:func:`check_target` with both configs' essentials (``d``, ``t``) read once by the caller."""
     out = _schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += _type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
         return out
-    d, t = essentials(cfg), essentials(tcfg)
     out += _target_vocab_findings(d, t, ck)
     out += _target_hidden_findings(d, t)
     out += _aux_id_findings(cfg, t, engine)
@@ -1286,7 +1305,8 @@ def _validate(
     other = _other_kind_report(cfg, ck, name, target)
     if other is not None:
         return other, None
-    bad_config = bool(config_problems(cfg))
+    ess = essentials(cfg)  # the config read once: every check below takes it
+    bad_config = bool(ess.invalid)
     raw = _raw_plan(ck, cfg, engine) if ck is not None and (want_plan or not bad_config) else None
     checked = []
     findings: list[Finding] = []
@@ -1302,17 +1322,17 @@ def _validate(
         )
     else:
         checked.append("config")
-        findings += check_config(cfg, engine)
+        findings += _config_findings(cfg, ess, engine)
     if ck is not None:
         checked.append("tensors")
-        findings += check_tensors(cfg, ck, engine, plan=None if bad_config else _usable_plan(raw))
+        findings += _tensor_findings(cfg, ess, ck, engine, None if bad_config else _usable_plan(raw))
     else:
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += check_target(cfg, tcfg, ck, engine, engine_args=engine_args)
+        findings += _target_findings(cfg, ess, tcfg, essentials(tcfg), ck, engine, engine_args)
     if deep and ck is not None:
         checked.append("deep")
         ck = _local_for_deep(ck, max_download)
@@ -1343,8 +1363,9 @@ def _other_kind_report(
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += _target_vocab_findings(essentials(cfg), essentials(tcfg), None)
-        findings += _target_hidden_findings(essentials(cfg), essentials(tcfg))
+        d, t = essentials(cfg), essentials(tcfg)
+        findings += _target_vocab_findings(d, t, None)
+        findings += _target_hidden_findings(d, t)
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
     return rep
@@ -1408,7 +1429,11 @@ def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, An
     Returns:
         the figures, or None when a size is unknown.
     """
-    d, t = essentials(cfg), essentials(tcfg)
+    return _kv_estimate(cfg, essentials(cfg), tcfg, essentials(tcfg))
+
+
+def _kv_estimate(cfg: dict[str, Any], d: Any, tcfg: dict[str, Any], t: Any) -> dict[str, Any] | None:
+    """:func:`draft_kv_estimate` with both configs' essentials read once by the caller."""
     dk, tk = _kv_per_layer(cfg, d), _kv_per_layer(tcfg, t)
     Lt, Ld = t.num_hidden_layers, d.num_hidden_layers if isinstance(d.num_hidden_layers, int) else 1
     if dk is None or tk is None or not isinstance(Lt, int):
@@ -1434,7 +1459,7 @@ def _draft_kv_findings(
     draft pool is then sized for the target's KV and allocates past its budget at load. A token cap the
     engine arguments give already, of one full-length request or more, leaves nothing to advise."""
     eng = engine_for(engine)
-    est = draft_kv_estimate(cfg, tcfg) if eng.shares_kv_token_count else None
+    est = _kv_estimate(cfg, d, tcfg, t) if eng.shares_kv_token_count else None
     if est is None or est["factor"] <= 1.05:
         return []
     gib = 1 << 30
