@@ -177,8 +177,10 @@ class RunningServer:
 
         net = client if isinstance(client, NetClient) else NetClient(retries=0)
         quiet = Wording(connect="{where}: not up yet", timeout="{where}: no answer yet")
+        from ckpttools.engines.engine import engine_for
+
         t0 = time.monotonic()
-        url = self.spec.url + "/health"
+        url = self.spec.url + engine_for(self.spec.engine).health_path  # readiness, as the engine says it
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
