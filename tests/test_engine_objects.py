@@ -110,5 +110,5 @@ def test_swap_in_goes_through_the_mechanism_the_table_records(tmp_path: Path) ->
 
 
 def test_the_offline_engine_has_no_swap_and_no_target_digest() -> None:
-    assert Torch().swap_route() is None and Torch().target_digest(None, "", None, 1, 1.0) is None
+    assert Torch().swap_route() is None and Torch().target_digest(None, "", None, {}, 1, 1.0) is None
     assert not Torch().serves and Torch().label == "PyTorch"

@@ -708,15 +708,20 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
     finally:
         if bar is not None:
             bar.close()
+    _render_measured(rep, o["as_json"])
+
+
+def _render_measured(rep: Any, as_json: bool) -> None:
+    """A measurement's report, its one error line where it measured nothing, and its exit code."""
     from ckpttools.ops.compare import CompareReport
 
     if isinstance(rep, CompareReport):
-        _show(rep, o["as_json"], "render_compare")
+        _show(rep, as_json, "render_compare")
         err = rep.error()  # a drafter that failed, or measured nothing: one error line, the run's exit code
         if err is not None:
             raise err
         sys.exit(rep.exit_code)
-    _show(rep, o["as_json"], "render_verify")
+    _show(rep, as_json, "render_verify")
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)

@@ -194,18 +194,19 @@ class Engine:
         return swap_in(self.name, net, url, drafter, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
 
     def target_digest(
-        self, net: Any, url: str, target: str | Path | None, ranks: int, timeout: float
-    ) -> tuple[str, str] | None:
-        """A digest of the target's weights as the server holds them, and what it covers; None:
-        not available for this engine. Raises ServerError where a read read nothing."""
+        self, net: Any, url: str, target: str | Path | None, spec: dict[str, Any], ranks: int, timeout: float
+    ) -> Any:
+        """The target's weights digested as the server holds them, through the swap route ``spec``
+        (``server_spec``) records: what ``engines.swap.target_digest`` gives where it is there, else
+        ``engines.swap.target_checksum``'s (digest, what it covers); None: not available for this
+        engine. Raises ServerError where a read read nothing."""
         from ckpttools.engines import swap
 
+        route = self.swap_route()
         digest: Callable[..., Any] | None = getattr(swap, "target_digest", None)
-        if digest is not None:
-            got = digest(self.name, net, url, target, ranks, timeout=timeout)
-        else:
-            got = swap.target_checksum(self.name, net, url, target, ranks, timeout=timeout)
-        return None if got is None else (got[0], got[1])
+        if digest is not None and route is not None:
+            return digest(net, url, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
+        return swap.target_checksum(self.name, net, url, target, ranks, timeout=timeout)
 
 
 def engine_arg(engine_args: Sequence[str], flag: str) -> str | None:
@@ -393,8 +394,8 @@ class Torch(Engine):
         return None
 
     def target_digest(
-        self, net: Any, url: str, target: str | Path | None, ranks: int, timeout: float
-    ) -> tuple[str, str] | None:
+        self, net: Any, url: str, target: str | Path | None, spec: dict[str, Any], ranks: int, timeout: float
+    ) -> Any:
         return None
 
 

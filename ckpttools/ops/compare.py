@@ -212,13 +212,14 @@ def _shared_server(
     out.server_starts += 1
     try:
         server.wait_ready(net)
-        before = _checksum(launch, eng, net, req.timeout)
-        shared = _Shared(req, launch, eng, net, server, server_spec(eng.release, drafters[0]))
+        sspec = server_spec(eng.release, drafters[0])
+        before = _checksum(launch, eng, sspec, net, req.timeout)
+        shared = _Shared(req, launch, eng, net, server, sspec)
         own, dead = _turns(shared, entries, progress)
         if dead is not None:
             out.target_check = "not checked: the shared server died before the read after the last swap"
             return own
-        after = _checksum(launch, eng, net, req.timeout)
+        after = _checksum(launch, eng, sspec, net, req.timeout)
         out.target_unchanged = None if before[0] is None or after[0] is None else before[0] == after[0]
         out.target_check = _target_check_words(before, after)
         if out.target_unchanged is False:
@@ -268,13 +269,19 @@ def _progress_words(entry: dict[str, Any]) -> str:
     return str(entry["_report"].verdict)
 
 
-def _checksum(launch: LaunchSpec, eng: Engine, net: Any, timeout: float) -> tuple[str | None, str]:
+def _checksum(
+    launch: LaunchSpec, eng: Engine, sspec: dict[str, Any], net: Any, timeout: float
+) -> tuple[str | None, str]:
     """(the target's digest, what it was read from), or (None, why it could not be read)."""
     try:
-        got = eng.target_digest(net, launch.url, launch.target, launch.tp, timeout)
+        got = eng.target_digest(net, launch.url, launch.target, sspec, launch.tp, timeout)
     except ServerError as e:
         return None, str(e).splitlines()[0]
-    return got if got is not None else (None, f"{launch.engine} gives no way to read the target's weights")
+    if got is None:
+        return None, f"{launch.engine} gives no way to read the target's weights"
+    if hasattr(got, "digest"):  # engines.swap.TargetDigest, where swap.py has it
+        return got.digest, got.how
+    return got[0], got[1]
 
 
 def _target_check_words(before: tuple[str | None, str], after: tuple[str | None, str]) -> str:
