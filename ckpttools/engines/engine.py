@@ -12,12 +12,17 @@ its log grammar. ``ops/`` and ``cli/`` ask :func:`engine_for` and never compare 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ckpttools.engines.claims import ENGINE_NAMES
+
+#: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
+_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
 
 __all__ = [
     "Engine",
@@ -116,7 +121,6 @@ class Engine:
     def installed_release(self, python: str) -> Any:
         """The release table of what ``python`` has installed (read before any launch), or None
         when the interpreter does not say."""
-        from ckpttools.engines.launch import installed_version
         from ckpttools.engines.releases import release_from_version_string
 
         if not self.dists:
@@ -209,6 +213,38 @@ class Engine:
         return swap.target_checksum(self.name, net, url, target, ranks, timeout=timeout)
 
 
+def installed_version(python: str, engine: str) -> str | None:
+    """The version of ``engine`` installed for ``python`` (its package metadata, read without
+    importing the engine), or None when it cannot be read."""
+    kind = ENGINE_OBJECTS.get(engine)
+    dists = kind.dists if kind is not None and kind.dists else (engine,)
+    code = (
+        "import importlib.metadata as m\n"
+        f"for d in {dists!r}:\n"
+        "    try:\n        print(m.version(d)); break\n    except m.PackageNotFoundError: pass\n"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    v = out.stdout.strip().splitlines()
+    return v[0] if out.returncode == 0 and v else None
+
+
+def parse_sglang_accept_lens(log_text: str) -> list[float]:
+    """The 'accept len: X' figures of SGLang's decode log lines, each read as an accept length
+    (:mod:`ckpttools.io.figures`: decimal, in [1, 65]); text that is not one is left out."""
+    from ckpttools.io import figures
+
+    out = []
+    for x in _ACCEPT_LEN.findall(log_text):
+        try:
+            out.append(float(figures.read(x, "length")))
+        except figures.FigureError:
+            continue
+    return out
+
+
 def engine_arg(engine_args: Sequence[str], flag: str) -> str | None:
     """The value given to ``flag`` in engine arguments (``--flag=V`` or ``--flag V``; the last wins)."""
     got = None
@@ -293,8 +329,6 @@ class SGLang(Engine):
         return client.server_avg_accept_length()  # type: ignore[no-any-return]
 
     def log_accept_lens(self, log_text: str) -> list[float] | None:
-        from ckpttools.engines.launch import parse_sglang_accept_lens
-
         return parse_sglang_accept_lens(log_text)
 
     def log_source(self) -> tuple[str, str]:

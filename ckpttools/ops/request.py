@@ -191,22 +191,28 @@ class MeasureRequest:
             server=server,
             engine=engine,
             sweep=sweep,
-            prompts=prompts,
-            num_prompts=num_prompts,
-            repeat=repeat,
-            max_new_tokens=max_new_tokens,
             concurrency=tuple(concurrency),
             context_lengths=tuple(context_lengths),
-            temperature=temperature,
-            ignore_eos=ignore_eos,
-            min_accept_len=min_accept_len,
-            tokenizer=tokenizer,
             timeout=timeout if timeout is not None else 600.0,
-            baseline_host=baseline_host,
-            flush_cache=flush_cache,
-            output=output,
-            plot=plot,
+            **{k: o[k] for k in _AS_GIVEN},
         )
+
+
+#: the request's fields that :meth:`MeasureRequest.from_options` takes as they are given
+_AS_GIVEN = (
+    "prompts",
+    "num_prompts",
+    "repeat",
+    "max_new_tokens",
+    "temperature",
+    "ignore_eos",
+    "min_accept_len",
+    "tokenizer",
+    "baseline_host",
+    "flush_cache",
+    "output",
+    "plot",
+)
 
 
 def _names(keys: Sequence[str]) -> str:

@@ -503,16 +503,19 @@ def verify(
         baseline_host=baseline_host,
         flush_cache=flush_cache,
     )
-    checked = None
-    if launch is not None:
-        from ckpttools.ops.launch_check import check_launch, check_port_and_release
-
-        prompts_of(req)  # the cheap checks first: a bad prompts file is refused before the launch check
-        drafters_ = list(req.drafters)
-        checked = (
-            check_port_and_release(launch, req.pinned) if prechecked else check_launch(launch, drafters_, req.pinned)
-        )
+    checked = _checked(req, launch, prechecked) if launch is not None else None
     return measure_one(req, progress=progress, stop_if=stop_if, checked=checked)
+
+
+def _checked(req: MeasureRequest, launch: LaunchSpec, prechecked: bool) -> LaunchCheck:
+    """The one check before the launch (``prechecked``: the drafter was checked by the caller: only the
+    port and the release); a bad prompts file is refused before it, as the cheap check."""
+    from ckpttools.ops.launch_check import check_launch, check_port_and_release
+
+    prompts_of(req)
+    if prechecked:
+        return check_port_and_release(launch, req.pinned)
+    return check_launch(launch, list(req.drafters), req.pinned)
 
 
 def measure_one(
