@@ -50,7 +50,7 @@ def effective_engine(spec: LaunchSpec, pinned: Any = None) -> tuple[Engine, str]
     return (eng.with_release(release), "installed") if release is not None else (eng, "not known")
 
 
-def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None, *, quiet: bool = False) -> LaunchCheck:
+def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None) -> LaunchCheck:
     """Check a launch of ``spec``'s target with each of ``drafters`` before any server starts.
 
     Args:
