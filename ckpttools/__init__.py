@@ -6,6 +6,13 @@ no public name is also the name of a submodule of this package (the operations l
 ``ckpttools.ops``), so importing one never replaces another. The operations are loaded
 lazily, so ``ckpt --help`` and header-only commands stay fast and never import torch;
 type checkers see the real objects through the ``TYPE_CHECKING`` block.
+
+The package is in layers, lowest first; a module imports its own layer and those below
+(tests/test_layers.py): ``errors`` (the error classes and exit codes), ``schemas`` (the JSON
+Schemas), ``io`` (bytes, checkpoints, the write plan and its executor, the network client),
+``formats`` (engine-neutral names and config fields), ``vocab`` (vocabulary mappings),
+``engines`` (what each engine release does, as cited tables, and its servers), ``ops`` (the
+operations), ``demo`` (tiny checkpoints and the story), ``cli`` (the ``ckpt`` command).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -257,8 +258,15 @@ def main() -> None:
     build_vocab(work / "counts.npy", VD, work / "mapping-m1.safetensors")
     m1 = load_mapping(work / "mapping-m1.safetensors")
     # M2: `ckpt vocab build` on a different sample of the corpus (as another pipeline would)
-    np.save(work / "counts2.npy", np.bincount(sample(src_a, 300, 99).reshape(-1), minlength=V))
-    build_vocab(work / "counts2.npy", VD, work / "mapping-m2.safetensors")
+    np.save(work / "frequencies-m2.npy", np.bincount(sample(src_a, 300, 99).reshape(-1), minlength=V))
+    # built from inside WORK, so the mapping's metadata names its counts by the name they ship
+    # under beside it, not by this machine's temporary directory
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        build_vocab("frequencies-m2.npy", VD, "mapping-m2.safetensors")
+    finally:
+        os.chdir(here)
 
     print("drafter", flush=True)
     t2d_index = torch.full((V,), -1, dtype=torch.long)
@@ -334,7 +342,7 @@ def main() -> None:
     }
     write_tensors(out / "drafter", sd, dcfg)
     shutil.copy(work / "mapping-m2.safetensors", out / "mapping-m2.safetensors")
-    shutil.copy(work / "counts2.npy", out / "frequencies-m2.npy")
+    shutil.copy(work / "frequencies-m2.npy", out / "frequencies-m2.npy")
     test_prompts = sample(src_a, 12, 1234)[:, :10]
     with open(out / "prompts.jsonl", "w") as f:
         for p in test_prompts:

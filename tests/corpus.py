@@ -889,6 +889,7 @@ def ordinary_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     from tests.corpus_amx import amx_cases  # here: corpus_amx imports this module
     from tests.corpus_config import config_field_cases  # here: corpus_config imports this module
+    from tests.corpus_digest import digest_cases  # here: corpus_digest imports this module
     from tests.corpus_dryrun_conv import dryrun_conv_cases  # here: corpus_dryrun_conv imports this module
     from tests.corpus_engine_strings import engine_string_cases  # here: it imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
@@ -928,6 +929,7 @@ def all_cases() -> list[Case]:
         + older_cases()
         + engine_string_cases()
         + measure_cases()
+        + digest_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ SGL_ARGS = [
     "--skip-tokenizer-init",
     "--mem-fraction-static=0.3",
 ]
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+LOGS = Path(os.environ.get("CKPT_GPU_LOGS", Path(tempfile.gettempdir()) / "ckpt-gpu-logs"))
 EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
 
 

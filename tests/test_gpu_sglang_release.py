@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from .helpers import compare_plan
 from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+LOGS = Path(os.environ.get("CKPT_GPU_LOGS", Path(tempfile.gettempdir()) / "ckpt-gpu-logs"))
 REPO = Path(__file__).resolve().parents[1]
 
 

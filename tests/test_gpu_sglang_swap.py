@@ -5,7 +5,6 @@ server. Figures are printed and written to $CKPT_GPU_LOGS/swap-*.json for the cl
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,10 +16,9 @@ from ckpttools.ops.compare import compare_drafters
 from ckpttools.ops.verify import verify
 
 from .swap_pairs import build
-from .test_gpu_sglang import SGL_ARGS
+from .test_gpu_sglang import LOGS, SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
 KW = {"prompts": None, "num_prompts": 6, "max_new_tokens": 32, "ignore_eos": True}
 
 

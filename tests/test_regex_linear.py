@@ -73,7 +73,6 @@ PATTERNS: list[tuple[str, Callable[[bytes], Any], bytes]] = [
     ("load", F.parse_load, LOAD),
     ("resolved", F.RESOLVED.search, b"(APIServer pid=1) INFO 12-01 08:00:00 [model.py:733] Resolved architecture: X"),
     ("sgl-steps", F.SGL_STEPS.search, START),
-    ("context", F.CONTEXT.search, b"Warning: Target model's context_length (8192) is greater than the derived x"),
     ("exc-line", F.EXC_LINE.match, EXC),
     ("release-version", F.RELEASE_LINES[0][1].search, RELEASE),
     ("release-engine", F.RELEASE_LINES[1][1].search, ENGINE),

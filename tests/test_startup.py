@@ -43,10 +43,13 @@ NEVER_FOR_READING = [
 NOT_FOR_INSPECT_JSON = [
     "ckpttools.cli.render",
     "ckpttools.ops.validate",
+    "ckpttools.ops.validate_report",
     "ckpttools.engines.releases",
+    "ckpttools.engines.claim_texts",
     "ckpttools.engines.load_plan",
     "ckpttools.io.writer",
     "ckpttools.io.plan",
+    "ckpttools.io.write_plan",
     "ckpttools.io.hub",
     "ckpttools.vocab.tokens",
     "logging",

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from ckpttools.demo.tiny import build_drafter, build_target, write_tensors
+from ckpttools.demo.tiny import build_drafter
 from ckpttools.engines.releases import SGLANG_0_5_17, VLLM_0_32
-from ckpttools.engines.swap import _server_module, byte_tensor_payload, server_spec, swap_in, target_checksum
+from ckpttools.engines.swap import _server_module, byte_tensor_payload, server_spec, swap_in, target_digest
 from ckpttools.errors import ServerError
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.io.net import NetClient
@@ -122,6 +122,22 @@ def _lie(answers: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
         answers[0]["refused"] = ""
     elif mode == "dtypes-missing":
         del answers[0]["dtypes"]
+    elif mode.startswith("device"):  # ckpt_swap.py's own answer: each parameter held against the file on the device
+        for a in answers:
+            hows = ["bytes", "cast", "applied"]
+            a["checks"] = {p: [hows[i % 3], True] for i, p in enumerate(sorted(a.pop("digests")))}
+            del a["dtypes"]
+            a["timings"] = {"read": 0.25, "update": 0.5, "check": 0.125}
+            a["bytes"] = 4096
+        c = answers[0]["checks"]
+        if mode == "device-differs":
+            c[first][1] = False
+        elif mode == "device-missing":
+            del c[first], answers[0]["numel"][first]
+        elif mode == "device-bad-how":
+            c[first] = ["looked", True]
+        elif mode == "device-bad-timings":
+            answers[0]["timings"] = {"read": "fast"}
     elif mode == "digest-of-no-tensor":
         answers[0]["digests"]["model.no_such.weight"] = "0" * 64
         answers[0]["dtypes"]["model.no_such.weight"] = "torch.bfloat16"
@@ -160,6 +176,21 @@ class FakeRanks:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
+    def _digests(self) -> list[dict[str, Any]]:
+        """Each rank's target digest, as ckpt_digest.model_digest gives it, as the mode bends it."""
+        one = {"class": "LlamaForCausalLM", "parameters": 12, "buffers": 0, "packed": 0, "bytes": 4096}
+        one |= {"digest": hashlib.sha256(b"t").hexdigest(), "sums": {"model.norm.weight": "0" * 16}, "seconds": 0.01}
+        sums = [{"rank": r, **one} for r in range(self.ranks)]
+        bent = {
+            "target-none": [],
+            "target-extra": sums * 2,
+            "target-no-sum": [{"rank": 0}],
+            "target-empty": [{**sums[0], "parameters": 0}],
+            "target-refused": [{"rank": 0, "refused": "AttributeError: no parameters"}],
+            "target-bad-sums": [{**sums[0], "sums": {"x": "not hex"}}],
+        }
+        return bent.get(self.mode, sums)
+
     def _rank_answers(self, path: str) -> list[dict[str, Any]]:
         answers = [_honest(self.drafter, self.spec, r, self.ranks, path) for r in range(self.ranks)]
         return _lie(answers, self.mode)
@@ -172,18 +203,8 @@ class FakeRanks:
         if self.mode == "stall":  # past the client's deadline: it has given up by the time this answers
             time.sleep(5.0)
             return 200, b"{}"
-        if path == "/collective_rpc" and body.get("method") == "ckpt_target_checksum" and self.mode != "rpc-list":
-            sums = [
-                {"rank": r, "target": hashlib.sha256(b"t").hexdigest(), "draft": "0" * 64} for r in range(self.ranks)
-            ]
-            results = {"target-none": [], "target-extra": sums * 2, "target-no-sum": [{"rank": 0}]}
-            return 200, json.dumps({"results": [json.dumps(a) for a in results.get(self.mode, sums)]}).encode()
-        if path == "/get_weights_by_name":
-            if self.mode == "weights-null":
-                return 200, b"null"
-            if self.mode == "weights-error":  # an error object where the values should be
-                return 200, b'{"error": {"message": "Get parameter by name failed"}}'
-            return 200, json.dumps([[0.5, -1.0]] * 4).encode()
+        if path == "/collective_rpc" and body.get("method") == "ckpt_target_digest" and self.mode != "rpc-list":
+            return 200, json.dumps({"results": [json.dumps(a) for a in self._digests()]}).encode()
         if path == "/collective_rpc":
             if self.mode == "not-a-list":
                 return 200, b'{"results": "done"}'
@@ -202,6 +223,10 @@ class FakeRanks:
         if path == "/update_weights_from_tensor":
             self.payloads = body["serialized_named_tensors"]
             req = _payload_json(self.payloads[0])
+            if req.get("op") == "target_digest":
+                for i, a in enumerate(self._digests()):  # the i-th answer as rank i's file
+                    Path(req["answer"].replace("{rank}", str(i))).write_text(json.dumps(a))
+                return 200, b'{"success": true, "message": "Success"}'
             self.answer_dir_mode = os.stat(os.path.dirname(req["answer"])).st_mode & 0o7777
             if self.mode == "success-false":
                 return 200, b'{"success": false, "message": "Failed to update weights: no"}'
@@ -247,6 +272,31 @@ def test_an_honest_swap_is_read_back_against_the_file(drafter: Path, engine: str
     assert res.ok, res.why
     assert res.checked.startswith("read back: ") and "parameters equal the file's bytes" in res.checked
     assert res.ranks == 1 and res.maps_replaced == 1
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_swap_checked_on_the_device_says_how_each_parameter_was_held_and_where_the_seconds_went(
+    drafter: Path, engine: str
+) -> None:
+    res, _ = _swap(engine, drafter, 1, "device")
+    assert res.ok, res.why
+    assert res.checked.startswith("read back on the device: ") and "equal the file's bytes" in res.checked
+    assert "cast to their dtype" in res.checked and "fixed random input" in res.checked
+    assert {"request", "check", "read", "update", "read_back"} <= set(res.timings) and res.bytes == 4096
+    assert res.timings["read"] == 0.25 and res.to_dict()["timings"] == res.timings
+    assert sum(res.compared.values()) == len(res.answers[0]["checks"]) and set(res.compared) <= {
+        "bytes",
+        "cast",
+        "applied",
+    }
+    for mode, why in (
+        ("device-differs", "does not hold the file's values"),
+        ("device-missing", "did not read back"),
+        ("device-bad-how", "not one of ckpt_swap.py's"),
+        ("device-bad-timings", "not seconds by phase"),
+    ):
+        res, _ = _swap(engine, drafter, 1, mode)
+        assert not res.ok and res.why is not None and why in res.why, (mode, res.why)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -390,36 +440,51 @@ def test_a_damaged_answer_file_is_a_failed_swap_in_one_line(drafter: Path, mode:
     assert not res.ok and res.why and "\n" not in res.why
 
 
-def _target_read(engine: str, drafter: Path, mode: str, target: Path | None = None, ranks: int = 1) -> Any:
+def _target_read(engine: str, drafter: Path, mode: str, ranks: int = 1) -> Any:
     spec = server_spec(VLLM_0_32 if engine == "vllm" else SGLANG_0_5_17, drafter)
     with FakeRanks(drafter, spec, ranks, mode) as srv, NetClient(timeout=10.0) as net:
-        return target_checksum(engine, net, srv.url, target, ranks, timeout=5.0)
+        return target_digest(net, srv.url, spec, ranks, timeout=5.0)
 
 
-def test_the_target_check_reads_every_rank_or_says_why_not(drafter: Path, tmp_path: Path) -> None:
-    """A digest only from answers that carry one per rank; a read that read nothing raises (the
-    caller writes "not checked" and why), never a digest of nothing that equals itself."""
-    digest, how = _target_read("vllm", drafter, "honest", ranks=2)
-    assert len(digest) == 64 and how == "every target weight's sums on 2 ranks, through the worker extension"
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_target_digest_reads_every_rank_or_says_why_not(drafter: Path, engine: str) -> None:
+    """A digest only from answers that carry one per rank, each field of the type model_digest
+    gives; a read that read nothing, or digested nothing, raises (the caller writes "not checked"
+    and why), never a digest of nothing that equals itself."""
+    got = _target_read(engine, drafter, "honest", ranks=2)
+    assert len(got.digest) == 64 and [r.rank for r in got.ranks] == [0, 1]
+    assert got.parameters == 24 and got.bytes == 8192 and got.compared()["target_class"] == "LlamaForCausalLM"
+    assert "digested on the device" in got.how and "on 2 ranks" in got.how
     for mode, why in (
-        ("target-none", "0 workers answered, but the server has 1 rank"),
-        ("target-extra", "2 workers answered, but the server has 1 rank"),
-        ("target-no-sum", "not its rank and the target's checksum"),
-        ("rpc-list", "not an object with a results list"),
+        ("target-none", "0 ranks answered the target digest, but the server has 1 rank"),
+        (
+            "target-extra",
+            "2 ranks answered the target digest, but the server has 1 rank|'rank1.json', but the server has 1 rank",
+        ),
+        ("target-no-sum", "'parameters' is null, not a count"),
+        ("target-empty", "digested no parameter"),
+        ("target-refused", "rank 0 could not digest the target: AttributeError"),
+        ("target-bad-sums", "not each tensor's digest"),
     ):
         with pytest.raises(ServerError, match=why):
-            _target_read("vllm", drafter, mode)
-    target = build_target(tmp_path / "t")
-    digest, how = _target_read("sglang", drafter, "honest", target)
-    assert len(digest) == 64 and how.startswith("/get_weights_by_name of 4 target tensors")
-    for mode in ("weights-null", "weights-error"):
-        with pytest.raises(ServerError, match="not the tensor's values"):
-            _target_read("sglang", drafter, mode, target)
-    import numpy as np
+            _target_read(engine, drafter, mode)
 
-    odd = write_tensors(tmp_path / "odd", {"transformer.wte": np.zeros((4, 4), np.float32)}, {"model_type": "x"})
-    with pytest.raises(ServerError, match="no embed_tokens, lm_head or norm weight"):
-        _target_read("sglang", drafter, "honest", odd)
+
+def test_two_target_digests_say_whether_and_where_the_target_changed(drafter: Path) -> None:
+    from ckpttools.engines.swap import RankDigest, TargetDigest
+    from ckpttools.ops.compare import CompareReport, judge_target
+
+    a = TargetDigest((RankDigest(0, "X", 3, 1, 0, 96, "a" * 64, 0.1, {"w": "0" * 16, "b": "1" * 16}),), "how")
+    b = TargetDigest((RankDigest(0, "X", 3, 1, 0, 96, "b" * 64, 0.1, {"w": "2" * 16, "b": "1" * 16}),), "how")
+    same, words, compared = judge_target(a, a)
+    assert same is True and words.startswith("unchanged: 3 parameters") and compared["changed"] == []
+    same, words, compared = judge_target(a, b)
+    assert same is False and words.startswith("CHANGED") and compared["changed"] == ["w"] and "differs in w" in words
+    assert judge_target("no answer", b)[:2] == (None, "not checked: before the first swap, no answer")
+    assert judge_target(a, "died")[0] is None
+    rep = CompareReport("vllm", "t", None, target_unchanged=False, target_compared=compared)
+    err = rep.error()
+    assert rep.exit_code == 1 and err is not None and err.exit_code == 1 and "(w)" in str(err)
 
 
 def test_a_drafter_that_failed_sets_the_run_s_exit_code_and_its_one_error() -> None:

@@ -46,15 +46,15 @@ def _verify(target: Path, drafters: list[Path], log: Path, *extra: str) -> dict:
 def _reverse_on_the_shared_server(pool, tp: Path, drafters: list[Path], prompts: Path) -> dict:
     """``drafters`` swapped one after another into the pool's llama server (its target put in place
     first), each checked and measured by `verify --host`; the target's weights read back before the
-    first swap and after the last (ckpttools.engines.swap.target_checksum)."""
-    from ckpttools.engines.swap import target_checksum
+    first swap and after the last (ckpttools.engines.swap.target_digest)."""
+    from ckpttools.engines.swap import target_digest
     from ckpttools.io.net import NetClient
 
     srv = pool.get("llama", *pool.pair("llama")[::2])
     srv.load_target(tp)
     starts = len(pool.servers)
     with NetClient(retries=0) as net:
-        before = target_checksum("vllm", net, srv.url)
+        before = target_digest(net, srv.url, srv.spec)
         entries = []
         for d in drafters:
             res = srv.swap(d)
@@ -63,9 +63,9 @@ def _reverse_on_the_shared_server(pool, tp: Path, drafters: list[Path], prompts:
             r = CliRunner().invoke(cli, argv)
             assert r.exit_code == 0, r.output + srv.server.log_tail(40)
             entries.append({"drafter": str(d), "swap": res.to_dict(), **json.loads(r.stdout)})
-        after = target_checksum("vllm", net, srv.url)
+        after = target_digest(net, srv.url, srv.spec)
     assert len(pool.servers) == starts  # no server started for these
-    return {"drafters": entries, "target_unchanged": before is not None and before == after}
+    return {"drafters": entries, "target_unchanged": before.digest == after.digest}
 
 
 @pytest.mark.pool_family("llama")
@@ -86,6 +86,15 @@ def test_three_drafters_and_another_mapping_on_one_vllm_server_in_either_order(k
     assert f["vllm-twolayer"]["accept_length"] == 4.0
     assert fwd["server_starts"] == 2
     assert fwd["target_unchanged"] is True and back["target_unchanged"] is True
+    # every target parameter digested in the server, its packed linear layers by their output
+    tc = fwd["target_compared"]
+    assert tc["parameters"] > 0 and tc["packed_layers"] > 0 and tc["bytes"] > 0 and tc["changed"] == []
+    assert fwd["target_check"].startswith(f"unchanged: {tc['parameters']:,} parameters")
+    for e in fwd["drafters"][:4]:  # every parameter of every swap read back, none left out
+        checked = e["swap"]["checked"]
+        assert checked.startswith("read back on the device: "), checked
+        assert "not compared" not in checked and "fixed random input" in checked, checked
+        assert {"read", "update", "read_back"} <= set(e["swap"]["timings"]), e["swap"]
     for k in ("vllm-id", "vllm-swap", "vllm-perm", "vllm-half"):
         assert b[k]["swap"]["ok"] and b[k]["accept_length"] == f[k]["accept_length"], k
         assert "read back" in b[k]["swap"]["checked"]
@@ -104,3 +113,41 @@ def test_the_swap_reaches_both_ranks_at_tensor_parallel_2(known, tmp_path, monke
     for e in rep["drafters"]:
         assert e["placed"] == "swap" and e["swap"]["ranks"] == 2 and e["swap"]["maps_replaced"] == 2
         assert "read back on 2 ranks" in e["swap"]["checked"]
+
+
+@pytest.mark.pool_family("llama")
+def test_a_swap_that_writes_the_target_is_caught_by_the_target_digest(known, tmp_path, vllm_pool):
+    """On the pool's real server: a drafter whose swap also writes one target element (the test-only
+    hook of tests/tamper_ext.py, in the pool's extension) makes the digests read before its swap and
+    after differ in that tensor, and the run's exit code 1; the target loaded again from its file
+    digests as before (the digest is of the weights, not of the run)."""
+    import shutil
+
+    from ckpttools.engines.swap import target_digest
+    from ckpttools.io.net import NetClient
+    from ckpttools.ops.compare import CompareReport, judge_target
+
+    from .tamper_ext import MARKER
+
+    tp, ds, _ = known
+    bad = tmp_path / "vllm-id-tampering"
+    shutil.copytree(ds["id"], bad)
+    (bad / MARKER).write_text("")
+    srv = vllm_pool.get("llama", *vllm_pool.pair("llama")[::2])
+    srv.load_target(tp)
+    with NetClient(retries=0) as net:
+        before = target_digest(net, srv.url, srv.spec)
+        srv.swap(ds["swap"])
+        again = target_digest(net, srv.url, srv.spec)
+        srv.swap(bad)
+        after = target_digest(net, srv.url, srv.spec)
+        srv.load_target(tp)  # the pool's server gets its target back from the file
+        restored = target_digest(net, srv.url, srv.spec)
+    assert judge_target(before, again)[0] is True  # an honest swap: the same digest
+    unchanged, words, compared = judge_target(before, after)
+    print("tampered:", words)
+    assert unchanged is False and compared is not None and compared["changed"] == ["model.embed_tokens.weight"]
+    rep = CompareReport("vllm", str(tp), None, target_unchanged=unchanged, target_compared=compared)
+    err = rep.error()
+    assert rep.exit_code == 1 and err is not None and "model.embed_tokens.weight" in str(err)
+    assert judge_target(before, restored)[0] is True

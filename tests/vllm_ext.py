@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.tamper_ext import TamperingSwap  # ckpt_swap's extension, and the test-only target write
+
 
 class DraftState:
     def draft_state(self) -> dict[str, Any]:
@@ -14,12 +16,6 @@ class DraftState:
 
         runner = getattr(self, "model_runner", self)
         return param_state(runner.get_draft_model())
-
-
-try:  # on the server's PYTHONPATH when ckpttools' swap route is on (ckpttools/engines/serverside)
-    from ckpt_swap import VllmDrafterSwap  # type: ignore[import-not-found]
-except ImportError:  # imported elsewhere (lint, type checks)
-    VllmDrafterSwap = object
 
 
 class TargetLoad:
@@ -57,5 +53,6 @@ class TargetLoad:
         return {"digests": out, "tensors": len(files)}
 
 
-class SwapAndDraftState(VllmDrafterSwap, DraftState, TargetLoad):  # type: ignore[misc, valid-type]
-    """The pool servers' extension (tests/vllm_pool.py): ckpttools' swap route, draft_state, load_target."""
+class SwapAndDraftState(TamperingSwap, DraftState, TargetLoad):
+    """The pool servers' extension (tests/vllm_pool.py): ckpttools' swap route (with tests/tamper_ext.py's
+    write of the target for a drafter marked so), draft_state, load_target."""

@@ -1,4 +1,5 @@
-"""The ``ckpt`` command line: commands (a thin layer over the library), rendering, output."""
+"""The ``ckpt`` command line: the commands (each parses, makes one library call, renders), the
+numeric parameter types, the human renderings of the library's results, and output helpers."""
 
 from ckpttools.cli.commands import cli, main
 

@@ -662,8 +662,10 @@ def render_compare(r: CompareReport) -> str:
         ci_s = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
         tps = "" if rep.output_tokens_per_s is None else f", {rep.output_tokens_per_s:.1f} tok/s"
         sw = e["swap"]
+        t = sw.get("timings") or {}
+        phases = ", ".join(f"{k.replace('_', '-')} {t[k]:.2f}" for k in ("read", "update", "read_back") if k in t)
         how = (
-            f"swap {sw['seconds']:.2f} s, {sw.get('checked', '')}"
+            f"swap {sw['seconds']:.2f} s{f' ({phases})' if phases else ''}, {sw.get('checked', '')}"
             if e["placed"] == "swap"
             else f"own server: {sw['why']}"
         )

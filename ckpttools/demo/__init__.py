@@ -1,1 +1,2 @@
-"""Tiny real checkpoints built from configs, and the shipped story replayed by ``ckpt demo``."""
+"""Tiny real checkpoints built from configs (drafters in every layout, targets, sharded and sparse
+"huge" ones: for tests, examples and benchmarks), and the shipped story replayed by ``ckpt demo``."""

@@ -137,13 +137,13 @@ def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dic
 
 def amx_mla_refusal(cfg: dict[str, Any] | None) -> dict[str, Any] | None:
     """The first of the checks vLLM's AMX MLA backend makes of an MLA model's sizes
-    (:data:`ckpttools.engines.claims.VLLM_AMX_MLA_CHECKS`, in its order) that ``cfg`` fails.
+    (:data:`ckpttools.engines.claim_texts.VLLM_AMX_MLA_CHECKS`, in its order) that ``cfg`` fails.
 
     Returns:
         {"field", "value", "where" (its JSON path), "error" (the RuntimeError's text), "when"};
         None when every size passes, or one is missing or not a positive integer (nothing to say).
     """
-    from ckpttools.engines.claims import VLLM_AMX_MLA_CHECKS  # (validate's: not for inspect's start-up)
+    from ckpttools.engines.claim_texts import VLLM_AMX_MLA_CHECKS  # (validate's: not for inspect's start-up)
 
     sizes: dict[str, tuple[int, str]] = {}
     for key in dict.fromkeys(k for k, *_ in VLLM_AMX_MLA_CHECKS):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -200,17 +200,16 @@ class Engine:
     def target_digest(
         self, net: Any, url: str, target: str | Path | None, spec: dict[str, Any], ranks: int, timeout: float
     ) -> Any:
-        """The target's weights digested as the server holds them, through the swap route ``spec``
-        (``server_spec``) records: what ``engines.swap.target_digest`` gives where it is there, else
-        ``engines.swap.target_checksum``'s (digest, what it covers); None: not available for this
-        engine. Raises ServerError where a read read nothing."""
-        from ckpttools.engines import swap
+        """Every target parameter digested where the weights live, through the swap route ``spec``
+        (``server_spec``) records, with the mechanism the table records (``engines.swap.target_digest``:
+        a ``TargetDigest``); None: the engine has no route to digest it. Raises ServerError where a
+        read read nothing."""
+        from ckpttools.engines.swap import target_digest
 
         route = self.swap_route()
-        digest: Callable[..., Any] | None = getattr(swap, "target_digest", None)
-        if digest is not None and route is not None:
-            return digest(net, url, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
-        return swap.target_checksum(self.name, net, url, target, ranks, timeout=timeout)
+        if route is None:
+            return None
+        return target_digest(net, url, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
 
 
 def installed_version(python: str, engine: str) -> str | None:

@@ -147,7 +147,6 @@ def parse_load(line: bytes) -> bytes | None:
 RESOLVED = re.compile(rb"Resolved architecture: (\S+)")
 #: SGLang's draft steps in its server_args line (server_args.py: ``speculative_num_steps: Optional[int]``)
 SGL_STEPS = re.compile(rb"[ (]speculative_num_steps=(\d{1,3})[,)]")
-CONTEXT = re.compile(rb"(?:Target model's|User-specified) context_length \((\d+)\) is greater than the derived")
 EXC_LINE = re.compile(
     rb"^(?:\((\w{1,64})(?: pid=\d{1,10})?\) )?([A-Za-z_][\w.]{0,200}(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
     rb"(?:: (.*))?$"

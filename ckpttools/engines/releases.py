@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.engines import aux_rules, names
-from ckpttools.engines.claims import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
+from ckpttools.engines.claim_texts import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
 
 __all__ = [
     "Cited",
@@ -419,7 +419,14 @@ SGLANG_0_5_17 = EngineRelease(
         "1512-1531 (the draft model, then the target, same tensors), 126 and 175 (EagleDraftWorker.draft_runner), "
         "297-301 (hot_token_id cached from the model's at start-up, used at 560 and 690); models/llama_eagle3.py:"
         "339-342 (d2t adds a CPU arange); utils/common.py:2747-2761 and 2797-2869 (SafeUnpickler allowlist). "
-        "Run on the H200 (tests/test_gpu_sglang_swap.py).",
+        "The target digest (payload op target_digest, engines/serverside/ckpt_digest.py): the same loader is "
+        "handed the target model on its second call, speculative/eagle_worker_v2.py:1527-1530 "
+        "(target_worker.model_runner.weight_updater.update_weights_from_tensor, after the draft runner's at "
+        "1518-1521), weight_updater.py:346-348 (custom_loader(self.get_model(), ...)) and model_executor/"
+        "model_runner.py:492-502 (get_model=lambda: self.model, the runner's own model); /get_weights_by_name, "
+        "the partial route it replaces, exists only in models/llama.py:775, granite.py:434, exaone4.py:610 and "
+        "opt.py:534 and returns truncate_size values. "
+        "Run on the H200 (tests/test_gpu_sglang_swap.py, tests/test_gpu_targets.py).",
     ),
     name_patterns=Cited(
         names.SGLANG_NAME_PATTERNS,
@@ -832,7 +839,12 @@ VLLM_0_32 = EngineRelease(
         "api_router.py:20 (/reset_prefix_cache); model_executor/model_loader/reload/inplace.py:32-110 and "
         "layerwise.py:83-288 (weights processed into a kernel format after loading, as the CPU build's linear "
         "layers are, are restored before load_weights and processed again after; the model's metadata is "
-        "recorded at construction, model_loader/utils.py:96 and 128). Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
+        "recorded at construction, model_loader/utils.py:96 and 128). The target digest (ckpt_target_digest, "
+        "engines/serverside/ckpt_digest.py) reads the worker's target model, v1/worker/gpu_model_runner.py:3112 "
+        "(get_model); on the CPU build a linear layer's weight is packed for oneDNN or the sgl kernel after "
+        "loading and left an empty parameter (model_executor/layers/linear.py:206-216, layers/utils.py:470-600, "
+        "remove_weight=True): such layers are digested and read back by their output on a fixed input "
+        "(quant_method.apply). Run on vLLM 0.32 CPU (tests/test_vllm_swap.py).",
     ),
 )
 

@@ -2,11 +2,14 @@
 
 The engine-release table (``EngineRelease.drafter_swap``) says how a release allows it; the code
 that runs inside the engine is ``engines/serverside/ckpt_swap.py`` (put on the server's PYTHONPATH
-at launch). After each swap the drafter's weights are read back, where the engine allows, and held
-against the file's bytes; a swap that is refused, reaches fewer ranks than the server has, replaces
-no cached mapping the drafter needs, or reads back other bytes, is a failed swap; so is one where
-more ranks answer than the server has, or any field of a rank's answer is not of the type and in
-the range the server-side code gives it.
+at launch). After each swap every rank holds each parameter it loaded against the file's tensors
+on its own device (equal bytes, equal values cast, or a packed layer's output on a fixed input:
+serverside/ckpt_digest.py) and says how; a swap that is refused, reaches fewer ranks than the
+server has, replaces no cached mapping the drafter needs, leaves a parameter unchecked, or holds
+other values, is a failed swap; so is one where more ranks answer than the server has, or any
+field of a rank's answer is not of the type and in the range the server-side code gives it
+(answers with sha256 digests, as older server-side code gave, are held against the file's bytes
+here). :func:`target_digest` digests every target parameter in the server's process, on every rank.
 
 - vLLM (worker extension): ``POST /collective_rpc {"method": "ckpt_swap", "args": [path]}`` runs in
   every worker; then ``POST /reset_prefix_cache``.
@@ -37,7 +40,17 @@ from typing import Any, TypeGuard
 from ckpttools.errors import ServerError
 from ckpttools.io.inputs import loads_json
 
-__all__ = ["SERVERSIDE", "SwapResult", "swap_route", "prepare_launch", "swap_in", "target_checksum", "swappable"]
+__all__ = [
+    "SERVERSIDE",
+    "SwapResult",
+    "TargetDigest",
+    "RankDigest",
+    "swap_route",
+    "prepare_launch",
+    "swap_in",
+    "target_digest",
+    "swappable",
+]
 
 SERVERSIDE = Path(__file__).resolve().parent / "serverside"
 _TORCH_DTYPES = {"BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.float32", "I64": "torch.int64"}
@@ -61,6 +74,15 @@ class SwapResult:
     checked: str = "not checked"
     why: str | None = None
     answers: list[dict[str, Any]] = field(default_factory=list)
+    #: where the seconds went: ``request`` (the swap's requests, as the client saw them), ``check``
+    #: (the client's own check of the answers) and, from the slowest rank, the server's ``read``
+    #: (the file onto the device), ``update`` (load_weights and the maps) and ``read_back``
+    timings: dict[str, float] = field(default_factory=dict)
+    #: the drafter's bytes the slowest rank read (0: not said)
+    bytes: int = 0
+    #: how many parameters rank 0 held against the file each way (ckpt_digest.check_param's words:
+    #: bytes, cast, applied, sharded, not compared); empty where the ranks sent digests instead
+    compared: dict[str, int] = field(default_factory=dict)
     #: the swap's request itself failed (no answer, a broken connection, an HTTP error): the
     #: server may have died, which the caller can see (not in ``to_dict``)
     request_failed: bool = False
@@ -98,6 +120,9 @@ def server_spec(release: Any, drafter: str | Path) -> dict[str, Any]:
     rules = release.loaders.value.get(dc.loader) if dc is not None else None
     route = dict(swap_route(release) or {})
     out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in route.items() if k != "flags"}
+    loader = route.get("flags", {}).get("custom-weight-loader")
+    if loader:  # the load_format a request names: the loader registered at launch
+        out["load_format"] = loader
     if rules is not None:
         out["renames"] = [list(r) for r in rules.substr_renames if not r[0].startswith("^")]
         out["stacked"] = [list(s) for s in rules.stacked]
@@ -231,8 +256,13 @@ def _answer_fault(a: Any, asked: _Asked) -> str | None:
     refused = a.get("refused")
     if refused is not None and (not isinstance(refused, str) or not refused.strip()):
         return f"{who}'s 'refused' is {_what(refused)}, not a reason"
-    kinds = (("loaded", list), ("skipped", list), ("maps_replaced", int), ("digests", dict))
-    for key, kind in (*kinds, ("dtypes", dict), ("numel", dict)):
+    device_checked = "checks" in a
+    read = (
+        (("checks", dict), ("numel", dict))
+        if device_checked
+        else (("digests", dict), ("dtypes", dict), ("numel", dict))
+    )
+    for key, kind in (("loaded", list), ("skipped", list), ("maps_replaced", int), *read):
         if key not in a:
             if refused:
                 continue
@@ -249,6 +279,22 @@ def _answer_fault(a: Any, asked: _Asked) -> str | None:
         return f"{who}'s 'maps_replaced' is {_what(maps)}, not a count"
     if maps and not asked.has_d2t:
         return f"{who} says it replaced {maps} draft-to-target maps, but the drafter has no d2t"
+    timings = a.get("timings", {})
+    if not isinstance(timings, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in timings.values()
+    ):
+        return f"{who}'s 'timings' is {_what(timings)}, not seconds by phase"
+    if "bytes" in a and not _count(a["bytes"]):
+        return f"{who}'s 'bytes' is {_what(a['bytes'])}, not a count"
+    if device_checked:
+        checks, numel = a.get("checks", {}), a.get("numel", {})
+        if set(numel) != set(checks):
+            return f"{who}'s 'checks' and 'numel' name different parameters"
+        for p, c in checks.items():
+            ok = isinstance(c, list) and len(c) == 2 and c[0] in _HOWS and isinstance(c[1], bool)
+            if not ok or not _count(numel[p]):
+                return f"{who}'s check of {p} is {_what(c)} / size {_what(numel[p])}, not one of ckpt_swap.py's"
+        return None
     digests, dtypes, numel = a.get("digests", {}), a.get("dtypes", {}), a.get("numel", {})
     if set(dtypes) != set(digests) or set(numel) != set(digests):
         return f"{who}'s 'digests', 'dtypes' and 'numel' name different parameters"
@@ -290,7 +336,9 @@ def _check(
     for a in answers:
         if a.get("refused"):
             return f"rank {a['rank']}: {a['refused']}", "not checked"
-    params: set[str] = set().union(*(a["digests"] for a in answers))
+    if all("checks" in a for a in answers):
+        return _device_checked(answers, ck, spec, ranks)
+    params: set[str] = set().union(*(a.get("digests", {}) for a in answers))
     want = _file_digests(ck, _server_module()._expected({n: None for n in ck.tensors}, spec, params))
     same: set[str] = set()
     for a in answers:
@@ -311,6 +359,43 @@ def _check(
         held = "sharded, in another dtype or a kernel format" if ranks > 1 else "in another dtype or a kernel format"
         how += f"; {len(params - same)} held {held}, not compared"
     return None, how
+
+
+#: how ckpt_digest.check_param held a parameter against the file
+_HOWS = ("bytes", "cast", "applied", "sharded", "not compared")
+_HOW_WORDS = {
+    "bytes": "equal the file's bytes",
+    "cast": "equal the file's values cast to their dtype",
+    "applied": "held in a kernel format give the file's weight times a fixed random input",
+    "sharded": "sharded, not compared",
+    "not compared": "not compared",
+}
+
+
+def _device_checked(answers: list[dict[str, Any]], ck: Any, spec: dict[str, Any], ranks: int) -> tuple[str | None, str]:
+    """The ranks' own checks, made on the device against the file they loaded: every parameter the
+    loaded tensors fill must have been checked on every rank, and held."""
+    for a in answers:
+        params = set(a["checks"])
+        loaded = [n for n in a["loaded"] if n in ck.tensors]
+        want = _server_module()._expected({n: None for n in loaded}, spec, params)
+        missing = sorted(set(want) - params)
+        if missing:
+            return f"rank {a['rank']} did not read back {missing[0]} (filled by {want[missing[0]][0][0]})", "read back"
+        for p, (how, ok) in sorted(a["checks"].items()):
+            if p not in want:
+                return f"read back on rank {a['rank']}, {p} is filled by no tensor of the drafter's file", "read back"
+            if not ok:
+                return f"read back on rank {a['rank']}, {p} does not hold the file's values ({how})", "read back"
+    count: dict[str, int] = {}
+    for how, _ in answers[0]["checks"].values():
+        count[how] = count.get(how, 0) + 1
+    if not answers[0]["checks"]:
+        return "no parameter could be read back and held against the file", "not checked"
+    on = f" on {ranks} ranks" if ranks > 1 else ""
+    n = len(answers[0]["checks"])
+    parts = [f"{count[h]} {_HOW_WORDS[h]}" for h in _HOWS if count.get(h)]
+    return None, f"read back{on} on the device: {n} parameters, {', '.join(parts)}"
 
 
 def swap_in(
@@ -340,16 +425,39 @@ def swap_in(
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e))
     except ServerError as e:
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e), request_failed=True)
-    seconds = time.monotonic() - t0
+    t1 = time.monotonic()
     with open_checkpoint(drafter) as ck:  # headers, and the bytes the read-back is held against
         asked = _Asked(ranks, str(drafter), frozenset(ck.tensors), "d2t" in ck.tensors)
         why, checked = _check(answers, ck, spec, asked, file_ranks)
+    seconds = time.monotonic() - t0
+    timings = {"request": t1 - t0, "check": seconds - (t1 - t0), **_server_timings(answers)}
+    size = max((a.get("bytes", 0) for a in answers if isinstance(a, dict) and _count(a.get("bytes"))), default=0)
+    first = answers[0] if answers and isinstance(answers[0], dict) else {}
+    compared: dict[str, int] = {}
+    for c in first.get("checks", {}).values() if isinstance(first.get("checks"), dict) else ():
+        if isinstance(c, list) and c and isinstance(c[0], str):
+            compared[c[0]] = compared.get(c[0], 0) + 1
     if why is not None:
-        return SwapResult(False, seconds, how, len(answers), 0, checked, why, answers)
+        return SwapResult(False, seconds, how, len(answers), 0, checked, why, answers, timings, size, compared)
     maps = [int(a.get("maps_replaced", 0)) for a in answers]
     if asked.has_d2t and min(maps, default=0) < 1:
         why = "no rank replaced the cached draft-to-target map: the figures would be measured under the old mapping"
-    return SwapResult(why is None, seconds, how, len(answers), sum(maps), checked, why, answers)
+    return SwapResult(
+        why is None, seconds, how, len(answers), sum(maps), checked, why, answers, timings, size, compared
+    )
+
+
+def _server_timings(answers: list[Any]) -> dict[str, float]:
+    """The slowest rank's seconds by phase (the server side of the swap), as the ranks timed them."""
+    out: dict[str, float] = {}
+    for a in answers:
+        t = a.get("timings") if isinstance(a, dict) else None
+        if isinstance(t, dict):
+            for k, name in (("read", "read"), ("update", "update"), ("check", "read_back")):
+                v = t.get(k)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[name] = max(out.get(name, 0.0), float(v))
+    return out
 
 
 def _post(net: Any, url: str, path: str, body: dict[str, Any] | None, deadline: float) -> Any:
@@ -378,15 +486,24 @@ def byte_tensor_payload(text: str) -> str:
 def _sglang_swap(
     net: Any, url: str, drafter: Path, spec: dict[str, Any], ranks: int, deadline: float
 ) -> tuple[list[Any], list[int], str]:
+    answers, found = _sglang_call(net, url, {"path": str(drafter)}, spec, ranks, deadline, flush=True)
+    return answers, found, f"custom weight loader through {spec['endpoint']}"
+
+
+def _sglang_call(
+    net: Any, url: str, req: dict[str, Any], spec: dict[str, Any], ranks: int, deadline: float, *, flush: bool
+) -> tuple[list[Any], list[int]]:
+    """One request to the custom loader (``req`` and where to answer, one payload per rank), and the
+    ranks' answers with the rank each file was written for."""
     # mkdtemp's folder is 0o700: only this user can write an answer there, and the server is this
     # user's (ckpt started it); each answer read is checked to be this user's own regular file
     with tempfile.TemporaryDirectory(prefix="ckpt-swap-") as d:
         answer = os.path.join(d, "rank{rank}.json")
-        payload = byte_tensor_payload(json.dumps({"path": str(drafter), "answer": answer}))
+        payload = byte_tensor_payload(json.dumps({**req, "answer": answer}))
         body = {
             "serialized_named_tensors": [payload] * ranks,
-            "load_format": "ckpt_swap.sglang_load_drafter",
-            "flush_cache": True,
+            "load_format": spec.get("load_format", "ckpt_swap.sglang_load_drafter"),
+            "flush_cache": flush,
         }
         where = url + spec["endpoint"]
         done = _json(_post(net, url, spec["endpoint"], body, deadline))
@@ -401,7 +518,7 @@ def _sglang_swap(
             )
         found = sorted((ours[n], n) for n in names)
         answers = [_read_answer(os.path.join(d, n)) for _, n in found]
-    return answers, [r for r, _ in found], f"custom weight loader through {spec['endpoint']}"
+    return answers, [r for r, _ in found]
 
 
 def _read_answer(path: str) -> Any:
@@ -428,64 +545,121 @@ def _read_answer(path: str) -> Any:
     return loads_json(data, path, error=_BadAnswer)
 
 
-def _numbers(x: Any) -> bool:
-    """A non-empty list of numbers, or of such lists (a tensor's values, as ``tolist()`` gives them)."""
-    stack, seen = [x], 0
-    while stack:
-        v = stack.pop()
-        if isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            seen += 1
-        else:
-            return False
-    return seen > 0
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
-def target_checksum(
-    engine: str, net: Any, url: str, target: str | Path | None = None, ranks: int = 1, *, timeout: float = 600.0
-) -> tuple[str, str] | None:
-    """A digest of the target's weights as the server holds them, and what it was read from (None:
-    the engine gives no way). A check that could read nothing raises: it never stands for a digest.
+@dataclass(frozen=True)
+class RankDigest:
+    """One rank's digest of the target model it holds (engines/serverside/ckpt_digest.py)."""
 
-    vLLM: through the worker extension, every worker's (exactly ``ranks`` of them). SGLang:
-    ``/get_weights_by_name`` of the target's embedding, head and first norms (the first 64 rows
-    of each), each answer a tensor's values.
+    rank: int
+    #: the target model's class, as the server names it
+    target_class: str
+    parameters: int
+    #: persistent buffers (the ones a checkpoint fills)
+    buffers: int
+    #: layers whose weight the engine keeps in a kernel format: their output on a fixed input summed
+    packed: int
+    bytes: int
+    digest: str
+    #: the server's seconds for the digest
+    seconds: float
+    #: each tensor's own short digest, so that two digests that differ say where
+    sums: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TargetDigest:
+    """The target's weights as every rank holds them, digested in the server's own process."""
+
+    ranks: tuple[RankDigest, ...]
+    how: str
+
+    @property
+    def parameters(self) -> int:
+        return sum(r.parameters for r in self.ranks)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.ranks)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps([[r.rank, r.digest] for r in self.ranks]).encode()).hexdigest()
+
+    def changed(self, other: TargetDigest) -> list[str]:
+        """The tensors whose digests differ between ``self`` and ``other`` (``rank N: name`` at TP > 1),
+        those present in one only included."""
+        out = []
+        for a, b in zip(self.ranks, other.ranks):
+            where = f"rank {a.rank}: " if len(self.ranks) > 1 else ""
+            out += [where + n for n in sorted({*a.sums, *b.sums}) if a.sums.get(n) != b.sums.get(n)]
+        return out
+
+    def compared(self) -> dict[str, Any]:
+        """What the digest covers, as the report gives it."""
+        return {
+            "parameters": self.parameters,
+            "buffers": sum(r.buffers for r in self.ranks),
+            "packed_layers": sum(r.packed for r in self.ranks),
+            "bytes": self.bytes,
+            "ranks": len(self.ranks),
+            "target_class": self.ranks[0].target_class if self.ranks else None,
+            "seconds": max((r.seconds for r in self.ranks), default=0.0),
+        }
+
+
+def _rank_digest(a: Any, ranks: int, where: str) -> RankDigest:
+    """One rank's digest answer, every field held to what ckpt_digest.model_digest gives."""
+    if not isinstance(a, dict):
+        raise _BadAnswer(f"{where}: a rank answered {_what(a)}, not its target digest")
+    rank = a.get("rank")
+    if not _count(rank) or rank >= ranks:
+        raise _BadAnswer(f"{where}: a rank's 'rank' is {_what(rank)}, not one of the server's {ranks}")
+    if a.get("refused") is not None:
+        raise _BadAnswer(f"{where}: rank {rank} could not digest the target: {str(a['refused'])[:200]}")
+    for k in ("parameters", "buffers", "packed", "bytes"):
+        if not _count(a.get(k)):
+            raise _BadAnswer(f"{where}: rank {rank}'s {k!r} is {_what(a.get(k))}, not a count")
+    if not isinstance(a.get("digest"), str) or not _HEX64.fullmatch(a["digest"]):
+        raise _BadAnswer(f"{where}: rank {rank}'s 'digest' is {_what(a.get('digest'))}, not a sha256 in hex")
+    sums = a.get("sums", {})
+    if not isinstance(sums, dict) or not all(isinstance(v, str) and _HEX16.fullmatch(v) for v in sums.values()):
+        raise _BadAnswer(f"{where}: rank {rank}'s 'sums' is {_what(sums)}, not each tensor's digest")
+    secs = a.get("seconds", 0.0)
+    if not isinstance(secs, (int, float)) or isinstance(secs, bool) or not 0 <= secs < 1e6:
+        raise _BadAnswer(f"{where}: rank {rank}'s 'seconds' is {_what(secs)}")
+    if a["parameters"] == 0:
+        raise _BadAnswer(f"{where}: rank {rank} digested no parameter: a digest of nothing proves nothing")
+    return RankDigest(
+        rank, str(a.get("class", "?"))[:100], a["parameters"], a["buffers"], a["packed"], a["bytes"], a["digest"],
+        float(secs), sums,
+    )  # fmt: skip
+
+
+def target_digest(net: Any, url: str, spec: dict[str, Any], ranks: int = 1, *, timeout: float = 600.0) -> TargetDigest:
+    """Every target parameter and persistent buffer, digested where the weights live: in the
+    server's own process, on every rank (exactly ``ranks`` of them), through the swap route
+    ``spec`` records (``server_spec``): the worker extension's ``ckpt_target_digest`` (vLLM), or
+    the custom loader's ``target_digest`` op, run on the loader's call for the target model
+    (SGLang). A digest that could not be read raises: it never stands for one.
 
     Raises:
-        ServerError: a request failed, an answer is not what was asked, or nothing could be read.
+        ServerError: a request failed, an answer is not what was asked, or a rank digested nothing.
     """
-    if engine == "vllm":
-        where = url + "/collective_rpc"
-        results = _results(_post(net, url, "/collective_rpc", {"method": "ckpt_target_checksum"}, timeout), where)
-        if len(results) != ranks:
-            raise _BadAnswer(f"{where}: {len(results)} workers answered, but the server has {_ranks(ranks)}")
-        sums = []
-        for a in results:
-            rank, digest = (a.get("rank"), a.get("target")) if isinstance(a, dict) else (None, None)
-            if not (_count(rank) and rank < ranks and isinstance(digest, str) and _HEX64.fullmatch(digest)):
-                raise _BadAnswer(f"{where}: a worker answered {_what(a)}, not its rank and the target's checksum")
-            sums.append((rank, digest))
-        if len({r for r, _ in sums}) < len(sums):
-            raise _BadAnswer(f"{where}: a rank answered twice")
-        how = f"every target weight's sums on {_ranks(ranks)}, through the worker extension"
-        return hashlib.sha256(json.dumps(sorted(sums)).encode()).hexdigest(), how
-    if target is None:
-        return None
-    from ckpttools.io.checkpoint import open_checkpoint
-
-    with open_checkpoint(target) as ck:
-        names = [n for n in ck.tensors if n.endswith(("embed_tokens.weight", "lm_head.weight"))]
-        names += [n for n in ck.tensors if n.endswith("norm.weight") and n not in names][:2]  # never fused
-    if not names:
-        raise _BadAnswer(
-            f"{target}: no embed_tokens, lm_head or norm weight, the tensors /get_weights_by_name is asked for"
-        )
-    got = []
-    for n in names:
-        vals = _json(_post(net, url, "/get_weights_by_name", {"name": n, "truncate_size": 64}, timeout))
-        if not _numbers(vals):
-            raise _BadAnswer(f"{url}/get_weights_by_name: {n} is {_what(vals)}, not the tensor's values")
-        got.append([n, vals])
-    how = f"/get_weights_by_name of {len(names)} target tensors (their first 64 rows)"
-    return hashlib.sha256(json.dumps(got).encode()).hexdigest(), how
+    if spec.get("mechanism") == "worker_extension":
+        where = url + spec["endpoint"]
+        raw = _results(_post(net, url, spec["endpoint"], {"method": "ckpt_target_digest"}, timeout), where)
+        how = f"every target parameter digested on the device by the worker extension, on {_ranks(ranks)}"
+    elif spec.get("mechanism") == "custom_loader":
+        where = url + spec["endpoint"]
+        raw, _ = _sglang_call(net, url, {"op": "target_digest"}, spec, ranks, timeout, flush=False)
+        how = f"every target parameter digested on the device by the custom loader, on {_ranks(ranks)}"
+    else:
+        raise _BadAnswer(f"{url}: the swap route {spec.get('mechanism')!r} has no target digest")
+    if len(raw) != ranks:
+        raise _BadAnswer(f"{where}: {len(raw)} ranks answered the target digest, but the server has {_ranks(ranks)}")
+    got = sorted((_rank_digest(a, ranks, where) for a in raw), key=lambda r: r.rank)
+    if len({r.rank for r in got}) < len(got):
+        raise _BadAnswer(f"{where}: a rank answered the target digest twice")
+    return TargetDigest(tuple(got), how)

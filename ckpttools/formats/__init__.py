@@ -1,2 +1,4 @@
-"""What the bytes mean to each engine: tensor names, drafter flavors, config fields, and
-engine conventions (aux-layer ids, target configs)."""
+"""What a drafter's files say, engine-neutral: ckpttools' canonical tensor names and the
+training-only ones (``names``), the config.json fields wherever a format keeps them and their
+checks (``config``), and conventions written once: config dtype names, where a target's config
+is read from (``conventions``). What an engine makes of them is in :mod:`ckpttools.engines`."""

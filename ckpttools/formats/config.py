@@ -65,7 +65,6 @@ _NUMBER_FIELDS = ("rope_theta",)
 _STRING_FIELDS = ("model_type", "hidden_act")
 
 SUBCONFIG_KEYS = ("text_config", "transformer_layer_config", "language_config", "llm_config")
-_MISSING = object()
 
 
 def lookup(cfg: dict[str, Any] | None, key: str, default: Any = None) -> tuple[Any, str | None]:

@@ -95,10 +95,6 @@ def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def loads_json(
     data: bytes | str,
     where: str,

@@ -30,7 +30,7 @@ from ckpttools.errors import CheckpointFormatError, OutputExistsError, UnsafePat
 from ckpttools.io.guard import check_output
 
 if TYPE_CHECKING:
-    from ckpttools.io.plan import WritePlan
+    from ckpttools.io.write_plan import WritePlan
 
 __all__ = ["preflight", "refuse_shared_names", "bytes_needed"]
 

@@ -39,7 +39,6 @@ from ckpttools.io.manifest import MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 
 __all__ = [
-    "umask_mode",
     "TensorSpec",
     "plan_shards",
     "shard_file_names",
@@ -164,17 +163,6 @@ def _header_bytes(
     else:  # the data at ``page_offset`` within a page (a multiple of 8: still 8-byte aligned)
         raw += b" " * ((page_offset - 8 - len(raw)) % PAGE)
     return struct.pack("<Q", len(raw)) + raw
-
-
-def umask_mode(mode: int = 0o666) -> int:
-    """``mode`` as the process umask would leave it (for files made with mkstemp/mkdtemp)."""
-    return mode & ~_umask()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _as_bytes(data: Any) -> memoryview:

@@ -5,9 +5,11 @@ then swapped in (``ckpttools.engines.swap``: the route the engine-release table 
 and measured on that server, in the order given. A drafter that cannot take the running one's place
 (another config, other tensors), or whose swap fails or cannot be checked, is measured on a server
 of its own after the shared one stops; the report says which and why. Before the first swap and
-after the last, the target's weights are read back: a swap never writes them (a read that read
-nothing says "not checked" and why). A drafter whose run ends in an error (a server that died, with
-its exit code and log tail, or did not start) has it in its entry; the others are still measured.
+after the last, the server digests every target parameter where it lives (the engine object's
+target_digest: engines.swap.target_digest): a swap never writes them, and a target that reads back
+otherwise makes the run exit 1; a read that read nothing says "not checked" and why. A drafter whose
+run ends in an error (a server that died, with its exit code and log tail, or did not start) has it
+in its entry; the others are still measured.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from typing import Any
 
 from ckpttools.engines.engine import Engine
 from ckpttools.engines.launch import LaunchSpec
-from ckpttools.errors import CkptError, ServerError
+from ckpttools.errors import EXIT_FINDINGS, CkptError, ServerError
 from ckpttools.ops.launch_check import LaunchCheck
 from ckpttools.ops.request import MAX_DRAFTERS, MeasureRequest, RunningHost
 
-__all__ = ["CompareReport", "compare_drafters", "run_compare", "MAX_DRAFTERS"]
+__all__ = ["CompareReport", "compare_drafters", "run_compare", "judge_target", "MAX_DRAFTERS"]
 
 
 @dataclass
@@ -39,6 +41,9 @@ class CompareReport:
     server_starts: int = 0
     target_unchanged: bool | None = None
     target_check: str = "not checked"
+    #: what the target digests covered (engines.swap.TargetDigest.compared), and the tensors that
+    #: differ where they differ; None: not checked
+    target_compared: dict[str, Any] | None = None
     seconds: float = 0.0
     verdict: str = ""
     reports: list[Any] = field(default_factory=list, repr=False)
@@ -54,10 +59,13 @@ class CompareReport:
     @property
     def exit_code(self) -> int:
         """A drafter whose run ended in an error: that error's exit code (2: a server that died, did not
-        start or answered impossible figures); else the worst of the drafters' (3: one measured nothing)."""
+        start or answered impossible figures); else 1 where the target's weights changed during the
+        swaps (no figure can be trusted); else the worst of the drafters' (3: one measured nothing)."""
         failed = [e.exit_code for e in self.errors if e is not None]
         if failed:
             return max(failed)
+        if self.target_unchanged is False:
+            return EXIT_FINDINGS
         codes = [r.exit_code for r in self.reports] or [3]
         return 3 if 3 in codes else max(codes)
 
@@ -70,6 +78,13 @@ class CompareReport:
             name, first = failed[0]
             more = f" ({len(failed)} of {len(self.drafters)} drafters failed)" if len(failed) > 1 else ""
             err = first.about(f"{name}: ", more)
+        elif self.target_unchanged is False:
+            changed = (self.target_compared or {}).get("changed") or []
+            where = f" ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else ""
+            err = ServerError(
+                f"the target's weights read back differently after the swaps{where}: no figure of this run can be trusted",
+                hint="report this: a swap must never write the target",
+            )
         else:
             empty = [(e["drafter"], r) for e, r in zip(self.drafters, self.reports) if r.accept_length is None]
             if not empty:
@@ -213,20 +228,14 @@ def _shared_server(
     try:
         server.wait_ready(net)
         sspec = server_spec(eng.release, drafters[0])
-        before = _checksum(launch, eng, sspec, net, req.timeout)
+        before = _digest(launch, eng, sspec, net, req.timeout)
         shared = _Shared(req, launch, eng, net, server, sspec)
         own, dead = _turns(shared, entries, progress)
         if dead is not None:
             out.target_check = "not checked: the shared server died before the read after the last swap"
             return own
-        after = _checksum(launch, eng, sspec, net, req.timeout)
-        out.target_unchanged = None if before[0] is None or after[0] is None else before[0] == after[0]
-        out.target_check = _target_check_words(before, after)
-        if out.target_unchanged is False:
-            raise ServerError(
-                "the target's weights read back differently after the swaps: no figure of this run can be trusted",
-                hint="report this: a swap must never write the target",
-            )
+        after = _digest(launch, eng, sspec, net, req.timeout)
+        out.target_unchanged, out.target_check, out.target_compared = judge_target(before, after)
     finally:
         server.stop()
         net.close()
@@ -269,28 +278,36 @@ def _progress_words(entry: dict[str, Any]) -> str:
     return str(entry["_report"].verdict)
 
 
-def _checksum(
-    launch: LaunchSpec, eng: Engine, sspec: dict[str, Any], net: Any, timeout: float
-) -> tuple[str | None, str]:
-    """(the target's digest, what it was read from), or (None, why it could not be read)."""
+def _digest(launch: LaunchSpec, eng: Engine, sspec: dict[str, Any], net: Any, timeout: float) -> Any:
+    """The target's digest (engines.swap.TargetDigest), or why it could not be read (a string)."""
     try:
         got = eng.target_digest(net, launch.url, launch.target, sspec, launch.tp, timeout)
     except ServerError as e:
-        return None, str(e).splitlines()[0]
-    if got is None:
-        return None, f"{launch.engine} gives no way to read the target's weights"
-    if hasattr(got, "digest"):  # engines.swap.TargetDigest, where swap.py has it
-        return got.digest, got.how
-    return got[0], got[1]
+        return str(e).splitlines()[0]
+    return got if got is not None else f"{eng.label} gives no way to digest the target's weights"
 
 
-def _target_check_words(before: tuple[str | None, str], after: tuple[str | None, str]) -> str:
-    """``unchanged``/``CHANGED`` only where both reads read something; else ``not checked`` and why."""
-    if before[0] is None:
-        return f"not checked: before the first swap, {before[1]}"
-    if after[0] is None:
-        return f"not checked: after the last swap, {after[1]}"
-    return f"{'unchanged' if before[0] == after[0] else 'CHANGED'}: {after[1]}, read before the first swap and after the last"
+def judge_target(before: Any, after: Any) -> tuple[bool | None, str, dict[str, Any] | None]:
+    """(target_unchanged, the words, what was compared) from the digests read before the first swap
+    and after the last (engines.swap.TargetDigest each, or why it could not be read): ``unchanged``
+    or ``CHANGED`` only where both reads read something, and over the same tensors; else ``not
+    checked`` and why (None)."""
+    if isinstance(before, str):
+        return None, f"not checked: before the first swap, {before}", None
+    if isinstance(after, str):
+        return None, f"not checked: after the last swap, {after}", None
+    compared = after.compared()
+    same = before.digest == after.digest
+    compared["changed"] = [] if same else after.changed(before)
+    size = f"{compared['parameters']:,} parameters, {compared['bytes'] / 2**30:.2f} GiB"
+    extra = [f"{compared['buffers']} buffers"] if compared["buffers"] else []
+    if compared["packed_layers"]:
+        extra.append(f"{compared['packed_layers']} packed layers by their output")
+    size += f" ({', '.join(extra)})" if extra else ""
+    words = f"{'unchanged' if same else 'CHANGED'}: {size}; {after.how}, read before the first swap and after the last"
+    if not same and compared["changed"]:
+        words += f"; differs in {', '.join(compared['changed'][:3])}"
+    return same, words, compared
 
 
 def _death(server: Any, failures: bool, during: str) -> CkptError | None:
@@ -312,6 +329,7 @@ def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | N
     from ckpttools.ops.verify import measure_one
 
     req, launch, eng, server = shared.req, shared.launch, shared.eng, shared.server
+    t0 = time.monotonic()
     res = eng.swap_in(shared.net, launch.url, drafter, shared.sspec, launch.tp, req.timeout)
     if not res.ok:
         died = _death(server, res.request_failed, f"the swap of {drafter}")
@@ -333,6 +351,7 @@ def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | N
     if died is not None:
         return _failed(launch, drafter, "swap", res.to_dict(), died), None
     entry = {"drafter": drafter, "placed": "swap", "swap": res.to_dict(), **rep.to_dict(), "error": None}
+    entry["seconds"] = time.monotonic() - t0  # the swap, its checks and the measurement: the time to this verdict
     return {**entry, "_report": rep, "_error": None}, None
 
 

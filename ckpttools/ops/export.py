@@ -11,19 +11,17 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
+from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.engines.config_rules import canonical_shapes, weight_problems
 from ckpttools.formats.config import aux_layer_ids, essentials, require_valid_config
 from ckpttools.engines.aux_rules import (
     LATER_LAYER_NORM,
     capture_rule,
-    default_boundaries,
     fc_options,
     later_layer_norm_names,
     layout_engine,
@@ -34,93 +32,42 @@ from ckpttools.engines.flavor import detect_flavor
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import claim
 from ckpttools.engines.load_plan import holds_d2t
-from ckpttools.engines.names import QK_NORM, sglang_loads, suggest_rename
+from ckpttools.engines.names import QK_NORM
 from ckpttools.engines.releases import resolve
-from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
-from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.io.plan import (
-    Cast,
     Check,
-    Copy,
     Data,
-    Gather,
-    ManifestPlan,
     PlannedTensor,
-    TensorRef,
     WritePlan,
     execute,
     side_files,
 )
-from ckpttools.io.writer import parse_size
+from ckpttools.ops.export_common import (
+    DROPPED_KEYS,
+    ExportRejected,
+    ExportReport,
+    copy_or_cast,
+    export_write_plan,
+    flatten_speculators,
+    float_dtype,
+    output_float_dtypes,
+    plan_names,
+    set_config,
+    source_boundaries,
+    target_arch,
+    without_d2t,
+)
+from ckpttools.ops.export_trtllm import plan_trtllm
 from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
 
 FORMATS = ("sglang", "vllm", "trtllm")
 DTYPES = {"bf16": "BF16", "fp16": "F16", "keep": None, "auto": None}
-_FLOATS = ("F32", "F16", "BF16", "F64")
 
 #: how each source layout counts eagle_aux_hidden_state_layer_ids: "output" = the output of
-
-
-class ExportRejected(CkptError):
-    """validate found errors in what export wrote; nothing was put at OUT (exit 1)."""
-
-    exit_code = EXIT_FINDINGS
-    default_hint = f"fix the findings listed (often: give {opt('target')}, or repair the source), then export again"
-
-    def __init__(self, message: str, report: ExportReport) -> None:
-        super().__init__(message)
-        self.report = report
-
-
-@dataclass
-class ExportReport:
-    """What :func:`export` did."""
-
-    output: str | None
-    source: str
-    source_flavor: str
-    format: str
-    dtype: str
-    renamed: list[list[str]] = field(default_factory=list)
-    dropped: list[list[str]] = field(default_factory=list)
-    cast: list[str] = field(default_factory=list)
-    built: list[str] = field(default_factory=list)
-    config_changes: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    tensors: int = 0
-    bytes_written: int = 0
-    seconds: float = 0.0
-    validation: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _flatten_speculators(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    inner = dict(cfg.get("transformer_layer_config") or {})
-    changes = ["config: flattened speculators' transformer_layer_config to the top level"]
-    for k in ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "eagle_aux_hidden_state_layer_ids"):
-        if cfg.get(k) is not None:
-            inner[k] = cfg[k]
-    return inner, changes
-
-
-def _set(cfg: dict[str, Any], key: str, value: Any, changes: list[str]) -> None:
-    if cfg.get(key, object()) != value:
-        changes.append(f"config: {key} {cfg.get(key)!r} -> {value!r}")
-        cfg[key] = value
-
-
-_DROPPED_KEYS = (
-    "speculators_config",
-    "speculators_model_type",
-    "speculators_version",
-    "eagle_aux_hidden_state_layer_ids",
-)
 
 
 def _plan_config(
@@ -136,25 +83,24 @@ def _plan_config(
     src = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     if "speculators_config" in src or "transformer_layer_config" in src:
-        src, changes = _flatten_speculators(src)
-    cfg = {k: v for k, v in src.items() if k not in _DROPPED_KEYS}
+        src, changes = flatten_speculators(src)
+    cfg = {k: v for k, v in src.items() if k not in DROPPED_KEYS}
     arch = engine_arch("sglang", "sglang_mla") if flavor == "mla" else engine_arch(fmt, f"{fmt}_llama")
     if any(QK_NORM.match(n) for n in names.values()):
         arch = engine_arch("vllm", "vllm_qwen3")  # vLLM's class for drafters with q/k norms
-    _set(cfg, "architectures", [arch], changes)
+    set_config(cfg, "architectures", [arch], changes)
     kept = {new: ck.tensors[n] for n, new in names.items()}
-    floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
-    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=floats)
+    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=output_float_dtypes(ck, names, out_dtype))
     _write_aux_ids(cfg, ck.config, flavor, fmt, target_cfg, notes, changes)
     _carry_fc_options(cfg, fmt, changes)
     if fmt == "vllm":
         for k in ("norm_before_residual", "norm_before_fc"):
             if k not in cfg:
-                _set(cfg, k, bool(src.get(k, False)), changes)
+                set_config(cfg, k, bool(src.get(k, False)), changes)
     if target_cfg is not None:
         tv = essentials(target_cfg).vocab_size
         if "vocab_size" not in cfg and isinstance(tv, int):
-            _set(cfg, "vocab_size", tv, changes)
+            set_config(cfg, "vocab_size", tv, changes)
     return cfg, changes
 
 
@@ -163,47 +109,10 @@ def _carry_fc_options(cfg: dict[str, Any], fmt: str, changes: list[str]) -> None
     vLLM reads fc_norm, not the legacy use_aux_norm; fc's width follows num_aux_hidden_states
     or eagle_config's ids, never top-level ids, so it is written when the ids say otherwise."""
     if fmt == "vllm" and cfg.get("use_aux_norm") and not cfg.get("fc_norm"):
-        _set(cfg, "fc_norm", True, changes)
+        set_config(cfg, "fc_norm", True, changes)
     ids, _ = aux_layer_ids(cfg)
     if ids and fc_options(cfg, fmt).num_aux != len(set(ids)):
-        _set(cfg, "num_aux_hidden_states", len(set(ids)), changes)
-
-
-def _source_boundaries(
-    source_cfg: Any, flavor: str, target_cfg: dict[str, Any] | None, notes: list[str]
-) -> tuple[list[int] | None, list[int] | None]:
-    """The source's aux ids, and the boundaries they mean (the inputs of which target layers).
-
-    A vLLM-layout drafter's ids are the boundaries (vLLM reads them as they are); any other
-    layout's ids are read as SGLang reads them for the target's class (engines/aux_rules.py).
-    With no ids, the engines' default boundaries for the target.
-    """
-    ids, _ = aux_layer_ids(source_cfg)
-    L = essentials(target_cfg).num_hidden_layers if target_cfg is not None else None
-    if target_cfg is not None and not isinstance(L, int):
-        raise ConfigError(f"the target's num_hidden_layers is {L!r}: the aux layer ids need it")
-    if ids is not None:
-        if flavor == "vllm":
-            return ids, sorted(set(ids))
-        rule, exact = capture_rule("sglang", _arch(target_cfg))
-        if not exact:
-            notes.append(
-                "aux layer ids read with SGLang's Llama rule (output of layer id): "
-                + ("give the target for its class's own rule" if target_cfg is None else "no rule read for its class")
-            )
-        return ids, rule.boundaries(ids, L if isinstance(L, int) else max(ids) + 2)
-    if target_cfg is None or not isinstance(L, int):
-        return None, None
-    b = default_boundaries(L)
-    notes.append(
-        f"no aux layer ids in the source: wrote the engines' default for a {L}-layer target, the inputs of layers {b}"
-    )
-    return None, b
-
-
-def _arch(cfg: dict[str, Any] | None) -> str | None:
-    archs = essentials(cfg).architectures if cfg is not None else None
-    return archs[0] if archs else None
+        set_config(cfg, "num_aux_hidden_states", len(set(ids)), changes)
 
 
 def _write_aux_ids(
@@ -216,18 +125,18 @@ def _write_aux_ids(
     changes: list[str],
 ) -> None:
     """Aux layer ids where the output engine reads them, written so it captures the same boundaries."""
-    ids, bounds = _source_boundaries(source_cfg, flavor, target_cfg, notes)
+    ids, bounds = source_boundaries(source_cfg, flavor, target_cfg, notes)
     eagle_cfg = dict(cfg.pop("eagle_config", None) or {})
     out_ids = None
     if bounds is not None and fmt == "sglang":
         L = essentials(target_cfg).num_hidden_layers if target_cfg is not None else max(bounds) + 1
-        rule, _ = capture_rule("sglang", _arch(target_cfg))
+        rule, _ = capture_rule("sglang", target_arch(target_cfg))
         out_ids = rule.ids_for(bounds, L)  # type: ignore[arg-type]
         if out_ids is None and max(bounds) > rule.top(L):  # type: ignore[arg-type]
             out_ids = ids if ids is not None else [b - 1 for b in bounds]  # unreachable: validate says so below
         if out_ids is None:
             raise ConfigError(
-                f"SGLang cannot capture the inputs of layers {bounds} of a {_arch(target_cfg)} target: it "
+                f"SGLang cannot capture the inputs of layers {bounds} of a {target_arch(target_cfg)} target: it "
                 f"{rule.describe()} (read from {rule.source})",
                 hint="serve this drafter with vLLM, which reads the ids as they are",
             )
@@ -272,13 +181,11 @@ def plan_export(
         require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
         check_output(out, [ck.root, *([target] if target is not None else [])])
         if format == "trtllm":
-            from ckpttools.ops.export_trtllm import plan_trtllm  # it imports this module
-
             return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
         report = ExportReport(None, str(src), flavor, format, shown_dtype)
-        names = _later_norms(_plan_names(ck, report), flavor, format, report)
+        names = _later_norms(plan_names(ck, report), flavor, format, report)
         cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
         keeps_d2t = holds_d2t(cfg, resolve(format)) is not False  # vLLM: only for a reduced draft vocab
         mapping = _checked_mapping(ck, names, report, keeps_d2t)
@@ -296,41 +203,6 @@ def plan_export(
             side_files(ck),
             lambda fields: _validation(Path(out), target, format, fields),
         )
-
-
-def export_write_plan(
-    ck: Checkpoint,
-    out: str | Path,
-    tensors: list[PlannedTensor],
-    cfg: dict[str, Any],
-    report: ExportReport,
-    params: dict[str, Any],
-    sides: list[Any],
-    check: Callable[[dict[str, Any]], Check],
-) -> WritePlan:
-    """The WritePlan of an export in any format: the report's totals, the manifest (``params``:
-    format, target, dtype, max_shard_size), and the ``check`` made from the report's fields."""
-    report.tensors = len(tensors)
-    report.bytes_written = sum(t.nbytes for t in tensors)
-    target = params["target"]
-    params = {**params, "target": str(target) if target else None}
-    extra: dict[str, Any] = {"renamed": report.renamed, "dropped": report.dropped}
-    if ck.hub is not None:
-        extra["hub"] = {"drafter": ck.hub_record()}
-    fields = report.to_dict()
-    return WritePlan(
-        "export",
-        str(out),
-        tensors,
-        config=cfg,
-        config_before=ck.config,
-        side_files=sides,
-        manifest=ManifestPlan("export", params, {"drafter": ck.files()}, extra),
-        check=check(fields),
-        inputs=[ck.root, *([target] if target is not None else [])],
-        max_shard_size=parse_size(params["max_shard_size"]),
-        report=fields,
-    )
 
 
 def export(
@@ -433,26 +305,6 @@ def _later_norms(names: dict[str, str], flavor: str, fmt: str, report: ExportRep
     return out
 
 
-def _plan_names(ck: Checkpoint, report: ExportReport) -> dict[str, str]:
-    """Each kept tensor's output name (canonical, or renamed); drops and renames go in the report."""
-    names: dict[str, str] = {}
-    for n in ck.tensors:
-        canon, _ = canonical_name(n)
-        if is_training_only(n):
-            report.dropped.append([n, "training-only"])
-        elif sglang_loads(n) or QK_NORM.match(n):  # q/k norms: kept for vLLM (SGLang output is refused before)
-            names[n] = canon
-        elif (new := suggest_rename(n)) is not None:
-            names[n] = new
-        else:
-            report.dropped.append([n, "no engine loads this name"])
-            continue
-        if names.get(n, n) != n:
-            report.renamed.append([n, names[n]])
-    refuse_shared_names(names.items(), str(ck.source))
-    return names
-
-
 def _checked_mapping(
     ck: Checkpoint, names: dict[str, str], report: ExportReport, kept: bool = True
 ) -> VocabMapping | None:
@@ -467,64 +319,6 @@ def _checked_mapping(
     return mapping
 
 
-def without_d2t(
-    ck: Checkpoint, names: dict[str, str], tensors: list[PlannedTensor], engine: str, report: ExportReport
-) -> list[PlannedTensor]:
-    """The tensors of an export to an engine whose class holds no d2t (the draft vocab is the full
-    vocab; ``load_plan.holds_d2t``): it reads draft slot i as target token i. The source's d2t is
-    left out only once it is proven the identity (every offset 0); a d2t that permutes the
-    vocabulary puts lm_head's rows in target order instead (output row t is the row of the slot
-    that held token t), so every draft still names the token it was trained to. A d2t that is no
-    permutation of the vocabulary, or one with no lm_head to reorder, is refused."""
-    d2t = next((n for n, canon in names.items() if canon == "d2t"), None)
-    if d2t is None:
-        return tensors
-    out = [t for t in tensors if t.name != names[d2t]]
-    ids = VocabMapping.from_checkpoint(ck).ids  # type: ignore[union-attr]  # a d2t is there
-    v = len(ids)
-    if np.array_equal(ids, np.arange(v)):
-        report.dropped.append(
-            [
-                d2t,
-                f"the draft vocab is the full vocab and {engine}'s class holds no d2t; it was the identity (every offset 0)",
-            ]
-        )
-        return out
-    head = next((i for i, t in enumerate(out) if canonical_name(t.name)[0] == "lm_head.weight"), None)
-    if not np.array_equal(np.sort(ids), np.arange(v)):
-        raise ConfigError(
-            f"{ck.source}: d2t maps the {v} draft slots onto target ids {int(ids.min())}..{int(ids.max())}, not onto "
-            f"the vocabulary's {v} tokens once each: {engine} holds no d2t for a full draft vocab, and no order of "
-            "lm_head's rows means the same",
-            path=str(ck.source),
-            hint="check draft_vocab_size and vocab_size in config.json against d2t",
-        )
-    src = out[head].source if head is not None else None
-    if head is None or not isinstance(src, (Copy, Cast)) or out[head].shape[:1] != (v,):
-        raise ConfigError(
-            f"{ck.source}: d2t permutes the full vocabulary, but there is no lm_head of {v} rows to put in target "
-            f"order: {engine} holds no d2t for a full draft vocab, so every draft would name another token",
-            path=str(ck.source),
-            hint="give the drafter's lm_head, or a d2t that is the identity",
-        )
-    t = out[head]
-    order = np.argsort(ids, kind="stable").astype(np.int64)  # ids[order[r]] == r
-    fill = bytes(t.nbytes // max(1, v))
-    out[head] = PlannedTensor(t.name, t.dtype, t.shape, Gather((src.ref,), np.zeros(v, np.int64), order, fill))
-    moved = int(np.count_nonzero(order != np.arange(v)))
-    report.dropped.append(
-        [
-            d2t,
-            f"the draft vocab is the full vocab and {engine}'s class holds no d2t; its order is in lm_head's rows now",
-        ]
-    )
-    report.notes.append(
-        f"lm_head: rows put in target order ({moved:,} of {v:,} moved), as d2t permuted the full vocabulary and "
-        f"{engine} reads draft slot i as target token i"
-    )
-    return out
-
-
 def _plan_tensors(
     ck: Checkpoint,
     names: dict[str, str],
@@ -536,18 +330,8 @@ def _plan_tensors(
     """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
     tensors: list[PlannedTensor] = []
     for n, new in names.items():
-        t = ck.tensors[n]
-        dt = t.dtype
-        if new == "d2t":
-            dt = "I64"
-        elif new == "t2d":
-            dt = "BOOL"
-        elif out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype:
-            dt = out_dtype
-        ref = TensorRef.of(ck, n)
-        if dt != t.dtype:
-            report.cast.append(f"{n}: {t.dtype} -> {dt}")
-        tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
+        dt = {"d2t": "I64", "t2d": "BOOL"}.get(new) or float_dtype(ck.tensors[n].dtype, out_dtype)
+        tensors.append(copy_or_cast(ck, n, new, dt, report))
     if mapping is not None and "t2d" not in names.values():
         vt = int(vocab_size) if isinstance(vocab_size, int) else int(mapping.ids.max()) + 1
         tensors.append(PlannedTensor("t2d", "BOOL", (vt,), Data(np.asarray(mapping.t2d(vt), bool))))

@@ -12,7 +12,7 @@ TensorRT-LLM's source, not seen in a run:
   target's (otherwise the target's is shared);
 - d2t is int32, and written only when the draft vocab is reduced (the class holds it only then);
   for a full draft vocab, a d2t that permutes it puts lm_head's rows in target order instead
-  (:func:`ckpttools.ops.export.without_d2t`), and one that is no permutation is refused;
+  (:func:`ckpttools.ops.export_common.without_d2t`), and one that is no permutation is refused;
 - config.json: ``architectures`` from the table, ``draft_vocab_size`` always an integer,
   ``norm_before_fc`` in ``eagle_config`` (the only place the class reads it), ``fc_norm`` at the top;
 - :data:`FRAGMENT_NAME` (YAML): ``speculative_config`` with ``decoding_type``, ``max_draft_len``,
@@ -45,20 +45,22 @@ from ckpttools.engines.flavor import detect_flavor
 from ckpttools.engines.names import QK_NORM
 from ckpttools.engines.repairs import repair_config
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype, open_checkpoint
-from ckpttools.io.plan import Cast, Check, Copy, Data, PlannedTensor, SideFile, TensorRef, WritePlan
+from ckpttools.io.plan import Check, Data, PlannedTensor, SideFile, WritePlan
 from ckpttools.io.plan import side_files as source_side_files
 from ckpttools.io.preflight import refuse_shared_names
-from ckpttools.ops.export import (
-    _DROPPED_KEYS,
-    _FLOATS,
+from ckpttools.ops.export_common import (
+    DROPPED_KEYS,
     ExportRejected,
     ExportReport,
-    _arch,
-    _flatten_speculators,
-    _plan_names,
-    _set,
-    _source_boundaries,
+    copy_or_cast,
     export_write_plan,
+    flatten_speculators,
+    float_dtype,
+    output_float_dtypes,
+    plan_names,
+    set_config,
+    source_boundaries,
+    target_arch,
     without_d2t,
 )
 from ckpttools.vocab.mapping import VocabMapping
@@ -93,7 +95,7 @@ def plan_trtllm(
     report = ExportReport(None, src, flavor, "trtllm", shown_dtype)
     report.notes.append(f"{release.spec}: {release.read_from}; every fact used is read from its source, not a run")
     names = _names(ck, flavor, release, layout, report)
-    _, bounds = _source_boundaries(ck.config, flavor, target_cfg, report.notes)
+    _, bounds = source_boundaries(ck.config, flavor, target_cfg, report.notes)
     captured = _captured(bounds, target_cfg, release)
     cfg, report.config_changes = _config(ck, names, out_dtype, target_cfg, layout, bounds, captured, report.notes)
     tensors = _tensors(ck, names, out_dtype, cfg, layout, report)
@@ -142,7 +144,7 @@ def _names(
 ) -> dict[str, str]:
     """Each kept tensor's canonical name (``layers.N.``), later-layer norms in TensorRT-LLM's reading;
     the tensors its class has no parameter for are dropped and listed."""
-    names = _plan_names(ck, report)
+    names = plan_names(ck, report)
     src = layout_engine(flavor)
     norm = release.later_layer_norm.value
     same = next(e for e, (n, _) in LATER_LAYER_NORM.items() if n == norm)  # the engine whose later norm it shares
@@ -220,16 +222,15 @@ def _config(
     src = copy.deepcopy(ck.config or {})
     changes: list[str] = []
     if "speculators_config" in src or "transformer_layer_config" in src:
-        src, changes = _flatten_speculators(src)
-    cfg = {k: v for k, v in src.items() if k not in _DROPPED_KEYS}
-    _set(cfg, "architectures", [layout["architecture"]], changes)
+        src, changes = flatten_speculators(src)
+    cfg = {k: v for k, v in src.items() if k not in DROPPED_KEYS}
+    set_config(cfg, "architectures", [layout["architecture"]], changes)
     kept = {new: ck.tensors[n] for n, new in names.items()}
-    floats = [out_dtype or t.dtype for n, t in ck.tensors.items() if n in names and t.dtype in _FLOATS]
-    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=floats)
+    changes += repair_config(cfg, kept, target_cfg=target_cfg, dtypes=output_float_dtypes(ck, names, out_dtype))
     if target_cfg is not None and "vocab_size" not in cfg and isinstance(essentials(target_cfg).vocab_size, int):
-        _set(cfg, "vocab_size", essentials(target_cfg).vocab_size, changes)
+        set_config(cfg, "vocab_size", essentials(target_cfg).vocab_size, changes)
     if cfg.get("draft_vocab_size") is None and isinstance(cfg.get("vocab_size"), int):
-        _set(cfg, "draft_vocab_size", cfg["vocab_size"], changes)  # the full vocab, said as a number
+        set_config(cfg, "draft_vocab_size", cfg["vocab_size"], changes)  # the full vocab, said as a number
     if "target_hidden_size" in cfg and cfg["target_hidden_size"] is None and not layout["null_means_absent"]:
         changes.append("config: target_hidden_size None removed (TensorRT-LLM would take None as the aux width)")
         del cfg["target_hidden_size"]
@@ -245,9 +246,9 @@ def _config(
             eagle["norm_before_fc"] = before
     fc_norm = any(re.fullmatch(r"fc_norm\.\d+\.weight", n) for n in kept)
     if bool(cfg.get("fc_norm")) != fc_norm:
-        _set(cfg, "fc_norm", fc_norm, changes)
+        set_config(cfg, "fc_norm", fc_norm, changes)
     if captured is not None and len(captured) != 3:
-        _set(cfg, "num_aux_hidden_states", len(captured), changes)
+        set_config(cfg, "num_aux_hidden_states", len(captured), changes)
     _sglang_ids(eagle, bounds, target_cfg, notes)
     if eagle:
         cfg["eagle_config"] = eagle
@@ -262,7 +263,7 @@ def _sglang_ids(
     all the same (as export for SGLang does), so that reading them back gives the same layers."""
     if bounds is None:
         return
-    rule, _ = capture_rule("sglang", _arch(target_cfg))
+    rule, _ = capture_rule("sglang", target_arch(target_cfg))
     n = essentials(target_cfg).num_hidden_layers if target_cfg is not None else None
     L = n if isinstance(n, int) else max(bounds) + 1
     got = rule.ids_for(bounds, L)
@@ -305,12 +306,7 @@ def _tensors(
         if canon in ("d2t", "t2d"):
             continue
         new = _out_name(canon, n_layers, layout)
-        t = ck.tensors[n]
-        dt = out_dtype if out_dtype and t.dtype in _FLOATS and t.dtype != out_dtype else t.dtype
-        ref = TensorRef.of(ck, n)
-        if dt != t.dtype:
-            report.cast.append(f"{n}: {t.dtype} -> {dt}")
-        tensors.append(PlannedTensor(new, dt, t.shape, Copy(ref) if dt == t.dtype else Cast(ref)))
+        tensors.append(copy_or_cast(ck, n, new, float_dtype(ck.tensors[n].dtype, out_dtype), report))
         if new != n:
             renamed.append([n, new])
     refuse_shared_names(((t.source.ref.tensor, t.name) for t in tensors), str(ck.source))  # type: ignore[union-attr]
@@ -433,14 +429,14 @@ def _check(
     engine-neutral checks (:data:`NEUTRAL_CHECKS`, against the target when given): an error (a tensor
     dropped, a parameter left at init, fc sized for other aux states, a shape or a map the config
     contradicts) leaves nothing at ``dest``."""
-    from ckpttools.ops.validate import Finding, ValidationReport, _add_load_plan, validate
+    from ckpttools.ops.validate import Finding, ValidationReport, add_load_plan, validate
 
     def run(tree: Path) -> dict[str, Any]:
         with open_checkpoint(tree) as written:
             written.source = str(dest)
             rep = ValidationReport(str(dest), None, [f"the load plan of {release.spec}"])
             rep.engine_release, rep.engine_release_from = release.spec, "the newest known release"
-            _add_load_plan(rep, written, release)
+            add_load_plan(rep, written, release)
             bad = _fc_mismatch(written, captured, layout)
             neutral = validate(written, target).findings
         rep.findings[:0] = [f for f in neutral if f.severity == "error" and f.id.startswith(NEUTRAL_CHECKS)]

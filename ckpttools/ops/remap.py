@@ -513,21 +513,6 @@ def _source_rows(src_map: VocabMapping, dst_map: VocabMapping, n2o: np.ndarray) 
     return src_rows
 
 
-def _embed_plan(
-    ck: Checkpoint, emb: str | None, req: _Request, n2o: np.ndarray, v_new: int
-) -> tuple[np.ndarray | None, str]:
-    """embed_tokens: the same tokenizer -> copied; otherwise rebuilt by the same matching."""
-    if emb is None:
-        return None, "absent"
-    if req.source_tokenizer is None and ck.tensors[emb].shape[0] == v_new:
-        return None, "copied unchanged (same tokenizer)"
-    emb_rows = n2o[:v_new].copy()
-    emb_rows[emb_rows >= ck.tensors[emb].shape[0]] = -1
-    matched = int(np.count_nonzero(emb_rows >= 0))
-    rest = "from the target's embed_tokens" if req.target is not None else "zeros"
-    return emb_rows, f"rebuilt for {v_new:,} tokens: {matched:,} rows matched by bytes, {v_new - matched:,} {rest}"
-
-
 def _head_tensor(
     ck: Checkpoint,
     head: str | None,

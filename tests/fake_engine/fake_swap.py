@@ -14,7 +14,9 @@ its first request, as a server killed for memory does.
 - ``die-in-measure-N``: the first request measured after swap N kills the process so.
 - ``stall-swap-N``: swap N is answered after 30 s.
 - ``refuse-swap-N``: swap N is refused by its rank (``refused`` in the answer).
-- ``weights-null`` (SGLang): /get_weights_by_name answers ``null`` (no values).
+- ``weights-null``: the target digest is refused by its rank (nothing digested).
+- ``tamper-target-N``: from swap N on, the target digest differs in one tensor (a swap that wrote
+  the target).
 - ``own-fails``: a server started without the swap route (a drafter's own server) exits at once.
 """
 
@@ -73,3 +75,14 @@ def answers(path: str, n: int, custom_loader: bool) -> list[dict[str, Any]]:
     if at("refuse-swap") == n:
         out = [{"rank": 0, "path": path, "refused": "RuntimeError: the fake engine refuses this swap"}]
     return out
+
+
+def target_answer(swaps: int) -> dict[str, Any]:
+    """Rank 0's target digest (ckpt_digest.model_digest's fields) after ``swaps`` swaps, as the modes bend it."""
+    if "weights-null" in MODES:
+        return {"rank": 0, "op": "target_digest", "refused": "RuntimeError: the fake engine digests nothing"}
+    tampered = at("tamper-target") is not None and swaps >= (at("tamper-target") or 0)
+    sums = {"model.embed_tokens.weight": ("1" if tampered else "0") * 16, "model.norm.weight": "2" * 16}
+    digest = hashlib.sha256(json.dumps(sums, sort_keys=True).encode()).hexdigest()
+    one = {"rank": 0, "op": "target_digest", "class": "LlamaForCausalLM", "parameters": 2, "buffers": 0}
+    return one | {"packed": 0, "bytes": 4096, "digest": digest, "sums": sums, "seconds": 0.001}

@@ -12,14 +12,15 @@ library, torch and safetensors, which every engine ships, and it reads safetenso
   ckpt_swap.sglang_load_drafter``), called through ``POST /update_weights_from_tensor`` with one
   (name, JSON string) pair per rank in place of tensors.
 
-Every answer is a JSON string: what was loaded, what was skipped and why, each touched parameter's
-sha256 as read back, and on which rank.
+Every answer is a JSON string: what was loaded, what was skipped and why, how each touched
+parameter was held against the file on the device (ckpt_digest.check_param), where the seconds
+went, and on which rank. ``ckpt_target_digest`` (vLLM) and the payload op ``target_digest``
+(SGLang) answer ckpt_digest.model_digest of the target model, taken in the process that holds it.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 from typing import Any
@@ -38,8 +39,9 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _read(path: str) -> dict[str, Any]:
-    """Every tensor of the drafter's safetensors files, on the CPU."""
+def _read(path: str, device: Any = "cpu") -> dict[str, Any]:
+    """Every tensor of the drafter's safetensors files, moved once onto ``device`` (the model's):
+    the same tensors are loaded and then held against what the model holds."""
     from safetensors import safe_open
 
     out: dict[str, Any] = {}
@@ -47,35 +49,27 @@ def _read(path: str) -> dict[str, Any]:
     if not files:
         raise FileNotFoundError(f"{path}: no .safetensors files")
     for f in files:
-        with safe_open(f, "pt", device="cpu") as sf:
+        with safe_open(f, "pt", device=str(device)) as sf:
             for k in sf.keys():
                 out[k] = sf.get_tensor(k)
     return out
 
 
-def digest(t: Any) -> str:
-    """sha256 of a tensor's bytes, as they lie in memory (row-major)."""
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _sync(device: Any) -> float:
+    """The time, once the device has finished what it was given (the phases' seconds are real)."""
+    import time
+
     import torch
 
-    flat = t.detach().contiguous().reshape(-1).cpu()
-    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
-
-
-def checksum(params: dict[str, Any]) -> str:
-    """A digest of a whole model's parameters: sha256 over each one's name, shape, dtype, and its
-    sums of values and of squares, in float64 and in chunks (cheap on a GPU, no copy of the model)."""
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(params):
-        p = params[name].detach().reshape(-1)
-        s = q = 0.0
-        for chunk in p.split(1 << 24):
-            c = chunk.to(torch.float64)
-            s += float(c.sum())
-            q += float((c * c).sum())
-        h.update(f"{name}|{list(params[name].shape)}|{params[name].dtype}|{s!r}|{q!r}\n".encode())
-    return h.hexdigest()
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(device)
+    return time.monotonic()
 
 
 def _param_name(name: str, spec: dict[str, Any]) -> tuple[str, str | None]:
@@ -143,19 +137,33 @@ def _plan(files: dict[str, Any], draft: Any, target: Any, spec: dict[str, Any]) 
     return {"skip": skip, "refused": refused, "expected": expected}
 
 
-def _read_back(draft: Any, expected: dict[str, list[tuple[str, str | None]]], skip: list[str]) -> dict[str, Any]:
+def _read_back(
+    draft: Any, files: dict[str, Any], expected: dict[str, list[tuple[str, str | None]]], skip: list[str]
+) -> dict[str, Any]:
+    """Each loaded parameter held against the file's tensors on the device (ckpt_digest.check_param):
+    ``checks`` is {parameter: [how, holds]}, ``numel`` its size as held."""
+    from ckpt_digest import check_param  # type: ignore[import-not-found]
+
     params = dict(draft.named_parameters(remove_duplicate=False))
-    mine = [p for p, parts in expected.items() if p in params and parts[0][0] not in skip]
-    return {
-        "digests": {p: digest(params[p]) for p in mine},
-        "dtypes": {p: str(params[p].dtype) for p in mine},
-        "numel": {p: int(params[p].numel()) for p in mine},
-    }
+    modules = dict(draft.named_modules())
+    world = _world()
+    checks: dict[str, list[Any]] = {}
+    numel: dict[str, int] = {}
+    for p, parts in expected.items():
+        if p not in params or parts[0][0] in skip or not all(n in files for n, _ in parts):
+            continue
+        mod = modules.get(p.rsplit(".", 1)[0]) if "." in p else None
+        sharded = world > 1 and int(getattr(mod, "tp_size", 1) or 1) > 1
+        dev = params[p].device
+        how, ok = check_param(params[p], [files[n].to(dev) for n, _ in parts], mod, sharded)
+        checks[p] = [how, ok]
+        numel[p] = int(params[p].numel())
+    return {"checks": checks, "numel": numel}
 
 
 class VllmDrafterSwap:
-    """vLLM worker extension: ``ckpt_swap(path)`` loads a drafter into the running draft model,
-    ``ckpt_target_checksum()`` and ``ckpt_draft_digests()`` read weights back."""
+    """vLLM worker extension: ``ckpt_swap(path)`` loads a drafter into the running draft model and
+    holds it against the file; ``ckpt_target_digest()`` digests the target model's weights."""
 
     def _models(self) -> tuple[Any, Any]:
         runner: Any = getattr(self, "model_runner", self)
@@ -164,14 +172,21 @@ class VllmDrafterSwap:
     def ckpt_swap(self, path: str) -> str:
         spec = _spec()
         draft, target = self._models()
-        files = _read(path)
+        device = next(draft.parameters()).device
+        t0 = _sync(device)
+        files = _read(path, device)
+        t1 = _sync(device)
         plan = _plan(files, draft, target, spec)
         out: dict[str, Any] = {"rank": _rank(), "path": path, "skipped": plan["skip"], "refused": plan["refused"]}
         if plan["refused"] is None:
             self._load(draft, [(n, t) for n, t in files.items() if n not in plan["skip"]], spec)
+            t2 = _sync(device)
             out["loaded"] = [n for n in files if n not in plan["skip"]]
             out["maps_replaced"] = int("d2t" in out["loaded"])  # draft_id_to_target_id is read at every step
-            out |= _read_back(draft, plan["expected"], plan["skip"])
+            out |= _read_back(draft, files, plan["expected"], plan["skip"])
+            t3 = _sync(device)
+            out["timings"] = {"read": t1 - t0, "update": t2 - t1, "check": t3 - t2}
+            out["bytes"] = sum(int(t.numel() * t.element_size()) for t in files.values())
         return json.dumps(out)
 
     def _load(self, draft: Any, weights: list[tuple[str, Any]], spec: dict[str, Any]) -> None:
@@ -194,34 +209,61 @@ class VllmDrafterSwap:
         finally:
             getattr(mod, r["end"])(draft, cfg)
 
-    def ckpt_target_checksum(self) -> str:
-        draft, target = self._models()
-        own = {n: p for n, p in target.named_parameters()}
-        return json.dumps({"rank": _rank(), "target": checksum(own), "draft": checksum(dict(draft.named_parameters()))})
+    def ckpt_target_digest(self) -> str:
+        """ckpt_digest.model_digest of the target model, with this worker's rank and the seconds it took."""
+        from ckpt_digest import model_digest  # type: ignore[import-not-found]
+
+        _, target = self._models()
+        device = next(target.parameters()).device
+        t0 = _sync(device)
+        got = model_digest(target)
+        return json.dumps({"rank": _rank(), "class": type(target).__name__, **got, "seconds": _sync(device) - t0})
 
 
 def sglang_load_drafter(model: Any, named_tensors: list) -> None:
     """SGLang custom weight loader: called for the draft model and then for the target with the same
-    payload (the target is returned from at once). The payload is one (SWAP_TAG, JSON) pair: the
-    drafter's path and where to write this rank's answer."""
+    payload. The payload is one (SWAP_TAG, JSON) pair: the op (``swap``, the default, or
+    ``target_digest``), the drafter's path for a swap, and where to write this rank's answer. A swap
+    is done on the draft model's call (the target's returns at once); a target digest on the
+    target's call (the draft model's returns at once)."""
     spec = _spec()
-    if type(model).__name__ not in spec.get("draft_classes", []):
-        return
     (tag, raw), *_ = named_tensors
     if tag != SWAP_TAG:
         return
     req = json.loads(raw if isinstance(raw, str) else bytes(raw.cpu().tolist()).decode())
+    is_draft = type(model).__name__ in spec.get("draft_classes", [])
+    op = req.get("op", "swap")
     rank = _rank()
-    try:
-        out = _sglang_swap(model, req["path"], spec)
-    except Exception as e:  # the answer says what failed; the server keeps running
-        out = {"refused": f"{type(e).__name__}: {e}"}
-    out |= {"rank": rank, "path": req["path"]}
+    if op == "target_digest":
+        if is_draft:
+            return
+        out = _sglang_target_digest(model)
+    elif not is_draft:
+        return
+    else:
+        try:
+            out = _sglang_swap(model, req["path"], spec)
+        except Exception as e:  # the answer says what failed; the server keeps running
+            out = {"refused": f"{type(e).__name__}: {e}"}
+        out |= {"path": req["path"]}
+    out |= {"rank": rank}
     dest = req["answer"].replace("{rank}", str(rank))
     tmp = f"{dest}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(out, f)
     os.replace(tmp, dest)
+
+
+def _sglang_target_digest(model: Any) -> dict[str, Any]:
+    from ckpt_digest import model_digest  # type: ignore[import-not-found]
+
+    device = next(model.parameters()).device
+    t0 = _sync(device)
+    try:
+        got = model_digest(model)
+    except Exception as e:  # said in the answer: the check reads "not checked" and why
+        return {"op": "target_digest", "refused": f"{type(e).__name__}: {e}"}
+    return {"op": "target_digest", "class": type(model).__name__, **got, "seconds": _sync(device) - t0}
 
 
 def _sglang_workers(model: Any, spec: dict[str, Any]) -> list[Any]:
@@ -243,8 +285,10 @@ def _sglang_workers(model: Any, spec: dict[str, Any]) -> list[Any]:
 def _sglang_swap(model: Any, path: str, spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    files = _read(path)
     device = next(model.parameters()).device
+    t0 = _sync(device)
+    files = _read(path, device)
+    t1 = _sync(device)
     d2t = files.pop("d2t", None)
     files.pop("t2d", None)
     plan = _plan(files, model, None, spec)  # SGLang shares embed_tokens with the target: never_loaded
@@ -252,7 +296,7 @@ def _sglang_swap(model: Any, path: str, spec: dict[str, Any]) -> dict[str, Any]:
     if plan["refused"] is not None:
         return out
     if d2t is not None:
-        hot = (d2t.to(torch.long) + torch.arange(len(d2t))).to(device)
+        hot = d2t.to(device=device, dtype=torch.long) + torch.arange(len(d2t), device=device)
         workers = _sglang_workers(model, spec)
         for w in workers:
             cached = getattr(w, spec["worker_map_attr"])
@@ -264,10 +308,14 @@ def _sglang_swap(model: Any, path: str, spec: dict[str, Any]) -> dict[str, Any]:
         if getattr(model, spec.get("model_map_attr", ""), None) is not None:
             getattr(model, spec["model_map_attr"]).copy_(hot.to(getattr(model, spec["model_map_attr"]).device))
         out["maps_replaced"] = len(workers)
-    loaded = [(n, t.to(device)) for n, t in files.items() if n not in plan["skip"]]
+    loaded = [(n, t) for n, t in files.items() if n not in plan["skip"]]
     model.load_weights(iter(loaded))
+    t2 = _sync(device)
     out["loaded"] = [n for n, _ in loaded]
-    out |= _read_back(model, plan["expected"], plan["skip"])
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    out |= _read_back(model, files, plan["expected"], plan["skip"])
+    t3 = _sync(device)
+    out["timings"] = {"read": t1 - t0, "update": t2 - t1, "check": t3 - t2}
+    out["bytes"] = sum(int(t.numel() * t.element_size()) for t in files.values()) + (
+        int(d2t.numel() * d2t.element_size()) if d2t is not None else 0
+    )
     return out

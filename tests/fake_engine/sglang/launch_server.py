@@ -6,7 +6,7 @@ a log ends with.
 
 With ``CKPT_FAKE_ENGINE=MODE`` it serves as a 0.5.17 server started by ``ckpt verify --launch``
 with several drafters does: the custom weight loader's swap route (``/update_weights_from_tensor``,
-each rank's answer written where the request says), ``/get_weights_by_name``, ``/flush_cache``
+each rank's answer written where the request says), the target digest (the loader's ``target_digest`` op), ``/flush_cache``
 and ``/generate`` (0.5.17's meta_info fields, accept length 2.0); fake_swap.py lists the modes.
 """
 
@@ -30,6 +30,14 @@ def _request(b64: str) -> dict[str, Any]:
     """The swap request inside the payload, read from its pickle opcodes (nothing is unpickled)."""
     ints = [arg for op, arg, _ in pickletools.genops(base64.b64decode(b64)) if op.name.startswith("BININT")]
     return json.loads(bytes(ints).decode())
+
+
+def _answer(req: dict[str, Any], a: dict[str, Any]) -> None:
+    """One rank's answer written where the request says, as ckpt_swap.py writes it (whole, by rename)."""
+    dest = req["answer"].replace("{rank}", str(a["rank"]))
+    with open(dest + ".tmp", "w") as f:
+        json.dump(a, f)
+    os.replace(dest + ".tmp", dest)
 
 
 def serve(port: int, swap_route: bool) -> None:
@@ -65,9 +73,6 @@ def serve(port: int, swap_route: bool) -> None:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            if self.path == "/get_weights_by_name":
-                vals = None if "weights-null" in fake_swap.MODES else [[0.5, -1.0]] * 4
-                return self._send(200, json.dumps(vals).encode())
             if self.path == "/update_weights_from_tensor":
                 return self._swap(body)
             if self.path == "/flush_cache":
@@ -93,6 +98,10 @@ def serve(port: int, swap_route: bool) -> None:
             self._send(404, b"{}")
 
         def _swap(self, body: dict[str, Any]) -> None:
+            req = _request(body["serialized_named_tensors"][0])
+            if req.get("op") == "target_digest":  # the custom loader's call for the target model
+                _answer(req, fake_swap.target_answer(state["swaps"]))
+                return self._send(200, b'{"success": true, "message": "Success"}')
             state["swaps"] += 1
             n = state["swaps"]
             if at("die-in-swap") == n:
@@ -100,12 +109,8 @@ def serve(port: int, swap_route: bool) -> None:
             if at("stall-swap") == n:
                 time.sleep(30.0)
             state["armed"] = at("die-in-measure") == n
-            req = _request(body["serialized_named_tensors"][0])
             for a in fake_swap.answers(req["path"], n, custom_loader=True):
-                dest = req["answer"].replace("{rank}", str(a["rank"]))
-                with open(dest + ".tmp", "w") as f:
-                    json.dump(a, f)
-                os.replace(dest + ".tmp", dest)
+                _answer(req, a)
             self._send(200, b'{"success": true, "message": "Success"}')
 
     ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()

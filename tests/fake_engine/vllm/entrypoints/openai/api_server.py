@@ -4,13 +4,12 @@
 It serves as a server started by ``ckpt verify --launch`` with several drafters does: /health,
 /version, /v1/models, /metrics, /v1/completions (with ``metrics.speculative_decoding``, accept
 length 2.0), the worker extension's ``/collective_rpc`` (``ckpt_swap``: each worker's answer as
-ckpttools/engines/serverside/ckpt_swap.py gives it; ``ckpt_target_checksum``) and
+ckpttools/engines/serverside/ckpt_swap.py gives it; ``ckpt_target_digest``) and
 ``/reset_prefix_cache``; one worker (TP 1).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -73,8 +72,8 @@ def main() -> None:
             self._send(404, b"{}")
 
         def _rpc(self, body: dict[str, Any]) -> None:
-            if body.get("method") == "ckpt_target_checksum":
-                one = {"rank": 0, "target": hashlib.sha256(b"target").hexdigest(), "draft": "0" * 64}
+            if body.get("method") == "ckpt_target_digest":
+                one = fake_swap.target_answer(state["swaps"])
                 return self._send(200, json.dumps({"results": [json.dumps(one)]}).encode())
             state["swaps"] += 1
             n = state["swaps"]
