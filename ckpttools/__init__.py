@@ -44,8 +44,11 @@ if TYPE_CHECKING:
     from ckpttools.engines.flavor import detect_flavor
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
+    from ckpttools.engines.launch import LaunchSpec
     from ckpttools.ops.compare import CompareReport, compare_drafters
     from ckpttools.ops.serve import SwapReport, swap_drafter
+    from ckpttools.ops.measure import measure
+    from ckpttools.ops.request import MeasureRequest, Offline, RequestError, RunningHost, Sweep
     from ckpttools.ops.export import ExportRejected, ExportReport, export, plan_export
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
@@ -95,6 +98,13 @@ _LAZY = {
     "CompareReport": "ckpttools.ops.compare",
     "swap_drafter": "ckpttools.ops.serve",
     "SwapReport": "ckpttools.ops.serve",
+    "measure": "ckpttools.ops.measure",
+    "MeasureRequest": "ckpttools.ops.request",
+    "RunningHost": "ckpttools.ops.request",
+    "Offline": "ckpttools.ops.request",
+    "Sweep": "ckpttools.ops.request",
+    "RequestError": "ckpttools.ops.request",
+    "LaunchSpec": "ckpttools.engines.launch",
 }
 
 __all__ = [
@@ -149,6 +159,13 @@ __all__ = [
     "CompareReport",
     "swap_drafter",
     "SwapReport",
+    "measure",
+    "MeasureRequest",
+    "RunningHost",
+    "Offline",
+    "Sweep",
+    "RequestError",
+    "LaunchSpec",
     "BuildResult",
 ]
 

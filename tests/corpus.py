@@ -894,6 +894,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_engine_strings import engine_string_cases  # here: it imports this module
     from tests.corpus_logs import logs_cases  # here: corpus_logs imports this module
     from tests.corpus_logs_hostile import logs_hostile_cases  # here: it imports this module
+    from tests.corpus_measure import measure_cases  # here: corpus_measure imports this module
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_older import older_cases  # here: corpus_older imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
@@ -928,6 +929,7 @@ def all_cases() -> list[Case]:
         + amx_cases()
         + older_cases()
         + engine_string_cases()
+        + measure_cases()
         + digest_cases()
         + serve_cases()
     )

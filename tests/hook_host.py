@@ -25,6 +25,7 @@ lies beside the root.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import io
 import json
 import os
@@ -96,6 +97,9 @@ class Params:
     def parameters(self) -> Any:
         return iter(self.params.values())
 
+    def named_modules(self) -> Any:
+        return iter([("", self)])  # no layers: each parameter is read back by its bytes
+
     def load_weights(self, weights: Any) -> None:
         import torch
 
@@ -146,6 +150,8 @@ class HookServer:
         from ckpttools.engines.releases import resolve
         from ckpttools.engines.swap import server_spec
 
+        if str(HOOK.parent) not in sys.path:  # as on a server: the folder is on its path (ckpt_digest beside it)
+            sys.path.insert(0, str(HOOK.parent))
         spec_ = importlib.util.spec_from_file_location(f"ckpt_swap_host_{id(self)}", HOOK)
         assert spec_ is not None and spec_.loader is not None
         mod = importlib.util.module_from_spec(spec_)

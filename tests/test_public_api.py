@@ -43,6 +43,14 @@ CALLS = {
     "plan_fix": "assert ckpttools.plan_fix('e', out / 'f2').config_diff()",
     "plan_vocab": "assert ckpttools.plan_vocab(np.arange(64.0), 8, out / 'v2.safetensors').layout == 'file'",
     "execute": "assert ckpttools.execute(ckpttools.plan_remap('d', out / 'r3', to='m.safetensors')).bytes_written > 0",
+    "measure": (
+        "r = ckpttools.measure(ckpttools.MeasureRequest.from_options(['d'], engine='torch', target='t', "
+        "num_prompts=1, max_new_tokens=4, prompts='p.jsonl'))\nassert r.engine == 'torch' and r.accept_length"
+    ),
+    "MeasureRequest": (
+        "try:\n    ckpttools.MeasureRequest.from_options(['d', 'e'], host='http://127.0.0.1:9')\n"
+        "except ckpttools.RequestError:\n    pass\nelse:\n    raise AssertionError('several drafters need a launch')"
+    ),
     "compare_drafters": (
         "from ckpttools.engines.launch import LaunchSpec\ntry:\n    ckpttools.compare_drafters("
         "LaunchSpec('vllm', 't', 'd'), ['nope', 'd'], engine='vllm')\n"

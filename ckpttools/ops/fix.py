@@ -79,9 +79,11 @@ def _fix_renames(ck: Checkpoint, report: ValidationReport) -> tuple[dict[str, st
 
 def _sglang_only(engine: str) -> str:
     """fix repairs towards SGLang's classes and names: any SGLang release, nothing else."""
+    from ckpttools.engines.engine import ENGINE_OBJECTS
     from ckpttools.engines.releases import resolve
 
-    if resolve(engine).name != "sglang":
+    kind = ENGINE_OBJECTS.get(resolve(engine).name)
+    if kind is None or not kind.repaired_by_fix:
         raise ConfigError(
             f"{engine}: fix repairs a drafter for SGLang only",
             hint=f"for vLLM, ckpt export {opt('format')} vllm writes what it loads",

@@ -58,7 +58,7 @@ from typing import IO, Any
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.io import figures as FIG
-from ckpttools.ops.verify import verdict_exit_code
+from ckpttools.ops.verdict import verdict_exit_code
 from ckpttools.ops import logs_fast
 from ckpttools.engines import logs_formats as F
 from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, Sums
@@ -349,11 +349,12 @@ class _Requests:
             self.hist[i] += c
 
     def summary(self) -> tuple[float, list[float] | None, dict[str, Any]]:
-        from ckpttools.ops.verify import _T95, _pct
+        from ckpttools.ops.verdict import pct as _pct
+        from ckpttools.ops.verdict import t95
 
         ci = None
         if self.n >= 2:
-            t = _T95[self.n - 2] if self.n - 1 <= len(_T95) else 1.96
+            t = t95(self.n)
             h = t * math.sqrt(self.m2 / (self.n - 1)) / math.sqrt(self.n)
             ci = [self.mean - h, self.mean + h]
         s = self.sample
@@ -1085,15 +1086,9 @@ def _source(rep: LogsReport, p: _Parser) -> tuple[str, str]:
         if p.kind == "accept_len":
             return "pattern lines (accept_len)", "an estimate: every line weighted alike (the lines carry no counts)"
         return f"pattern lines ({p.kind})", "exact: summed counts (each line weighted by its steps)"
-    if rep.engine == "vllm":
-        return (
-            "vllm SpecDecoding metrics lines",
-            "exact: 1 + sum(accepted tokens) / sum(drafts), drafts = drafted tokens / draft length",
-        )
-    return "sglang Decode batch lines", (
-        "an estimate: each window weighted by its #running-req (a window is decode_log_interval passes over the "
-        "running batch; the line gives no counts)"
-    )
+    from ckpttools.engines.engine import ENGINE_OBJECTS, SGLang
+
+    return ENGINE_OBJECTS.get(rep.engine or "", SGLang)().log_source()  # its log grammar
 
 
 def verdict_line(rep: LogsReport) -> str:

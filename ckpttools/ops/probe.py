@@ -35,18 +35,19 @@ from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.formats.config import aux_layer_ids, essentials, require_valid_config
 from ckpttools.engines.aux_rules import (
     LATER_LAYER_NORM,
-    VLLM,
     capture_rule,
     default_boundaries,
     fc_options,
     layout_engine,
 )
+from ckpttools.engines.engine import other_server_engine
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
+from ckpttools.ops.request import MeasureRequest, Offline
 from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line
 
-__all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "check_device", "verify_torch"]
+__all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "check_device", "verify_torch", "measure_offline"]
 
 
 def _torch():
@@ -270,7 +271,7 @@ class Eagle3Drafter:
         #: the norm of layers 1 and up, as the engine whose layout this is reads it
         self.later_norm = LATER_LAYER_NORM[engine][0]
         #: the target boundaries captured (inputs of these layers), read as the engine reads the ids
-        self.rule = VLLM if engine == "vllm" else capture_rule("sglang", target_arch)[0]
+        self.rule = capture_rule(engine, target_arch)[0]
         if ids is None:
             self.boundaries = default_boundaries(num_target_layers)
         else:
@@ -506,36 +507,61 @@ def verify_torch(
 ) -> VerifyReport:
     """The same report as the server engines, measured offline in PyTorch; with
     ``context_lengths``, also per context bin (prompts built to each length, as a server run
-    builds them), with the target's and drafter's limits."""
-    tok = tokenizer
+    builds them), with the target's and drafter's limits. A
+    :class:`~ckpttools.ops.request.MeasureRequest` with :class:`~ckpttools.ops.request.Offline`, measured."""
+    req = MeasureRequest(
+        drafters=(str(drafter),),
+        target=str(target),
+        server=Offline(steps=steps, device=device, dtype=dtype),
+        engine="torch",
+        prompts=prompts,
+        num_prompts=num_prompts,
+        repeat=repeat,
+        max_new_tokens=max_new_tokens,
+        context_lengths=tuple(context_lengths or ()),
+        min_accept_len=min_accept_len,
+        tokenizer=tokenizer,
+    )
+    return measure_offline(req)
+
+
+def measure_offline(req: MeasureRequest) -> VerifyReport:
+    """An offline request (``req.server`` an :class:`~ckpttools.ops.request.Offline`), measured here."""
+    off = req.server
+    assert isinstance(off, Offline) and req.target is not None and req.drafter is not None
+    target, drafter, steps = req.target, req.drafter, off.steps
+    tok = req.tokenizer
     if tok is None and (Path(target) / "tokenizer.json").is_file():
         tok = str(target)
-    plist = load_prompts(prompts, num_prompts, tok, repeat)  # the cheap checks first: before torch loads
+    plist = load_prompts(req.prompts, req.num_prompts, tok, req.repeat)  # the cheap checks first: before torch loads
     if any(p.input_ids is None for p in plist):
         raise CkptError(
             "text prompts need a tokenizer: the target has no tokenizer.json",
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
-    check_device(device)
+    check_device(off.device)
     _validate_first(target, drafter)
-    spec = TorchSpeculator(target, drafter, steps, device, dtype)
-    rep = VerifyReport(engine="torch", url=None, num_prompts=len(plist), min_accept_len=min_accept_len, repeat=repeat)
+    spec = TorchSpeculator(target, drafter, steps, off.device, off.dtype)
+    rep = VerifyReport(
+        engine="torch", url=None, num_prompts=len(plist), min_accept_len=req.min_accept_len, repeat=req.repeat
+    )
     rep.server = {
         "target": str(target),
         "drafter": str(drafter),
         "steps": steps,
         "topk": 1,
-        "device": device,
+        "device": off.device,
         "dtype": str(spec.dtype).removeprefix("torch."),
         "aux_layer_ids": spec.drafter.aux_ids,
         "aux_boundaries": spec.drafter.boundaries,
         "aux_rule": spec.drafter.rule.source,
     }
-    _run_into(rep, spec, plist, max_new_tokens, steps)
-    if context_lengths:
-        _context_bins(rep, spec, plist, (str(target), str(drafter)), context_lengths, max_new_tokens, steps)
-    if min_accept_len is not None:
-        rep.passed = rep.accept_length is not None and rep.accept_length >= min_accept_len
+    _run_into(rep, spec, plist, req.max_new_tokens, steps)
+    if req.context_lengths:
+        bins = list(req.context_lengths)
+        _context_bins(rep, spec, plist, (str(target), str(drafter)), bins, req.max_new_tokens, steps)
+    if req.min_accept_len is not None:
+        rep.passed = rep.accept_length is not None and rep.accept_length >= req.min_accept_len
     if spec.drafter.rope_note:
         rep.errors.append(spec.drafter.rope_note)
     rep.verdict = verdict_line(rep)
@@ -552,7 +578,7 @@ def _validate_first(target: str | Path, drafter: str | Path) -> None:
         engine = layout_engine(detect_flavor(ck.config, ck.tensors.keys()).kind)
     rep = validate(drafter, target, engine=engine)
     if rep.errors:  # a drafter the other engine serves as it is (a Qwen3 drafter in vLLM's class) is measured
-        other = validate(drafter, target, engine="vllm" if engine == "sglang" else "sglang")
+        other = validate(drafter, target, engine=other_server_engine(engine))
         rep = rep if other.errors else other
     if rep.errors:
         first = rep.errors[0]

@@ -423,7 +423,8 @@ def serve_command(
     from ckpttools.engines.launch import LaunchSpec, build_command
     from ckpttools.engines.releases import resolve
     from ckpttools.engines.swap import prepare_launch, swap_route
-    from ckpttools.ops.verify import _launch_release, split_engine
+    from ckpttools.ops.launch_check import effective_engine
+    from ckpttools.ops.request import split_engine
 
     name, pinned = split_engine(engine)
     spec = LaunchSpec(
@@ -436,7 +437,7 @@ def serve_command(
         python=python or sys.executable,
     )
     spec = dataclasses.replace(spec, port=port or spec.port)
-    rel_spec = pinned.spec if pinned is not None else _launch_release(spec)
+    rel_spec = effective_engine(spec, pinned)[0].spec
     release = resolve(rel_spec) if "==" in rel_spec else None
     route = swap_route(release)
     if route is None or release is None:
@@ -470,9 +471,9 @@ def serve(cmd: ServeCommand, *, ready: Any = None) -> int:
     ``ready(url)`` is called once it answers /health."""
     from ckpttools.engines.launch import RunningServer
     from ckpttools.io.net import NetClient
-    from ckpttools.ops.verify import _check_before_launch
+    from ckpttools.ops.launch_check import check_launch
 
-    _check_before_launch(cmd.spec, announce=False)
+    check_launch(cmd.spec, [cmd.spec.drafter])  # the port, and validate's errors and warnings, said once
     server = RunningServer(cmd.spec).start()
     try:
         with NetClient(timeout=30.0, connect=5.0, retries=0) as net:

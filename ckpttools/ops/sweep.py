@@ -15,13 +15,19 @@ import itertools
 import math
 import shlex
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
 from ckpttools.engines.http import RequestResult
+from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import CkptError, ConfigError, opt
+from ckpttools.ops.launch_check import LaunchCheck
+from ckpttools.ops.request import MeasureRequest, Sweep
+from ckpttools.ops.verify import VerifyReport
 
-__all__ = ["parse_sweep", "sweep", "launch_commands"]
+__all__ = ["parse_sweep", "sweep", "run_sweep", "launch_commands"]
 
 _AXES = ("steps", "topk", "draft_tokens")
 
@@ -68,12 +74,11 @@ MAX_SETTINGS = 64
 _AXIS_MAX = {"steps": 64, "topk": 64, "draft_tokens": 4096}
 
 
-def _applies(engine: str, s: dict[str, int]) -> str | None:
+def _applies(engine: Engine, s: dict[str, int]) -> str | None:
     """Why a setting cannot be launched on the engine (None: it can)."""
-    if engine == "vllm" and (
-        s.get("topk", 1) > 1 or "draft_tokens" in s and s["draft_tokens"] != s.get("steps", 0) + 1
-    ):
-        return "vLLM's EAGLE-3 drafts a chain: only steps (num_speculative_tokens) applies"
+    why = engine.sweep_setting_refused(s)
+    if why is not None:
+        return why
     if s.get("topk", 1) > 1 and "draft_tokens" in s and s["draft_tokens"] > s.get("steps", 1) * s["topk"] + 1:
         return "draft_tokens is more than steps x topk + 1, the tree's size"
     return None
@@ -108,25 +113,24 @@ def _worse_than(best: dict[str, Any] | None):  # type: ignore[no-untyped-def]
     return stop
 
 
-def launch_commands(spec: Any, setting: dict[str, int]) -> dict[str, str]:
-    """The SGLang and vLLM commands that serve the target with the drafter at this setting."""
-    from ckpttools.engines.launch import LaunchSpec, build_command
+def launch_commands(spec: LaunchSpec, setting: dict[str, int]) -> dict[str, str]:
+    """The command of every server engine that serves the target with the drafter at this setting."""
+    from ckpttools.engines.launch import build_command
 
     out = {}
-    for engine in ("sglang", "vllm"):
+    for name in SERVER_ENGINES:
+        fields = engine_for(name).command_setting(spec, setting)
         s = LaunchSpec(
-            engine,
+            name,
             spec.target,
             spec.drafter,
-            port=30000 if engine == "sglang" else 8000,
             tp=spec.tp,
             steps=setting.get("steps", spec.steps),
-            topk=setting.get("topk", spec.topk) if engine == "sglang" else 1,
-            draft_tokens=setting.get("draft_tokens") if engine == "sglang" else None,
-            engine_args=list(spec.engine_args) if engine == spec.engine else [],
+            engine_args=list(spec.engine_args) if name == spec.engine else [],
             python="python3",
+            **fields,
         )
-        out[engine] = shlex.join(build_command(s))
+        out[name] = shlex.join(build_command(s))
     if setting.get("topk", 1) > 1:
         out["vllm_note"] = (
             f"vLLM drafts a chain: this command keeps steps={setting.get('steps', spec.steps)}, not the topk"
@@ -134,10 +138,15 @@ def launch_commands(spec: Any, setting: dict[str, int]) -> dict[str, str]:
     return out
 
 
-def _run_setting(spec: Any, s: dict[str, int], i: int, best: dict[str, Any] | None, kw: dict[str, Any]) -> Any:
+def _run_setting(
+    req: MeasureRequest, checked: LaunchCheck, s: dict[str, int], i: int, best: dict[str, Any] | None
+) -> Any:
     from ckpttools.engines.launch import free_port
-    from ckpttools.ops.verify import verify
+    from ckpttools.ops.launch_check import check_port_and_release
+    from ckpttools.ops.verify import measure_one
 
+    spec = req.launch
+    assert spec is not None
     log = f"{spec.log_path or 'ckpt-sweep'}.setting{i}"
     one = replace(
         spec,
@@ -147,30 +156,30 @@ def _run_setting(spec: Any, s: dict[str, int], i: int, best: dict[str, Any] | No
         port=free_port(),
         log_path=log,
     )
-    return verify(launch=one, stop_if=_worse_than(best), prechecked=True, **kw)
+    again = check_port_and_release(one, req.pinned, checked.engine)  # the drafter was checked before the sweep
+    return measure_one(replace(req, server=one, sweep=None), stop_if=_worse_than(best), checked=again)
 
 
-def _baseline_run(spec: Any, kw: dict[str, Any]) -> dict[str, Any]:
+def _baseline_run(req: MeasureRequest) -> dict[str, Any]:
     from ckpttools.io.net import NetClient
 
     from ckpttools.engines.launch import RunningServer, free_port
     from ckpttools.ops.verify import _baseline, load_prompts
 
+    spec = req.launch
+    assert spec is not None
     base = replace(spec, drafter=None, port=free_port(), log_path=f"{spec.log_path or 'ckpt-sweep'}.baseline")
-    plist_n = kw["num_prompts"]
-    c = kw["concurrency"] if isinstance(kw["concurrency"], int) else list(kw["concurrency"])[0]
-    load_prompts(kw["prompts"], plist_n, kw.get("tokenizer"))  # refused here, before any server, if bad
     try:
-        with RunningServer(base) as srv, NetClient(timeout=kw["timeout"], connect=10.0) as client:
+        with RunningServer(base) as srv, NetClient(timeout=req.timeout, connect=10.0) as client:
             srv.wait_ready(client)
             return _baseline(
                 base.url,
                 client,
-                load_prompts(kw["prompts"], plist_n, kw.get("tokenizer")),
-                kw["max_new_tokens"],
-                kw["temperature"],
-                kw["ignore_eos"],
-                c,
+                load_prompts(req.prompts, req.num_prompts, req.tokenizer),
+                req.max_new_tokens,
+                req.temperature,
+                req.ignore_eos,
+                req.concurrency[0],
             )
     except CkptError as e:
         return {"error": (str(e).splitlines() or [type(e).__name__])[0], "output_tokens_per_s": None}
@@ -195,33 +204,76 @@ def _entry(s: dict[str, int], rep: Any, base_tps: float | None) -> dict[str, Any
     }
 
 
-def sweep(launch: Any, settings: list[dict[str, int]], **kw: Any) -> Any:
+def sweep(
+    launch: LaunchSpec,
+    settings: list[dict[str, int]],
+    *,
+    prompts: str = "builtin",
+    num_prompts: int | None = 16,
+    max_new_tokens: int = 256,
+    concurrency: int | Sequence[int] = 1,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+    min_accept_len: float | None = None,
+    flush_cache: bool = False,
+    tokenizer: str | None = None,
+    timeout: float = 600.0,
+    context_lengths: Sequence[int] | None = None,
+    repeat: int = 1,
+    engine: str | None = None,
+) -> VerifyReport:
     """Launch once per setting and once without speculation; return the best setting's report
-    with ``sweep`` holding every setting, the ranking and the launch commands.
+    with ``sweep`` holding every setting, the ranking and the launch commands. A
+    :class:`~ckpttools.ops.request.MeasureRequest` with a :class:`~ckpttools.ops.request.Sweep`,
+    measured. A setting whose server fails to start or crashes is reported as failed and the
+    sweep goes on."""
+    req = MeasureRequest(
+        drafters=(launch.drafter,) if launch.drafter else (),
+        target=launch.target,
+        server=launch,
+        engine=engine or launch.engine,
+        sweep=Sweep(tuple(settings)),
+        prompts=prompts,
+        num_prompts=num_prompts,
+        repeat=repeat,
+        max_new_tokens=max_new_tokens,
+        concurrency=(concurrency,) if isinstance(concurrency, int) else tuple(concurrency) or (1,),
+        context_lengths=tuple(context_lengths or ()),
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        min_accept_len=min_accept_len,
+        tokenizer=tokenizer,
+        timeout=timeout,
+        flush_cache=flush_cache,
+    )
+    from ckpttools.ops.launch_check import check_launch
+    from ckpttools.ops.verify import load_prompts
 
-    ``kw`` are :func:`ckpttools.ops.verify.verify`'s measuring arguments (prompts,
-    num_prompts, max_new_tokens, concurrency, temperature, ignore_eos, min_accept_len,
-    tokenizer, timeout, context_lengths). A setting whose server fails to start or crashes
-    is reported as failed and the sweep goes on.
-    """
+    load_prompts(req.prompts, req.num_prompts, req.tokenizer)  # refused here, before any server, if bad
+    return run_sweep(req, check_launch(launch, req.drafters, req.pinned))  # once: the port, validate's errors
+
+
+def run_sweep(req: MeasureRequest, checked: LaunchCheck) -> VerifyReport:
+    """A sweep request, checked before the launch (``checked``), measured: the baseline, then each
+    setting on a server of its own."""
     from ckpttools.io.fsutil import note
-    from ckpttools.ops.verify import VerifyReport, _check_before_launch, load_prompts, verdict_line
+    from ckpttools.ops.verify import verdict_line
 
-    load_prompts(kw["prompts"], kw["num_prompts"], kw.get("tokenizer"))
-    _check_before_launch(launch)  # once: the port, and validate's errors on the drafter
-    base = _baseline_run(launch, kw)
+    launch = req.launch
+    assert launch is not None and req.sweep is not None
+    base = _baseline_run(req)
     entries: list[dict[str, Any]] = []
     reports: list[Any] = []
     best: dict[str, Any] | None = None
-    for i, s in enumerate(settings):
-        why = _applies(launch.engine, s)
+    for i, s in enumerate(req.sweep.settings):
+        why = _applies(checked.engine, s)
         if why:
             entries.append({"setting": s, "status": "not applicable", "error": why})
             reports.append(None)
             continue
-        note(f"sweep setting {i + 1}/{len(settings)}: {s}")
+        note(f"sweep setting {i + 1}/{len(req.sweep.settings)}: {s}")
         try:
-            rep = _run_setting(launch, s, i, best, kw)
+            rep = _run_setting(req, checked, s, i, best)
             e = _entry(s, rep, base.get("output_tokens_per_s"))
         except CkptError as err:
             rep, e = (
@@ -234,11 +286,18 @@ def sweep(launch: Any, settings: list[dict[str, int]], **kw: Any) -> Any:
             best is None or (e["output_tokens_per_s"] or 0) > (best["output_tokens_per_s"] or 0)
         ):
             best = e
+    return _ranked(launch, base, entries, reports, verdict_line)
+
+
+def _ranked(
+    launch: LaunchSpec, base: dict[str, Any], entries: list[dict[str, Any]], reports: list[Any], verdict_line: Any
+) -> VerifyReport:
+    """The best setting's report (stopped or failed settings never win), holding the whole sweep."""
     ranked = sorted(
         (i for i, e in enumerate(entries) if e.get("output_tokens_per_s")),
         key=lambda i: -(entries[i]["output_tokens_per_s"] or 0),
     )
-    passing = [i for i in ranked if entries[i]["status"] == "ok"]  # stopped or failed settings never win
+    passing = [i for i in ranked if entries[i]["status"] == "ok"]
     top = passing[0] if passing else ranked[0] if ranked else None
     out = reports[top] if top is not None else VerifyReport(engine=launch.engine, url=None)
     out.baseline = base

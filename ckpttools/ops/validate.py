@@ -14,6 +14,7 @@ live by section: :mod:`~ckpttools.ops.validate_config` (config.json on its own),
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ckpttools.formats.config import essentials
 from ckpttools.engines.aux_rules import sglang_default_aux_ids
 from ckpttools.formats.conventions import load_target_config
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
-from ckpttools.ops.validate_config import check_config
+from ckpttools.ops.validate_config import check_config, config_findings
 from ckpttools.ops.validate_report import (
     FIX_REPAIRS,
     SEVERITIES,
@@ -37,10 +38,11 @@ from ckpttools.ops.validate_target import (
     check_target,
     draft_kv_estimate,
     kv_pool_sources,
+    target_findings,
     target_hidden_findings,
     target_vocab_findings,
 )
-from ckpttools.ops.validate_tensors import check_deep, check_tensors
+from ckpttools.ops.validate_tensors import check_deep, check_tensors, raw_plan, tensor_findings, usable_plan
 
 __all__ = [
     "Finding",
@@ -94,6 +96,7 @@ def validate(
     engine: str = "sglang",
     max_download: int | str = DEFAULT_MAX_DOWNLOAD,
     load_plan: bool = False,
+    engine_args: Sequence[str] = (),
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -108,6 +111,8 @@ def validate(
             e.g. ``"50GB"``); a larger repo is refused before anything is fetched.
         load_plan: also say what that release builds from the drafter, tensor by tensor and
             parameter by parameter (``report.load_plan``), with a finding for each silent outcome.
+        engine_args: the arguments the engine will be launched with: advice never asks for what
+            they give already (e.g. SGLang's ``--max-total-tokens``).
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -125,23 +130,33 @@ def validate(
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
     with applying(release):
-        rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
+        rep, plan = _validate(
+            drafter,
+            target,
+            deep=deep,
+            engine=release.name,
+            max_download=max_download,
+            engine_args=engine_args,
+            want_plan=load_plan,
+        )
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:
-        add_load_plan(rep, drafter, release)
+        add_load_plan(rep, drafter, release, plan)
     return rep
 
 
-def add_load_plan(rep: ValidationReport, drafter: Any, release: Any) -> None:
-    """The release's load plan of the drafter, and its silent outcomes as findings."""
+def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any = None) -> None:
+    """The release's load plan of the drafter (``plan``: the one validate made, else made here), and its
+    silent outcomes as findings."""
     from ckpttools.engines.load_plan import load_plan, plan_findings
 
-    cfg, ck, name = _open_drafter(drafter)
-    if ck is None:
-        return
-    heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-    plan = load_plan(heads, cfg or {}, release)
+    if plan is None:  # a drafter of another kind, or a caller with none: made here
+        cfg, ck, name = _open_drafter(drafter)
+        if ck is None:
+            return
+        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
+        plan = load_plan(heads, cfg or {}, release)
     rep.load_plan = plan.to_dict()
     # validate's own dropped-tensor and dtype findings come from this plan already: one verdict, one severity
     said = {f.location for f in rep.findings if f.id in ("tensors.dropped", "tensors.training_only")}
@@ -165,13 +180,19 @@ def _validate(
     deep: bool,
     engine: str,
     max_download: int | str,
-) -> ValidationReport:
+    engine_args: Sequence[str] = (),
+    want_plan: bool = False,
+) -> tuple[ValidationReport, Any]:
+    """The report, and the drafter's load plan (made once; None: no weights, or another kind of drafter)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     cfg, ck, name = _open_drafter(drafter)
     other = _other_kind_report(cfg, ck, name, target)
     if other is not None:
-        return other
+        return other, None
+    ess = essentials(cfg)  # the config read once: every check below takes it
+    bad_config = bool(ess.invalid)
+    raw = raw_plan(ck, cfg, engine) if ck is not None and (want_plan or not bad_config) else None
     checked = []
     findings: list[Finding] = []
     if cfg is None:
@@ -186,17 +207,17 @@ def _validate(
         )
     else:
         checked.append("config")
-        findings += check_config(cfg, engine)
+        findings += config_findings(cfg, ess, engine)
     if ck is not None:
         checked.append("tensors")
-        findings += check_tensors(cfg, ck, engine)
+        findings += tensor_findings(cfg, ess, ck, engine, None if bad_config else usable_plan(raw))
     else:
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += check_target(cfg, tcfg, ck, engine)
+        findings += target_findings(cfg, ess, tcfg, essentials(tcfg), ck, engine, engine_args)
     if deep and ck is not None:
         checked.append("deep")
         ck = _local_for_deep(ck, max_download)
@@ -206,7 +227,7 @@ def _validate(
     findings.sort(key=lambda f: order[f.severity])
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
-    return rep
+    return rep, raw
 
 
 def _other_kind_report(
@@ -227,8 +248,9 @@ def _other_kind_report(
     if target is not None and cfg is not None:
         tcfg, tname = load_target_config(target)
         checked.append("target")
-        findings += target_vocab_findings(essentials(cfg), essentials(tcfg), None)
-        findings += target_hidden_findings(essentials(cfg), essentials(tcfg))
+        d, t = essentials(cfg), essentials(tcfg)
+        findings += target_vocab_findings(d, t, None)
+        findings += target_hidden_findings(d, t)
     rep = ValidationReport(name, tname, checked, findings)
     rep.hub = _hub_of(ck)
     return rep

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpttools.engines.claims import claim, label
+from ckpttools.engines.claims import claim
+from ckpttools.engines.engine import engine_for
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
 from ckpttools.engines.config_rules import amx_mla_refusal
@@ -44,18 +45,23 @@ def type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) ->
 
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """The drafter's config.json on its own: schema, types, the class, and the fields engines read."""
+    return config_findings(cfg, essentials(cfg), engine)
+
+
+def config_findings(cfg: dict[str, Any], ess: Any, engine: str) -> list[Finding]:
+    """:func:`check_config` with the config's essentials read once by the caller (``ess``)."""
     out = schema_findings(cfg, "eagle3-drafter-config.schema.json", "config.schema", "", _CONFIG_SCHEMA_FIX)
     out += type_findings(cfg, "config.type", "", {f.location for f in out})
-    out += _draft_vocab_finding(essentials(cfg))
+    out += _draft_vocab_finding(ess)
     out += _architecture_findings(cfg, engine)
     out += _field_findings(cfg, engine)
-    out += _dtype_findings(essentials(cfg), engine)
+    out += _dtype_findings(ess, engine)
     return out
 
 
 def sglang_said(engine: str) -> str:
     """What a finding about SGLang's behaviour adds when validate checks another engine's reading."""
-    return "" if engine == "sglang" else f" (SGLang's behaviour; {label(engine)}'s is not in its table)"
+    return engine_for(engine).sglang_said()
 
 
 _CONFIG_SCHEMA_FIX = "fix config.json to match schemas/eagle3-drafter-config.schema.json"
@@ -109,10 +115,10 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     if arch is None:
         return []
     where = "$.architectures[0]"
-    if engine == "vllm":
-        if arch in served_archs("vllm"):
+    if engine_for(engine).wants_own_arch_names:
+        if arch in served_archs(engine):
             return []
-        msg = claim("vllm:arch.wants", arch=arch)
+        msg = claim(f"{engine}:arch.wants", arch=arch)
         return [Finding("config.architectures", "error", where, msg, "ckpt export --format vllm writes it")]
     if arch in served_archs("sglang"):
         return []
@@ -151,7 +157,9 @@ def _is_mla(cfg: dict[str, Any]) -> bool:
 def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     """What SGLang's MLA drafter class refuses at load (engines/claims.py: ``mla.*``)."""
     archs = cfg.get("architectures")
-    if engine != "sglang" or not (isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]):
+    if not engine_for(engine).checks_mla_fields or not (
+        isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]
+    ):
         return []
     out: list[Finding] = []
     q, where = lookup(cfg, "q_lora_rank")
@@ -193,7 +201,7 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
 def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     """An MLA drafter whose sizes vLLM's CPU build refuses on a CPU with AMX (engines/claims.py:
     ``cpu_mla.amx``): a warning, since the same drafter loads on any other CPU."""
-    got = amx_mla_refusal(cfg) if engine == "vllm" and _is_mla(cfg) else None
+    got = amx_mla_refusal(cfg) if engine_for(engine).refuses_amx_mla_sizes and _is_mla(cfg) else None
     if got is None:
         return []
     msg = claim("vllm:cpu_mla.amx", field=got["field"], value=got["value"], error=got["error"], when=got["when"])

@@ -4,11 +4,13 @@ rope, and how SGLang sizes the draft KV pool behind the target (:func:`draft_kv_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ckpttools.errors import MappingError
 from ckpttools.engines.claims import applied, claim
 from ckpttools.engines.config_rules import context_length
+from ckpttools.engines.engine import engine_for
 from ckpttools.engines.flavor import LLAMA_TARGET
 from ckpttools.formats.config import aux_layer_ids, essentials, lookup
 from ckpttools.engines.aux_rules import capture_rule, default_boundaries
@@ -20,20 +22,38 @@ __all__ = ["check_target", "target_vocab_findings", "target_hidden_findings", "d
 
 
 def check_target(
-    cfg: dict[str, Any], tcfg: dict[str, Any], ck: Checkpoint | None = None, engine: str = "sglang"
+    cfg: dict[str, Any],
+    tcfg: dict[str, Any],
+    ck: Checkpoint | None = None,
+    engine: str = "sglang",
+    *,
+    engine_args: Sequence[str] = (),
 ) -> list[Finding]:
-    """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope."""
+    """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope;
+    the KV advice under the engine arguments given (``engine_args``)."""
+    return target_findings(cfg, essentials(cfg), tcfg, essentials(tcfg), ck, engine, engine_args)
+
+
+def target_findings(
+    cfg: dict[str, Any],
+    d: Any,
+    tcfg: dict[str, Any],
+    t: Any,
+    ck: Checkpoint | None,
+    engine: str,
+    engine_args: Sequence[str] = (),
+) -> list[Finding]:
+    """:func:`check_target` with both configs' essentials (``d``, ``t``) read once by the caller."""
     out = schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
         return out
-    d, t = essentials(cfg), essentials(tcfg)
     out += target_vocab_findings(d, t, ck)
     out += target_hidden_findings(d, t)
     out += _aux_id_findings(cfg, t, engine)
     out += _target_dtype_findings(d, t, engine)
     out += _target_context_findings(cfg, tcfg, d, t, engine)
-    out += _draft_kv_findings(cfg, tcfg, d, t, engine)
+    out += _draft_kv_findings(cfg, tcfg, d, t, engine, engine_args)
     return out
 
 
@@ -159,8 +179,8 @@ def _out_of_reach(bad: list[int], ids: list[int], L: int, arch: Any, rule: Any, 
         f"aux layer id(s) {bad} are out of reach for a {L}-layer {arch or 'target'}: {engine} "
         f"{rule.describe()}, and captures only boundaries 0..{rule.top(L)}, "
     )
-    if engine == "sglang":
-        return msg + claim("sglang:aux.crash", got=len(ids) - len(bad), want=len(ids))
+    if engine_for(engine).aux_out_of_reach_crashes:
+        return msg + claim(f"{engine}:aux.crash", got=len(ids) - len(bad), want=len(ids))
     return msg + "so the drafter's fc never gets the states it was trained on"
 
 
@@ -205,7 +225,7 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
         out.append(
             Finding(
                 "target.dtype",
-                "error" if engine == "sglang" else "warning",
+                "error" if engine_for(engine).dtype_mismatch_crashes else "warning",
                 "$.torch_dtype",
                 f"the drafter is {d.torch_dtype} (served as {_served(d.torch_dtype)}) but the target is "
                 f"{t.torch_dtype}: " + claim("sglang:dtype.crash") + sglang_said(engine),
@@ -217,8 +237,8 @@ def _target_dtype_findings(d: Any, t: Any, engine: str) -> list[Finding]:
 
 def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, rope: str = "default") -> Finding:
     covers = f"the drafter covers {dctx:,} positions ({dhow}) but the target's context is {tctx:,} ({thow}): "
-    if engine == "vllm":
-        cache_only = applied("vllm").claims.value.get("context.cache_only_rope")
+    if engine_for(engine).raises_short_context:
+        cache_only = applied(engine).claims.value.get("context.cache_only_rope")
         limited = cache_only is not None and rope not in cache_only[0].split()
         return Finding(
             "target.context_length",
@@ -226,7 +246,9 @@ def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, ro
             "$.max_position_embeddings",
             covers
             + (
-                claim("vllm:context.limit", rope=rope, dctx=dctx) if limited else claim("vllm:context.raise", dctx=dctx)
+                claim(f"{engine}:context.limit", rope=rope, dctx=dctx)
+                if limited
+                else claim(f"{engine}:context.raise", dctx=dctx)
             ),
             f"raise max_position_embeddings to {tctx} (ckpt export --target TARGET does)",
         )
@@ -306,7 +328,11 @@ def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, An
     Returns:
         the figures, or None when a size is unknown.
     """
-    d, t = essentials(cfg), essentials(tcfg)
+    return _kv_estimate(cfg, essentials(cfg), tcfg, essentials(tcfg))
+
+
+def _kv_estimate(cfg: dict[str, Any], d: Any, tcfg: dict[str, Any], t: Any) -> dict[str, Any] | None:
+    """:func:`draft_kv_estimate` with both configs' essentials read once by the caller."""
     dk, tk = _kv_per_layer(cfg, d), _kv_per_layer(tcfg, t)
     Lt, Ld = t.num_hidden_layers, d.num_hidden_layers if isinstance(d.num_hidden_layers, int) else 1
     if dk is None or tk is None or not isinstance(Lt, int):
@@ -325,14 +351,32 @@ def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, An
     }
 
 
-def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str) -> list[Finding]:
+def _draft_kv_findings(
+    cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str, engine_args: Sequence[str] = ()
+) -> list[Finding]:
     """A drafter whose per-layer KV outgrows the target's (a Llama layer behind an MLA target): SGLang's
-    draft pool is then sized for the target's KV and allocates past its budget at load."""
-    est = draft_kv_estimate(cfg, tcfg) if engine == "sglang" else None
+    draft pool is then sized for the target's KV and allocates past its budget at load. A token cap the
+    engine arguments give already, of one full-length request or more, leaves nothing to advise."""
+    eng = engine_for(engine)
+    est = _kv_estimate(cfg, d, tcfg, t) if eng.shares_kv_token_count else None
     if est is None or est["factor"] <= 1.05:
         return []
     gib = 1 << 30
     ctx = context_length(tcfg)[0] or 4096
+    cap = eng.kv_token_cap(engine_args)
+    if cap is not None and cap >= ctx:
+        return []
+    need = f"N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB"
+    if cap is None:
+        hint = (
+            f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two "
+            f"pools ({need})"
+        )
+    else:
+        hint = (
+            f"the --max-total-tokens {cap:,} given is fewer than one full-length request: raise it to {ctx} "
+            f"or more (each token costs {est['per_token']:,} bytes in the two pools; {need})"
+        )
     return [
         Finding(
             "target.draft_kv_memory",
@@ -346,7 +390,6 @@ def _draft_kv_findings(cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any
             f"{est['target_layers'] + est['draft_layers']}), and the two pools {est['factor']:.2f} x it: with "
             f"100 GiB set aside, {100 * est['draft_share']:.0f} GiB for the drafter and {100 * est['factor']:.0f} "
             f"GiB in all; the launch dies allocating it (seen on an H200: 79 GiB) ({kv_pool_sources()})",
-            f"launch SGLang with --max-total-tokens N: each token costs {est['per_token']:,} bytes in the two "
-            f"pools (N = {ctx}, one full-length request: {ctx * est['per_token'] / gib:.2f} GiB)",
+            hint,
         )
     ]

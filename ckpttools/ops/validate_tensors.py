@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ckpttools.errors import MappingError
-from ckpttools.engines.claims import applied, claim, label
+from ckpttools.engines.claims import applied, claim
+from ckpttools.engines.engine import engine_for
 from ckpttools.engines.config_rules import weight_problems
 from ckpttools.engines.flavor import MLA_ARCHS
 from ckpttools.formats.config import aux_layer_ids, config_problems, essentials
@@ -20,10 +21,9 @@ from ckpttools.ops.validate_report import Finding
 __all__ = ["check_tensors", "check_deep"]
 
 
-def _expected_shapes(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
     if config_problems(cfg):  # the one config guard: a size is read only from a usable config (validate says why)
         return {}
-    ess = essentials(cfg)
     H, V = ess.hidden_size, ess.vocab_size
     if not isinstance(H, int):
         return {}
@@ -98,26 +98,39 @@ def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str
 def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
     """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary mapping."""
     plan = _plan(ck, cfg, engine)
+    return tensor_findings(cfg, essentials(cfg) if cfg is not None else None, ck, engine, plan)
+
+
+def tensor_findings(cfg: dict[str, Any] | None, ess: Any, ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
+    """:func:`check_tensors` with the essentials (``ess``) and the load plan (:func:`usable_plan`) made
+    once by the caller."""
     out, canon = _name_findings(ck, engine, cfg, plan)
     out += _tensor_dtype_findings(ck, engine, plan)
     if cfg is None:
         return out
-    shapes = _shape_findings(cfg, canon, engine)
+    shapes = _shape_findings(cfg, ess, canon, engine)
     options = _option_findings(cfg, canon, engine)
     fields = _weight_field_findings(cfg, canon, {f.id for f in options})
-    return out + shapes + options + fields + _mapping_findings(cfg, canon, ck)
+    return out + shapes + options + fields + _mapping_findings(cfg, ess, canon, ck)
 
 
 def _plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
     """The applied release's load plan of the drafter (engines/load_plan.py); None when the config has a
     field the plan would size from that is unusable (validate says which) or it builds no class."""
+    return usable_plan(None if config_problems(cfg) else raw_plan(ck, cfg, engine))
+
+
+def raw_plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
+    """The applied release's load plan of the drafter, whatever it builds (made once per drafter)."""
     from ckpttools.engines.load_plan import load_plan
 
-    if config_problems(cfg):
-        return None
     heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-    plan = load_plan(heads, cfg or {}, applied(engine))
-    return plan if plan.cls is not None and plan.tensors else None
+    return load_plan(heads, cfg or {}, applied(engine))
+
+
+def usable_plan(plan: Any) -> Any:
+    """The plan the tensor checks read: None when it builds no class or places no tensor."""
+    return plan if plan is not None and plan.cls is not None and plan.tensors else None
 
 
 def _tensor_dtype_findings(ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
@@ -186,7 +199,8 @@ def _plan_fates(plan: Any) -> dict[str, tuple[str, str | None, str]] | None:
 def _dropped_finding(name: str, engine: str, fate: str, reason: str | None, said: str = "error:") -> Finding:
     """One tensor the engine drops or refuses, as its load plan says (``said``: the plan's
     ``severity:consequence``)."""
-    who = "SGLang" if engine == "sglang" else label(engine)
+    eng = engine_for(engine)
+    who = eng.who
     if is_training_only(name):
         how = "drops it, as it should" if fate == "dropped" else "refuses the load over it"
         sev = "info" if fate == "dropped" else "error"
@@ -199,8 +213,8 @@ def _dropped_finding(name: str, engine: str, fate: str, reason: str | None, said
         hint = "rename it to the name the forward reads" if severity == "error" else "drop it if it is unused"
         # not an error when the norm the forward reads is in the file too (vLLM's layout carries both)
         return Finding("tensors.dropped", "error" if severity == "error" else "info", name, msg, hint)
-    new = suggest_rename(name) if engine == "sglang" else None
-    if engine == "sglang":
+    new = suggest_rename(name) if eng.drops_unknown_names_silently else None
+    if eng.drops_unknown_names_silently:
         msg = "SGLang does not know this name and drops the tensor without a word"
         hint = (
             f"rename it to {new!r} (ckpt validate --fix does)"
@@ -226,23 +240,23 @@ def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) ->
     if not qk:
         return []
     archs = (cfg or {}).get("architectures") or []
-    if engine == "vllm" and archs[:1] == [QWEN3_DRAFTER_ARCH]:
+    serves = engine_for(engine).serves_qk_norm_drafter
+    if serves and archs[:1] == [QWEN3_DRAFTER_ARCH]:
         return []
-    msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + (
-        claim("sglang:qk_norm") if engine == "sglang" else claim("vllm:qk_norm")
+    msg = f"q_norm/k_norm ({len(qk)} tensors, e.g. {qk[0]}): a Qwen3-architecture drafter. " + claim(
+        f"{engine}:qk_norm"
     )
     fix = (
-        f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
-        if engine == "sglang"
-        else f"set architectures to [{QWEN3_DRAFTER_ARCH!r}] (ckpt export --format vllm does)"
+        f"set architectures to [{QWEN3_DRAFTER_ARCH!r}] (ckpt export --format vllm does)"
+        if serves
+        else f"serve it with vLLM (ckpt export --format vllm writes {QWEN3_DRAFTER_ARCH})"
     )
     return [Finding("tensors.qk_norm", "error", qk[0], msg, fix)]
 
 
-def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
+def _shape_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> list[Finding]:
     out: list[Finding] = []
-    ess = essentials(cfg)
-    for name, shape in _expected_shapes(cfg, canon, engine).items():
+    for name, shape in _expected_shapes(cfg, ess, canon, engine).items():
         got = canon.get(name)
         if got is None and name.startswith(("input_norm.", "fc_norm.")):
             continue  # _option_findings says what a missing option weight means
@@ -264,7 +278,7 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                         "tensors.missing",
                         "error",
                         name,
-                        _sglang_missing(name) if engine == "sglang" else claim("vllm:missing"),
+                        _missing_words(name, engine),
                         "add the tensor, or check num_hidden_layers and the names",
                     )
                 )
@@ -279,6 +293,12 @@ def _shape_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> 
                 )
             )
     return out
+
+
+def _missing_words(name: str, engine: str) -> str:
+    """What a missing tensor does in the engine (its claim, else SGLang's loader's words)."""
+    key = engine_for(engine).missing_tensor_claim
+    return claim(key) if key is not None else _sglang_missing(name)
 
 
 def _sglang_missing(name: str) -> str:
@@ -383,10 +403,9 @@ def _norm_flag_findings(cfg: dict[str, Any], canon: dict[str, Any], o: Any, engi
     return out
 
 
-def _mapping_findings(cfg: dict[str, Any], canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
+def _mapping_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
     """d2t/t2d read and checked; or missing where the head is reduced."""
     out: list[Finding] = []
-    ess = essentials(cfg)
     vd, v = ess.draft_vocab_size, ess.vocab_size
     from ckpttools.vocab.mapping import VocabMapping, missing_mapping_message
 

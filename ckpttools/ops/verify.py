@@ -8,7 +8,6 @@ Two conventions are in use in the field; both are reported, labeled:
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -18,55 +17,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ckpttools.engines.http import (
-    Prompt,
-    RequestResult,
-    SGLangClient,
-    VLLMClient,
-    check_figures,
-    check_url,
-    detect_engine,
-)
-from ckpttools.errors import EXIT_FINDINGS, EXIT_UNMEASURED, ConfigError, ServerError, opt
+from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
+from ckpttools.engines.http import Prompt, RequestResult, check_figures, check_url, detect_engine
+from ckpttools.engines.launch import LaunchSpec
+from ckpttools.errors import ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
+from ckpttools.ops.launch_check import LaunchCheck
+from ckpttools.ops.request import VERIFY_ENGINES, MeasureRequest, split_engine
+from ckpttools.ops.verdict import ci95 as _ci95
+from ckpttools.ops.verdict import pct as _pct
+from ckpttools.ops.verdict import verdict_exit_code
 from ckpttools.ops.traffic import context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
-
-# two-sided 95% t critical values, df 1..30 (beyond: normal 1.96)
-_T95 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
 
 
 class SpecOffError(ServerError):
@@ -78,8 +42,7 @@ class SpecOffError(ServerError):
 #: the version of the report's JSON (schemas/verify-report.schema.json); raised on any change
 #: that removes or retypes a field
 SCHEMA_VERSION = 1
-#: what verify's engine may be: a server engine (optionally with a release), auto-detected, or offline
-VERIFY_ENGINES = ("auto", "torch", "sglang", "vllm")
+__all__ += ["VERIFY_ENGINES", "split_engine", "measure_one", "prompts_of"]
 
 
 @dataclass
@@ -134,13 +97,6 @@ class VerifyReport:
     @property
     def exit_code(self) -> int:
         return verdict_exit_code(self.accept_length, self.passed)
-
-
-def verdict_exit_code(accept_length: float | None, passed: bool | None) -> int:
-    """The exit code of a measurement (verify's, and ckpt logs'): 3 nothing measured, 1 below the bar."""
-    if accept_length is None:
-        return EXIT_UNMEASURED
-    return EXIT_FINDINGS if passed is False else 0
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -259,23 +215,6 @@ def _prompt(where: str, n: int, line: str) -> Prompt:
 
 
 # ----------------------------------------------------------------------------- statistics
-def _ci95(values: list[float]) -> list[float] | None:
-    if len(values) < 2:
-        return None
-    m = statistics.fmean(values)
-    sd = statistics.stdev(values)
-    t = _T95[len(values) - 2] if len(values) - 1 <= len(_T95) else 1.96
-    h = t * sd / math.sqrt(len(values))
-    return [m - h, m + h]
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def summarize(results: list[RequestResult], rep: VerifyReport, steps: int | None = None) -> VerifyReport:
     """Pooled accept length, per-request distribution and 95% interval, per position.
 
@@ -496,7 +435,7 @@ def verify(
     flush_cache: bool = False,
     tokenizer: str | None = None,
     timeout: float = 600.0,
-    launch: Any = None,
+    launch: LaunchSpec | None = None,
     progress: Callable[[int, int], None] | None = None,
     context_lengths: Sequence[int] | None = None,
     drafter: str | None = None,
@@ -505,7 +444,8 @@ def verify(
     repeat: int = 1,
     server_log: str | None = None,
 ) -> VerifyReport:
-    """Measure acceptance through a running server (``host``) or one to start (``launch``).
+    """Measure acceptance through a running server (``host``) or one to start (``launch``): a
+    :class:`~ckpttools.ops.request.MeasureRequest` of one drafter, measured.
 
     Args:
         host: the server's base URL, e.g. ``http://127.0.0.1:30000``.
@@ -534,32 +474,96 @@ def verify(
         SpecOffError: the server runs without speculative decoding.
         ServerError: the server cannot be reached or answers badly.
     """
+    from ckpttools.ops.request import MeasureRequest, RunningHost
+
+    server: LaunchSpec | RunningHost
+    if launch is not None:
+        server = launch
+    elif host is not None:
+        server = RunningHost(host, server_log)
+    else:
+        raise ValueError("give host or launch")
+    drafters = (drafter,) if drafter is not None else (launch.drafter,) if launch and launch.drafter else ()
+    req = MeasureRequest(
+        drafters=tuple(d for d in drafters if d is not None),
+        target=launch.target if launch is not None else None,
+        server=server,
+        engine=engine,
+        prompts=prompts,
+        num_prompts=num_prompts,
+        repeat=repeat,
+        max_new_tokens=max_new_tokens,
+        concurrency=(concurrency,) if isinstance(concurrency, int) else tuple(concurrency) or (1,),
+        context_lengths=tuple(context_lengths or ()),
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        min_accept_len=min_accept_len,
+        tokenizer=tokenizer,
+        timeout=timeout,
+        baseline_host=baseline_host,
+        flush_cache=flush_cache,
+    )
+    checked = _checked(req, launch, prechecked) if launch is not None else None
+    return measure_one(req, progress=progress, stop_if=stop_if, checked=checked)
+
+
+def _checked(req: MeasureRequest, launch: LaunchSpec, prechecked: bool) -> LaunchCheck:
+    """The one check before the launch (``prechecked``: the drafter was checked by the caller: only the
+    port and the release); a bad prompts file is refused before it, as the cheap check."""
+    from ckpttools.ops.launch_check import check_launch, check_port_and_release
+
+    prompts_of(req)
+    if prechecked:
+        return check_port_and_release(launch, req.pinned)
+    return check_launch(launch, list(req.drafters), req.pinned)
+
+
+def measure_one(
+    req: MeasureRequest,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    stop_if: Callable[[list[RequestResult]], str | None] | None = None,
+    checked: LaunchCheck | None = None,
+) -> VerifyReport:
+    """One drafter on one server (running, or launched here and stopped after): the request measured.
+
+    ``checked``: with a launch, the check made before it (:func:`ckpttools.ops.launch_check.check_launch`,
+    or for a further server of a run, :func:`~ckpttools.ops.launch_check.check_port_and_release`)."""
     from ckpttools.io.net import NetClient
 
-    levels = [concurrency] if isinstance(concurrency, int) else list(concurrency) or [1]
-    plist = load_prompts(prompts, num_prompts, _local_tokenizer(tokenizer, launch, prompts, context_lengths), repeat)
-    bins = [(n, context_prompts(plist, n, max_new_tokens)) for n in context_lengths or [] if n > max_new_tokens]
-    client, server = NetClient(timeout=timeout, connect=10.0), None
+    launch, host = req.launch, req.host
+    levels = list(req.concurrency)
+    plist = prompts_of(req)
+    bins = [(n, context_prompts(plist, n, req.max_new_tokens)) for n in req.context_lengths if n > req.max_new_tokens]
+    client, server = NetClient(timeout=req.timeout, connect=10.0), None
     try:
+        url, engine = (host.url if host is not None else None), req.engine
         if launch is not None:
-            server, host, engine = _start(launch, engine, client, prechecked)
-        eng, rep = _connect(host, engine, client, len(plist), min_accept_len, repeat)
-        if rep.engine == "sglang" and flush_cache:
-            eng.flush_cache()
-        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
-        kw |= {"min_accept_len": min_accept_len, "stop_if": stop_if}
+            if checked is None:
+                raise ValueError("a launch is checked before it starts: give checked")
+            server, url, engine = _start(launch, client, checked)
+        eng, rep, obj = _connect(url, engine, client, len(plist), req.min_accept_len, req.repeat)
+        if req.flush_cache:
+            obj.flush_cache(eng)
+        kw: dict[str, Any] = {"max_new_tokens": req.max_new_tokens, "temperature": req.temperature}
+        kw |= {"ignore_eos": req.ignore_eos, "min_accept_len": req.min_accept_len, "stop_if": stop_if, "obj": obj}
         results = _measure_into(rep, eng, plist, concurrency=levels[0], progress=progress, **kw)
         _check_alive(server, rep.failed > 0)
-        if rep.engine == "sglang":
-            rep.server_avg_accept_length = eng.server_avg_accept_length()
+        rep.server_avg_accept_length = obj.server_avg_accept_length(eng)
         _more_levels(rep, eng, plist, levels, kw)
-        if context_lengths:
-            _context_bins(rep, eng, bins, list(context_lengths), launch, drafter, levels[0], kw)
-        if baseline_host is not None:
+        if req.context_lengths:
+            _context_bins(rep, eng, bins, list(req.context_lengths), launch, req.drafter, levels[0], kw)
+        if req.baseline_host is not None:
             rep.baseline = _baseline(
-                baseline_host, client, plist[: len(results)], max_new_tokens, temperature, ignore_eos, levels[0]
+                req.baseline_host,
+                client,
+                plist[: len(results)],
+                req.max_new_tokens,
+                req.temperature,
+                req.ignore_eos,
+                levels[0],
             )
-        _conclude(rep, server, server_log if launch is None else None)
+        _conclude(rep, server, obj, host.log if host is not None else None)
         return rep
     finally:
         if server is not None:
@@ -567,29 +571,25 @@ def verify(
         client.close()
 
 
-def _start(launch: Any, engine: str, client: Any, prechecked: bool) -> tuple[Any, str, str]:
-    """Check, then start the server and wait for it: (the server, its URL, the engine release)."""
+def prompts_of(req: MeasureRequest) -> list[Prompt]:
+    """The prompts a request sends, tokenized here where they need to be (a launched target's own
+    tokenizer serves chat prompts and context lengths when none is given)."""
+    tok = _local_tokenizer(req.tokenizer, req.launch, req.prompts, req.context_lengths)
+    return load_prompts(req.prompts, req.num_prompts, tok, req.repeat)
+
+
+def _start(launch: LaunchSpec, client: Any, checked: LaunchCheck) -> tuple[Any, str, str]:
+    """Start the checked server and wait for it: (the server, its URL, the engine release)."""
     from ckpttools.engines.launch import RunningServer
 
-    _check_before_launch(launch, quiet=prechecked)
-    engine = engine if split_engine(engine)[1] is not None else _launch_release(launch)
+    checked.announce(launch)
     server = RunningServer(launch).start()
     try:
         server.wait_ready(client)
     except BaseException:
         server.stop()
         raise
-    return server, launch.url, engine
-
-
-def _launch_release(spec: Any) -> str:
-    """The engine release that ``spec.python`` has installed, as ``name==version`` (its table), or
-    the bare engine name when the interpreter does not say."""
-    from ckpttools.engines.launch import installed_version
-    from ckpttools.engines.releases import release_from_version_string
-
-    v = installed_version(spec.python, spec.engine)
-    return release_from_version_string(spec.engine, v).spec if v else spec.engine
+    return server, launch.url, checked.engine.spec
 
 
 def _read_server_log(rep: VerifyReport, path: str) -> None:
@@ -685,12 +685,13 @@ def _context_bins(
     rep.context = context_bins(asked, dict(bins), limits, kw["max_new_tokens"], measure)
 
 
-def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -> list[RequestResult]:
-    """Run the prompts and put the figures into ``rep``: per request, and for vLLM from its counters."""
-    before = eng.metrics() if rep.engine == "vllm" else None
+def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], *, obj: Any, **kw: Any) -> list[RequestResult]:
+    """Run the prompts and put the figures into ``rep``: per request, and where the engine keeps
+    counters (``obj.reads_counters``) from their change over the run."""
+    before = eng.metrics() if obj.reads_counters else None
     steps = rep.server.get("speculative_num_steps")
     steps = steps if type(steps) is int and steps > 0 else None
-    per_request = rep.engine == "vllm" and kw["concurrency"] <= 1
+    per_request = obj.per_request_counters(kw["concurrency"])
     results, wall, stop = _measure(eng, plist, per_request_metrics=per_request, steps=steps, **kw)
     rep.concurrency = kw["concurrency"]
     summarize(results, rep, steps)
@@ -703,59 +704,6 @@ def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], **kw: Any) -
     else:
         rep.figures = "per-request"
     return results
-
-
-def _check_before_launch(spec: Any, quiet: bool = False, announce: bool = True) -> None:
-    """What a long server load would otherwise end with, refused before it starts: a port in
-    use, and validate's errors on the drafter against the target, in the engine's reading.
-    (The prompts, and the tokenizer they need, were loaded before this.)"""
-    from ckpttools.engines.launch import check_port
-    from ckpttools.errors import CkptError
-    from ckpttools.ops.validate import validate
-
-    check_port(spec.host, spec.port)
-    rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None and not quiet else None
-    if rep is not None and "tensors" not in rep.checked:
-        from ckpttools.errors import NoWeightsError
-
-        raise NoWeightsError(
-            f"{spec.drafter}: no weights to serve (a config.json alone)",
-            path=str(spec.drafter),
-            hint="give the drafter's directory",
-        )
-    errors = [f for f in rep.errors if not _allowed_at_launch(f, spec)] if rep is not None else []
-    if errors:
-        first = errors[0]
-        err = CkptError(
-            f"{spec.drafter} against {spec.target}: validate found {len(errors)} error(s) "
-            f"({', '.join(f.id for f in errors)}), e.g. {first.location}: {first.message}",
-            path=str(spec.drafter),
-            hint=first.hint or "run ckpt validate DRAFTER --target TARGET and fix what it lists",
-        )
-        err.exit_code = EXIT_FINDINGS
-        raise err
-    from ckpttools.io.fsutil import note
-
-    for w in [f for f in rep.findings if f.severity == "warning"] if rep is not None else []:
-        note(f"validate warns before the load: {w.location}: {w.message}" + (f" ({w.hint})" if w.hint else ""))
-    if announce:
-        note(f"starting {spec.engine} on {spec.url}, log: {spec.log_path}")  # said only now that one starts
-
-
-def _allowed_at_launch(f: Any, spec: Any) -> bool:
-    """A finding the engine launches past when told to: SGLang serves a drafter whose context is
-    shorter than the target's when SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set (it warns and
-    raises the drafter's max_position_embeddings: the release table's ``context_override``), which
-    is how a context sweep measures past the drafter's trained length."""
-    import os
-
-    flag = {**os.environ, **spec.env}.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")
-    if spec.engine == "sglang" and f.id == "target.context_length" and flag.lower() in ("1", "true", "yes"):
-        from ckpttools.io.fsutil import note
-
-        note(f"{f.message}; launching anyway: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set")
-        return True
-    return False
 
 
 def steps_estimate(per_position: list[float] | None, topk: Any) -> dict[str, Any] | None:
@@ -779,7 +727,7 @@ def steps_estimate(per_position: list[float] | None, topk: Any) -> dict[str, Any
     }
 
 
-def _conclude(rep: VerifyReport, server: Any, server_log: str | None = None) -> None:
+def _conclude(rep: VerifyReport, server: Any, obj: Any, server_log: str | None = None) -> None:
     """Speedup, pass/fail, the server's own log figures (launched: its accept len lines; running:
     the log given, read as ``ckpt logs`` reads it), the steps estimate, and the verdict."""
     rep.steps_estimate = steps_estimate(rep.per_position_acceptance, rep.server.get("speculative_eagle_topk"))
@@ -789,26 +737,25 @@ def _conclude(rep: VerifyReport, server: Any, server_log: str | None = None) -> 
         rep.speedup = rep.output_tokens_per_s / rep.baseline["output_tokens_per_s"]
     if rep.min_accept_len is not None:
         rep.passed = rep.accept_length is not None and rep.accept_length >= rep.min_accept_len
-    if server is not None and rep.engine == "sglang":
-        from ckpttools.engines.launch import parse_sglang_accept_lens
-
-        rep.log_accept_lens = parse_sglang_accept_lens(server.log_path.read_text(errors="replace"))
+    if server is not None:
+        rep.log_accept_lens = obj.log_accept_lens(server.log_path.read_text(errors="replace"))
     rep.verdict = verdict_line(rep)
 
 
 def _connect(
     host: str | None, engine: str, client: Any, num_prompts: int, min_accept_len: float | None, repeat: int = 1
-) -> tuple[Any, VerifyReport]:
-    """The engine's client, and a report that names the server; refuses a server with speculation off."""
+) -> tuple[Any, VerifyReport, Engine]:
+    """The engine's client, a report that names the server, and the engine object (its release as
+    pinned or as the server says); refuses a server with speculation off."""
     assert host is not None
     host = check_url(host)
-    engine, pinned = split_engine(engine)
-    if engine == "auto":
-        engine = detect_engine(host, client)
-    eng: Any = SGLangClient(host, client) if engine == "sglang" else VLLMClient(host, client)
-    rep = VerifyReport(engine=engine, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len, repeat=repeat)
+    name, pinned = split_engine(engine)
+    if name not in SERVER_ENGINES:  # auto: the server says which
+        name = detect_engine(host, client)
+    eng: Any = engine_for(name).client(host, client)
+    rep = VerifyReport(engine=name, url=host, num_prompts=num_prompts, min_accept_len=min_accept_len, repeat=repeat)
     rep.server = eng.spec_settings()
-    rep.server["drafter_loaded"] = _loaded_drafter(engine, host, client, eng)
+    rep.server["drafter_loaded"] = _loaded_drafter(name, host, client, eng)
     eng.release = pinned or eng.server_release()
     rep.server["engine_release"] = eng.release.spec if eng.release is not None else None
     rep.server["engine_release_from"] = (
@@ -816,11 +763,11 @@ def _connect(
     )
     if not eng.spec_enabled():
         raise SpecOffError(
-            f"{host}: speculative decoding is off on this {engine} server; accept length cannot be "
+            f"{host}: speculative decoding is off on this {name} server; accept length cannot be "
             "measured (and is not 1.0)",
             url=host,
         )
-    return eng, rep
+    return eng, rep, engine_for(name, eng.release)
 
 
 def _loaded_drafter(engine: str, host: str, client: Any, eng: Any) -> dict[str, Any] | None:
@@ -828,29 +775,6 @@ def _loaded_drafter(engine: str, host: str, client: Any, eng: Any) -> dict[str, 
     from ckpttools.engines.guarded import loaded_drafter
 
     return loaded_drafter(engine, client, host, eng.info() if hasattr(eng, "info") else None)
-
-
-def split_engine(engine: str) -> tuple[str, Any]:
-    """``NAME==VERSION`` (or ``NAME@VERSION``) as (``NAME``, its table); a bare name as (name, None).
-
-    The name is matched exactly: ``SGLang``, ``sgl`` or ``' sglang'`` are refused, naming the one
-    meant (a near miss must not turn into a pinned release, which has no swap route or target check).
-
-    Raises:
-        ConfigError: a name other than :data:`VERIFY_ENGINES`, or a release no table knows (the
-            message lists the known ones).
-    """
-    from ckpttools.engines.releases import resolve, split_spec
-
-    name, version = split_spec(engine, VERIFY_ENGINES)
-    if version is None:
-        return name, None
-    if name not in ("sglang", "vllm"):
-        raise ConfigError(
-            f"{engine}: only sglang and vllm take a release", hint="give sglang==VERSION or vllm==VERSION"
-        )
-    rel = resolve(engine)
-    return rel.name, rel
 
 
 def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -878,7 +802,7 @@ def _baseline(
 ) -> dict[str, Any]:
     url = check_url(url)
     engine = detect_engine(url, client)
-    eng: Any = SGLangClient(url, client) if engine == "sglang" else VLLMClient(url, client)
+    eng: Any = engine_for(engine).client(url, client)
     results, wall, _ = _measure(
         eng,
         prompts,

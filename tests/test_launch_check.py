@@ -1,0 +1,125 @@
+"""The one check before a launch (ckpttools/ops/launch_check.py): claims judged under the release that
+will run (read from --engine-python before the launch) and the engine arguments given; each warning
+said once per run, shared ones once and per-drafter ones under the drafter's name.
+
+The drafters are real files (a Llama drafter whose per-layer KV outgrows an MLA target's, which SGLang's
+KV pools advice is about); the interpreter is this Python with the fake engines of tests/fake_engine
+first on its path and an ``sglang 0.5.17`` distribution's metadata, so ``importlib.metadata`` says
+0.5.17 as an installed SGLang would. The two CLI runs start the fake SGLang server (a second each).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ckpttools.cli.commands import cli
+from ckpttools.demo.tiny import build_deepseek_target, build_drafter
+from ckpttools.engines.launch import LaunchSpec, free_port
+from ckpttools.ops.launch_check import check_launch, effective_engine
+
+REPO = Path(__file__).resolve().parents[1]
+KV = "target.draft_kv_memory"
+
+
+def _fakepy(d: Path, version: str = "0.5.17") -> Path:
+    dist = d / "site" / f"sglang-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    p = d / "fakepy"
+    path = f"{REPO / 'tests' / 'fake_engine'}:{d / 'site'}"
+    p.write_text(f'#!/bin/sh\nPYTHONPATH="{path}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n')
+    p.chmod(0o755)
+    return p
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    w = tmp_path_factory.mktemp("launch-check")
+    big = dict(hidden_size=512, num_heads=32, num_kv_heads=32, intermediate_size=256, aux_layer_ids=(0, 1, 2))
+    d = build_drafter(w / "d", **big)
+    shutil.copytree(d, w / "d2")
+    d3 = build_drafter(w / "d3", **big)
+    cfg = json.loads((d3 / "config.json").read_text())
+    del cfg["torch_dtype"]  # d3's own warning: SGLang then serves it as float16
+    (d3 / "config.json").write_text(json.dumps(cfg))
+    t = build_deepseek_target(w / "t", hidden_size=512, num_layers=4)
+    (w / "ids.jsonl").write_text('{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n')
+    return {"d": d, "d2": w / "d2", "d3": d3, "t": t, "py": _fakepy(w), "ids": w / "ids.jsonl", "w": w}
+
+
+def _spec(pair: dict[str, Path], *engine_args: str) -> LaunchSpec:
+    return LaunchSpec("sglang", str(pair["t"]), str(pair["d"]), port=free_port(), python=str(pair["py"]),
+                      engine_args=list(engine_args))  # fmt: skip
+
+
+def test_the_release_is_read_from_the_launch_interpreter(pair: dict[str, Path]) -> None:
+    eng, how = effective_engine(_spec(pair))
+    assert (eng.spec, how) == ("sglang==0.5.17", "installed")
+    plain = LaunchSpec("sglang", str(pair["t"]), str(pair["d"]), python=sys.executable)
+    assert effective_engine(plain)[1] == "not known"  # this Python has no SGLang: no release is made up
+
+
+def test_advice_names_the_release_that_will_run(pair: dict[str, Path]) -> None:
+    got = check_launch(_spec(pair), [str(pair["d"])])
+    kv = [w for w in got.warnings if KV.split(".")[1] in w or "--max-total-tokens" in w]
+    assert len(kv) == 1 and "SGLang 0.5.17" in kv[0] and "0.5.23" not in " ".join(got.warnings)
+    assert got.reports[str(pair["d"])].engine_release == "sglang==0.5.17"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--engine-arg-unused",), True),  # not the flag: the advice stands
+        (("--max-total-tokens=300000",), False),
+        (("--max-total-tokens", "300000"), False),
+        (("--max-total-tokens=300",), True),
+    ],
+)
+def test_advice_never_asks_for_what_the_engine_arguments_give(pair: dict[str, Path], args, said) -> None:
+    got = check_launch(_spec(pair, *args), [str(pair["d"])])
+    kv = [w for w in got.warnings if "--max-total-tokens" in w]
+    assert len(kv) == (1 if said else 0), got.warnings
+    if said and "300" in args[0]:
+        assert "the --max-total-tokens 300 given is fewer than one full-length request" in kv[0]
+        assert "SGLang 0.5.17" in kv[0] and "launch SGLang with --max-total-tokens N" not in kv[0]
+
+
+def test_each_warning_once_shared_ones_bare_per_drafter_ones_named(pair: dict[str, Path]) -> None:
+    drafters = [str(pair[k]) for k in ("d", "d2", "d3", "d")]  # d twice: checked once
+    got = check_launch(_spec(pair), drafters)
+    assert list(got.reports) == drafters[:3]
+    kv = [w for w in got.warnings if "--max-total-tokens" in w]
+    assert len(kv) == 1 and not kv[0].startswith(tuple(drafters))  # all three share it: said once, bare
+    dtype = [w for w in got.warnings if "torch_dtype is missing" in w]
+    assert len(dtype) == 1 and dtype[0].startswith(f"{pair['d3']}: validate warns")  # only d3's: under its name
+    assert len(got.warnings) == len(set(got.warnings))
+
+
+def _verify(pair: dict[str, Path], *extra: str, drafters: tuple[str, ...] = ("d",)) -> object:
+    argv = ["verify", "--launch", "--engine", "sglang", "--target", str(pair["t"]), *(str(pair[d]) for d in drafters)]
+    argv += ["--engine-python", str(pair["py"]), "--prompts", str(pair["ids"]), "--num-prompts", "2"]
+    argv += ["--max-new-tokens", "8", "--log", str(pair["w"] / f"s-{len(drafters)}-{len(extra)}.log"), "--json"]
+    return CliRunner().invoke(cli, [*argv, *extra], env={"CKPT_FAKE_ENGINE": "honest"})
+
+
+def test_a_launch_says_the_release_it_launched_and_each_warning_once(pair: dict[str, Path]) -> None:
+    r = _verify(pair, drafters=("d", "d2"))
+    assert r.exit_code == 0, r.output
+    kv = [ln for ln in r.stderr.splitlines() if "warns before the load: $.num_key_value_heads" in ln]
+    assert len(kv) == 1 and "SGLang 0.5.17 sizes" in kv[0] and "--max-total-tokens N" in kv[0], r.stderr
+    assert "0.5.23" not in r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["release"] == "sglang==0.5.17" and rep["server_starts"] == 1
+
+
+def test_a_large_enough_max_total_tokens_given_silences_the_advice(pair: dict[str, Path]) -> None:
+    r = _verify(pair, "--engine-arg=--max-total-tokens=300000")
+    assert r.exit_code == 0, r.output
+    assert "max-total-tokens" not in r.stderr and "KV" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["server"]["engine_release"] == "sglang==0.5.17"
