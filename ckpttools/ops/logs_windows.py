@@ -69,6 +69,13 @@ class Batch:
     def weight(self) -> np.ndarray:
         return np.maximum(self.running, 1.0)
 
+    def head(self, k: int) -> Batch:
+        """The first ``k`` windows."""
+        if k >= len(self):
+            return self
+        return Batch(self.file, self.run, self.line[:k], self.time[:k], self.rank[:k], self.accept_length[:k],
+                     self.accept_rate[:k], self.running[:k], self.queued[:k], self.throughput[:k])  # fmt: skip
+
     def window(self, i: int) -> dict[str, Any]:
         """Window ``i`` as the per-line path builds it."""
         al = float(self.accept_length[i])
@@ -109,11 +116,14 @@ def _fold(b: Batch, start: int, groups: int, stride: int) -> list[dict[str, Any]
     return out
 
 
-def starts(state: tuple[int, int, int], count: int) -> tuple[list[int], tuple[int, int, int]]:
+#: what a :class:`Kept` holds: (entries kept, stride, windows in the entry not yet full, its limit)
+State = tuple[int, int, int, int]
+
+
+def starts(state: State, count: int) -> tuple[list[int], State]:
     """Which of ``count`` more windows start a kept entry (their line is the entry's), and the state
-    after them; a state is (entries kept, stride, windows in the entry not yet full), as :class:`Kept`
-    would have it."""
-    items, stride, pn = state
+    after them, as :class:`Kept` would have it."""
+    items, stride, pn, limit = state
     out, j = [], 0
     while j < count:
         if pn == 0:
@@ -123,38 +133,43 @@ def starts(state: tuple[int, int, int], count: int) -> tuple[list[int], tuple[in
             pn += count - j
             break
         j, pn, items = j + need, 0, items + 1
-        if items >= MAX_WINDOWS:
+        if items >= limit:
             items, stride = (items + 1) // 2, stride * 2
-    return out, (items, stride, pn)
+    return out, (items, stride, pn, limit)
 
 
-def advance(state: tuple[int, int, int], count: int) -> tuple[int, int, int]:
+def advance(state: State, count: int) -> State:
     """The state after ``count`` more windows, in as many steps as the stride doubles."""
-    items, stride, pn = state
+    items, stride, pn, limit = state
     if count < stride - pn:
-        return items, stride, pn + count
+        return items, stride, pn + count, limit
     count -= stride - pn
     items += 1
     while True:
-        if items >= MAX_WINDOWS:
+        if items >= limit:
             items, stride = (items + 1) // 2, stride * 2
-        full = min(count // stride, MAX_WINDOWS - items)
+        full = min(count // stride, limit - items)
         items, count = items + full, count - full * stride
-        if items < MAX_WINDOWS:
-            return items, stride, count
+        if items < limit:
+            return items, stride, count, limit
 
 
 class Kept:
-    """The windows kept for the report, in file order, at most MAX_WINDOWS: when full, pairs are
-    merged and each later entry stands for ``stride`` logged windows."""
+    """The windows kept, in file order, at most ``limit`` (MAX_WINDOWS where not given): when
+    full, pairs are merged and each later entry stands for ``stride`` logged windows."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.items: list[dict[str, Any]] = []
         self.stride = 1
         self.pending: dict[str, Any] | None = None
+        self.fixed = limit
 
-    def state(self) -> tuple[int, int, int]:
-        return len(self.items), self.stride, self.pending["n"] if self.pending is not None else 0
+    @property
+    def limit(self) -> int:
+        return MAX_WINDOWS if self.fixed is None else self.fixed
+
+    def state(self) -> State:
+        return len(self.items), self.stride, self.pending["n"] if self.pending is not None else 0, self.limit
 
     def add(self, w: dict[str, Any]) -> None:
         self.pending = w if self.pending is None else _merge(self.pending, w)
@@ -165,7 +180,7 @@ class Kept:
 
     def _append(self, new: list[dict[str, Any]]) -> None:
         self.items += new
-        if len(self.items) >= MAX_WINDOWS:
+        if len(self.items) >= self.limit:
             it = self.items
             self.items = [_merge(it[i], it[i + 1]) if i + 1 < len(it) else it[i] for i in range(0, len(it), 2)]
             self.stride *= 2
@@ -179,7 +194,7 @@ class Kept:
             self.add(b.window(i))
             i += 1
         while n - i >= self.stride:
-            groups, stride = min(MAX_WINDOWS - len(self.items), (n - i) // self.stride), self.stride
+            groups, stride = min(self.limit - len(self.items), (n - i) // self.stride), self.stride
             self._append(_fold(b, i, groups, stride))
             i += groups * stride
         if whole:
