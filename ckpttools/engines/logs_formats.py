@@ -218,12 +218,7 @@ REFUSED = range(400, 500)
 #: uvicorn's access line after its level: ``INFO:     ADDR - "POST PATH HTTP/V" STATUS PHRASE``
 #: (SGLang's prefix before it, vLLM's none; colour codes where the stream was a terminal)
 ACCESS = re.compile(
-    _ESC
-    + rb"INFO"
-    + _ESC
-    + rb": {1,8}([^\s\"]{0,300}) - \""
-    + _ESC
-    + rb"POST (/[A-Za-z_]{1,64})(?:\?[^\s\"]{0,2048})? "
+    _ESC + rb"INFO" + _ESC + rb": {1,8}([^\s\"]{0,300}) - \"" + _ESC + rb"POST (/[A-Za-z_]{1,64})(?:\?[^\s\"]*)? "
     rb"HTTP/[0-9.]{1,8}" + _ESC + rb"\" " + _ESC + rb"([1-5]\d\d)(?![0-9])"
 )
 

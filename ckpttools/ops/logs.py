@@ -930,8 +930,13 @@ class _Parser:
         if isinstance(h, str):
             _skip(self.rep, f"swap hook line not in ckpttools' format ({h})", f"{self.where}:{n}")
             return True
+        prev = self.segments.cur.info
+        d = prev["drafter"] if prev["event"] == "hook" else None
         if self.segments.hook(h, self.where, n, self.time, self.run.info["index"]):
             seg = self.segments.cur.info["index"]
+            if d is not None and d["ranks"] < d["world"]:
+                self._event("interleaved", n, f"the swap to {d['digest']} (segment {prev['index']}) was logged by "
+                            f"{d['ranks']} of its {d['world']} ranks before the next swap began")  # fmt: skip
             text = f"swap to {_text(h.path.encode(), 160)} ({h.digest}): segment {seg}"
             self._event("swap", n, text, digest=h.digest, segment=seg)
         return True
@@ -1210,11 +1215,16 @@ def verdict_line(rep: LogsReport) -> str:
         f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} accepted "
         f"drafts per step), {how}, from {rep.source}"
     ]
-    if len(rep.segments) > 1:
-        parts = [_segments_verdict(rep)]
+    measured = [s for s in rep.segments if s["accept_length"] is not None]
+    if len(measured) > 1:
+        parts = [_segments_verdict(rep, measured)]
+    elif rep.segment_count > 1 and measured:
+        parts.append(
+            f"every figure in segment {measured[0]['index']} of {rep.segment_count} (the log split at each weight update)"
+        )
     if rep.min_accept_len is not None:
         ok = bool(rep.passed)
-        every = "every segment " if len(rep.segments) > 1 else ""
+        every = "every segment " if len(measured) > 1 else ""
         parts.append(
             f"{'PASS' if ok else 'FAIL'}: {every if ok else ''}{'at or above' if ok else 'below'} the bar of "
             f"{rep.min_accept_len:.2f}" + ("" if ok or not every else f" in {_failed(rep)}")
@@ -1236,9 +1246,8 @@ def _fold(items: list[Any], most: int) -> tuple[list[Any], int]:
     return items[: most // 2] + items[-(most // 2) :], len(items) - most
 
 
-def _segments_verdict(rep: LogsReport) -> str:
-    """More than one segment: each measured segment's figure (folded past VERDICT_SEGMENTS)."""
-    measured = [s for s in rep.segments if s["accept_length"] is not None]
+def _segments_verdict(rep: LogsReport, measured: list[dict[str, Any]]) -> str:
+    """Segments with figures: each one's figure (folded past VERDICT_SEGMENTS)."""
     segs, left = _fold(measured, VERDICT_SEGMENTS)
     head = f"{rep.segment_count} segments (the log split at each weight update"
     empty = rep.segment_count - len(measured)

@@ -103,6 +103,8 @@ class Segments:
     # ---- figures
     def window(self, w: dict[str, Any]) -> None:
         s = self.cur
+        if s.info["time"] is None:
+            s.info["time"] = w["time"]
         s.kept.add(w)
         s.sums.add(w)
         s.figures += 1
@@ -112,6 +114,8 @@ class Segments:
         if k <= 0:
             return
         s = self.cur
+        if s.info["time"] is None:
+            s.info["time"] = b.time[0]
         s.kept.add_batch(b.head(k), True)
         s.sums.add_batch(b, k)
         s.figures += k
