@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from tests.corpus import Case, write
+from tests.corpus import Case, both, copy_in, write
 from tests.corpus_logs import DEC, VLLM
 
 #: uvicorn 0.54.0's AccessFormatter with SGLang's format (use_colors False: a file)
@@ -310,6 +310,18 @@ def segment_cases() -> list[Case]:
             stdout_has="/update_weights_from_tensor 200",
         ),
     ]
+    # ---- verify --host --log reads the server's log the same way
+    v = ["verify", "--host", "{srv}/sg-ok", "--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
+    v += ["--log", "s.log"]
+    prompts = copy_in("prompts.jsonl")
+    out += [
+        Case("logs-seg-verify-host-log", v, 0, both(prompts, write("s.log", three_drafters("hook"))),
+             stdout_has="split at each weight update: 3 segments"),
+        Case("logs-seg-verify-host-log-10000-swaps", v + ["--json"], 0, both(prompts, write("s.log", swaps(10_000))),
+             stdout_has='"segment_count": 10001'),
+        Case("logs-seg-verify-host-log-bad-hook", v, 0, both(prompts, write("s.log", START + "\n" + hook("/d", "Z") + "\n")),
+             stdout_has="verdict"),
+    ]  # fmt: skip
     return out
 
 

@@ -361,21 +361,7 @@ def render_verify(r: VerifyReport) -> str:
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
-    sl = r.server_log
-    if sl:
-        fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
-        out.append(
-            f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
-            f"({'exact' if sl.get('exact') else 'estimated'}, {sl.get('window_count', 0)} windows, {sl.get('source')})"
-        )
-        for e in sl.get("events", [])[:5]:
-            out.append(f"    {e['kind']} at {e.get('time') or '-'}: {e['text'][:100]}")
-        segs = sl.get("segments") or []
-        if sl.get("segment_count", 0) > 1:
-            out.append(
-                f"    split at each weight update: {sl['segment_count']} segments, the last {min(len(segs), 5)}:"
-            )
-            out += [f"      {s['verdict'][:150]}" for s in segs[-5:]]
+    out += _server_log(r.server_log)
     if r.log_accept_lens:
         out.append(f"  server log 'accept len' lines: {len(r.log_accept_lens)}, last {r.log_accept_lens[-1]:.2f}")
     if r.output_tokens_per_s is not None:
@@ -397,6 +383,24 @@ def render_verify(r: VerifyReport) -> str:
         out.append(f"  error: {e}")
     out.append(f"verdict: {r.verdict}")
     return "\n".join(out)
+
+
+def _server_log(sl: dict[str, Any] | None) -> list[str]:
+    """verify --host --log: the server log's lifetime figure, its events, its last segments."""
+    if not sl:
+        return []
+    fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
+    out = [
+        f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
+        f"({'exact' if sl.get('exact') else 'estimated'}, {sl.get('window_count', 0)} windows, {sl.get('source')})"
+    ]
+    for e in sl.get("events", [])[:5]:
+        out.append(f"    {e['kind']} at {e.get('time') or '-'}: {e['text'][:100]}")
+    segs = sl.get("segments") or []
+    if sl.get("segment_count", 0) > 1:
+        out.append(f"    split at each weight update: {sl['segment_count']} segments, the last {min(len(segs), 5)}:")
+        out += [f"      {s['verdict'][:150]}" for s in segs[-5:]]
+    return out
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
