@@ -200,13 +200,16 @@ def test_fast_path_equals_line_by_line_on_segmented_logs(
     assert rep["segment_count"] > 20 and sum(s["window_count"] for s in rep["segments"]) == rep["window_count"]
     p2 = tmp_path / "h.log"
     p2.write_text(three_drafters("hook", n=300))
-    monkeypatch.setattr(logs_windows, "MAX_WINDOWS", 8)  # the windows folded, in the report and in each segment
-    monkeypatch.setattr(logs_segments, "SEGMENT_WINDOWS", 4)
+    monkeypatch.setattr(logs_windows, "MAX_WINDOWS", 8)  # the report's windows folded; each segment's cut
+    monkeypatch.setattr(logs_segments, "SEGMENT_HEAD", 3)
+    monkeypatch.setattr(logs_segments, "SEGMENT_TAIL", 5)
     monkeypatch.setattr(logs_fast, "QUEUE_MAX", 5 + seed)
     for chunk in (4 << 20, 333):
         _both_paths(monkeypatch, [str(p), str(p2)], chunk)
         got = _both_paths(monkeypatch, [str(p2)], chunk)
-        assert [s["window_count"] for s in got["segments"]] == [300] * 3 and got["segments"][1]["window_stride"] > 1
+        assert [s["window_count"] for s in got["segments"]] == [300] * 3 and got["segments"][1][
+            "windows_left_out"
+        ] == 292
 
 
 def test_10000_swaps_in_bounded_time_memory_and_output(tmp_path: Path) -> None:

@@ -586,8 +586,14 @@ class _Parser:
     def alive(self) -> None:
         self.run.alive_after = True
 
-    def kept_states(self) -> tuple[State, ...]:
-        return self.kept.state(), self.segments.kept_state()
+    def kept_state(self) -> State:
+        return self.kept.state()
+
+    def segment_head_left(self) -> int:
+        return self.segments.head_left()
+
+    def segment_tail(self) -> int:
+        return self.segments.tail_size()
 
     # ---- dispatch
     def feed_block(self, n: int, block: Block) -> int:

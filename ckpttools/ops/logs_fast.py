@@ -73,9 +73,15 @@ class Reader(Protocol):
     def alive(self) -> None:
         """A window was logged: the server was alive after its last error."""
 
-    def kept_states(self) -> tuple[State, ...]:
-        """The states of the lists that keep windows (a window's line is counted where it starts
-        an entry of one of them)."""
+    def kept_state(self) -> State:
+        """The state of the list that keeps windows (a window's line is counted where it starts
+        an entry)."""
+
+    def segment_head_left(self) -> int:
+        """How many more windows the current segment keeps from its start (their lines are counted)."""
+
+    def segment_tail(self) -> int:
+        """How many windows a segment keeps from its end (the last so many of each part get their lines)."""
 
     def feed(self, n: int, line: bytes) -> None:
         """One line read as any line."""
@@ -250,7 +256,8 @@ class _Scan:
         self.marks: list[tuple[int, str, str | None]] = []  # (window, time, rank) from that window on
         self.lines: dict[int, int] = {}  # window -> line number, for those that start a kept entry
         self.resolved = 0
-        self.states = [advance(st, p.fastq.count) for st in p.kept_states()]
+        self.state = advance(p.kept_state(), p.fastq.count)
+        self.head_left = max(0, p.segment_head_left() - p.fastq.count)
         self.npre: bytes | None = None  # newline and the last fast line's prefix; None: none to compare
         self.plen, self.back, self.drop = 0, False, False
         self.set_limit()
@@ -352,13 +359,16 @@ class _Scan:
         return self.cline
 
     def resolve(self) -> None:
-        """Count the line numbers of the windows read since the last call that start a kept entry."""
+        """Count the line numbers of the windows read since the last call that start a kept entry,
+        or that the segment keeps from its start."""
         n = len(self.starts)
         if self.resolved == n:
             return
-        got = [starts(state, n - self.resolved) for state in self.states]
-        self.states = [state for _, state in got]
-        firsts = got[0][0] if len(got) == 1 else sorted(set().union(*(f for f, _ in got)))
+        firsts, self.state = starts(self.state, n - self.resolved)
+        if self.head_left:
+            k = min(self.head_left, n - self.resolved)
+            firsts = sorted(set(firsts).union(range(k)))
+            self.head_left -= k
         count, st = self.blob.count, self.starts
         for i in firsts:
             pos = st[self.resolved + i]
@@ -366,6 +376,20 @@ class _Scan:
             self.cpos = pos
             self.lines[self.resolved + i] = self.cline
         self.resolved = n
+
+    def tail_lines(self, n: int) -> None:
+        """The line numbers of the part's last windows (a segment keeps its last ones), counted from
+        the last line number known, back or on, and the cursor left where it was."""
+        todo = [i for i in range(max(0, n - self.p.segment_tail()), n) if i not in self.lines]
+        if not todo:
+            return
+        count, st = self.blob.count, self.starts
+        pos, line = self.cpos, self.cline
+        for i in todo:
+            at = st[i]
+            line = line + count(b"\n", pos, at) if at >= pos else line - count(b"\n", at, pos)
+            pos = at
+            self.lines[i] = line
 
     def slow_upto(self, end: int) -> None:
         """Read one at a time each line before ``end`` that must be (every one while ``waiting``)."""
@@ -401,7 +425,8 @@ class _Scan:
                 p.flush_fast(True)
             p.feed(n, line)
             if danger:
-                self.states = list(p.kept_states())
+                self.state = p.kept_state()
+                self.head_left = max(0, p.segment_head_left() - p.fastq.count)
             self.floor, self.done, ls = ls, e + 1, e + 1
             if not p.in_traceback:
                 break
@@ -413,6 +438,7 @@ class _Scan:
             return
         self.resolve()
         n = len(self.starts)
+        self.tail_lines(n)
         lines = np.full(n, -1, dtype=np.int64)
         if self.lines:
             lines[list(self.lines)] = list(self.lines.values())

@@ -18,9 +18,11 @@ A figure (a decode window, a metrics line, a finished request) belongs to the se
 line is. A request that spans a swap is counted where it finished.
 
 Bounded: every segment's summary is kept up to :data:`MAX_SEGMENTS` (beyond: the first and the
-last half of them, ``segment_count`` says how many in all); each keeps at most
-:data:`SEGMENT_WINDOWS` windows (neighbours merged beyond), and the windows themselves only for
-the first and last :data:`WINDOWED // 2` segments (the others keep their figures).
+last half of them, ``segment_count`` says how many in all); each keeps its first
+:data:`SEGMENT_HEAD` and its last :data:`SEGMENT_TAIL` windows as logged (``windows_left_out``
+counts those between; its figure is over them all), and the windows themselves only for the
+first and last :data:`WINDOWED // 2` segments (the others keep their figures). Keeping windows
+as logged, not merged, costs the fast path nothing per window: a batch gives at most that many.
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ from collections import deque
 from typing import Any
 
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_windows import Batch, Kept, Sums
+from ckpttools.ops.logs_windows import Batch, Sums
 
-__all__ = ["Segments", "MAX_SEGMENTS", "SEGMENT_WINDOWS", "WINDOWED", "segment_verdict"]
+__all__ = ["Segments", "MAX_SEGMENTS", "SEGMENT_HEAD", "SEGMENT_TAIL", "WINDOWED", "segment_verdict"]
 
 #: segments listed in full; beyond, the first and the last half of them (all counted)
 MAX_SEGMENTS = 20_000
-#: the windows one segment keeps (beyond, neighbours are merged, as the report's windows are)
-SEGMENT_WINDOWS = 64
+#: the windows a segment keeps from its start and from its end, as logged
+SEGMENT_HEAD = 32
+SEGMENT_TAIL = 32
 #: the segments that keep their windows: the first and the last half of this many
 WINDOWED = 64
 #: the access endpoints one segment lists (a burst of them is one split; all are counted)
@@ -73,7 +76,8 @@ class _Segment:
         self.info: dict[str, Any] = {"index": index, "run": run, "event": event, "event_status": None}
         self.info |= {"event_endpoints": [], "updates": 0 if event is None else 1, "file": file}
         self.info |= {"first_line": line, "last_file": file, "last_line": line, "time": time, "drafter": None}
-        self.kept = Kept(SEGMENT_WINDOWS)
+        self.head: list[dict[str, Any]] = []
+        self.tail: deque[dict[str, Any]] = deque(maxlen=SEGMENT_TAIL)
         self.sums = Sums()
         self.pool = _Pool()
         self.figures = 0  # windows and requests since the segment began (a hook's ranks, an access line)
@@ -105,7 +109,7 @@ class Segments:
         s = self.cur
         if s.info["time"] is None:
             s.info["time"] = w["time"]
-        s.kept.add(w)
+        (s.head if len(s.head) < SEGMENT_HEAD else s.tail).append(w)
         s.sums.add(w)
         s.figures += 1
 
@@ -116,7 +120,9 @@ class Segments:
         s = self.cur
         if s.info["time"] is None:
             s.info["time"] = b.time[0]
-        s.kept.add_batch(b.head(k), True)
+        take = min(k, SEGMENT_HEAD - len(s.head))
+        s.head += [b.window(i) for i in range(take)]
+        s.tail.extend(b.window(i) for i in range(max(take, k - SEGMENT_TAIL), k))
         s.sums.add_batch(b, k)
         s.figures += k
 
@@ -124,8 +130,12 @@ class Segments:
         self.cur.pool.add(r)
         self.cur.figures += 1
 
-    def kept_state(self) -> tuple[int, int, int, int]:
-        return self.cur.kept.state()
+    def head_left(self) -> int:
+        return max(0, SEGMENT_HEAD - len(self.cur.head))
+
+    @staticmethod
+    def tail_size() -> int:
+        return SEGMENT_TAIL
 
     # ---- splits
     def hook(self, h: F.Hook, file: str, line: int, time: str | None, run: int) -> bool:
@@ -220,7 +230,8 @@ class Segments:
             al, exact, source = sums.accept_length, sums.exact if sums.n else False, "windows" if sums.n else None
         info |= {"accept_length": al, "accepted_drafts_per_step": None if al is None else al - 1, "exact": exact}
         info |= {"source": source, "request_count": p.n, "accept_length_ci95": p.ci95() if p.n else None}
-        info |= {"window_count": sums.n, "window_stride": s.kept.stride, "windows": s.kept.done()}
+        windows = s.head + list(s.tail)
+        info |= {"window_count": sums.n, "windows": windows, "windows_left_out": sums.n - len(windows)}
         info |= {"windows_kept": True, "passed": None, "verdict": ""}
         if info["drafter"] is not None:
             info["drafter"]["maps"] = "/".join(info["drafter"]["maps"])

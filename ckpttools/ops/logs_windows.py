@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_WINDOWS", "Batch"]
+__all__ = ["MAX_WINDOWS", "Batch", "State"]
 
 #: the windows kept in the report; beyond, neighbours are merged (``window_stride`` says how many)
 MAX_WINDOWS = 1024
@@ -69,13 +69,6 @@ class Batch:
     def weight(self) -> np.ndarray:
         return np.maximum(self.running, 1.0)
 
-    def head(self, k: int) -> Batch:
-        """The first ``k`` windows."""
-        if k >= len(self):
-            return self
-        return Batch(self.file, self.run, self.line[:k], self.time[:k], self.rank[:k], self.accept_length[:k],
-                     self.accept_rate[:k], self.running[:k], self.queued[:k], self.throughput[:k])  # fmt: skip
-
     def window(self, i: int) -> dict[str, Any]:
         """Window ``i`` as the per-line path builds it."""
         al = float(self.accept_length[i])
@@ -116,14 +109,15 @@ def _fold(b: Batch, start: int, groups: int, stride: int) -> list[dict[str, Any]
     return out
 
 
-#: what a :class:`Kept` holds: (entries kept, stride, windows in the entry not yet full, its limit)
-State = tuple[int, int, int, int]
+#: what a :class:`Kept` holds: (entries kept, stride, windows in the entry not yet full)
+State = tuple[int, int, int]
 
 
 def starts(state: State, count: int) -> tuple[list[int], State]:
     """Which of ``count`` more windows start a kept entry (their line is the entry's), and the state
-    after them, as :class:`Kept` would have it."""
-    items, stride, pn, limit = state
+    after them; a state is (entries kept, stride, windows in the entry not yet full), as :class:`Kept`
+    would have it."""
+    items, stride, pn = state
     out, j = [], 0
     while j < count:
         if pn == 0:
@@ -133,43 +127,38 @@ def starts(state: State, count: int) -> tuple[list[int], State]:
             pn += count - j
             break
         j, pn, items = j + need, 0, items + 1
-        if items >= limit:
+        if items >= MAX_WINDOWS:
             items, stride = (items + 1) // 2, stride * 2
-    return out, (items, stride, pn, limit)
+    return out, (items, stride, pn)
 
 
 def advance(state: State, count: int) -> State:
     """The state after ``count`` more windows, in as many steps as the stride doubles."""
-    items, stride, pn, limit = state
+    items, stride, pn = state
     if count < stride - pn:
-        return items, stride, pn + count, limit
+        return items, stride, pn + count
     count -= stride - pn
     items += 1
     while True:
-        if items >= limit:
+        if items >= MAX_WINDOWS:
             items, stride = (items + 1) // 2, stride * 2
-        full = min(count // stride, limit - items)
+        full = min(count // stride, MAX_WINDOWS - items)
         items, count = items + full, count - full * stride
-        if items < limit:
-            return items, stride, count, limit
+        if items < MAX_WINDOWS:
+            return items, stride, count
 
 
 class Kept:
-    """The windows kept, in file order, at most ``limit`` (MAX_WINDOWS where not given): when
-    full, pairs are merged and each later entry stands for ``stride`` logged windows."""
+    """The windows kept for the report, in file order, at most MAX_WINDOWS: when full, pairs are
+    merged and each later entry stands for ``stride`` logged windows."""
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
         self.stride = 1
         self.pending: dict[str, Any] | None = None
-        self.fixed = limit
-
-    @property
-    def limit(self) -> int:
-        return MAX_WINDOWS if self.fixed is None else self.fixed
 
     def state(self) -> State:
-        return len(self.items), self.stride, self.pending["n"] if self.pending is not None else 0, self.limit
+        return len(self.items), self.stride, self.pending["n"] if self.pending is not None else 0
 
     def add(self, w: dict[str, Any]) -> None:
         self.pending = w if self.pending is None else _merge(self.pending, w)
@@ -180,7 +169,7 @@ class Kept:
 
     def _append(self, new: list[dict[str, Any]]) -> None:
         self.items += new
-        if len(self.items) >= self.limit:
+        if len(self.items) >= MAX_WINDOWS:
             it = self.items
             self.items = [_merge(it[i], it[i + 1]) if i + 1 < len(it) else it[i] for i in range(0, len(it), 2)]
             self.stride *= 2
@@ -194,7 +183,7 @@ class Kept:
             self.add(b.window(i))
             i += 1
         while n - i >= self.stride:
-            groups, stride = min(self.limit - len(self.items), (n - i) // self.stride), self.stride
+            groups, stride = min(MAX_WINDOWS - len(self.items), (n - i) // self.stride), self.stride
             self._append(_fold(b, i, groups, stride))
             i += groups * stride
         if whole:
