@@ -310,6 +310,7 @@ def segment_cases() -> list[Case]:
             stdout_has="/update_weights_from_tensor 200",
         ),
     ]
+    out.append(Case("logs-seg-plot", s + ["--plot", "p.png"], 0, write("s.log", three_drafters("hook")), out="p.png"))
     # ---- verify --host --log reads the server's log the same way
     v = ["verify", "--host", "{srv}/sg-ok", "--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8"]
     v += ["--log", "s.log"]

@@ -280,3 +280,37 @@ def test_verify_reads_the_servers_log_the_same_way(tmp_path: Path) -> None:
     rep = VerifyReport(engine="vllm", url="http://127.0.0.1:1")
     _read_server_log(rep, _write(tmp_path, "\n".join([vllm_spec(2.0), vllm_access("/collective_rpc"), vllm_spec(3.0)])))
     assert rep.server_log is not None and [s["accept_length"] for s in rep.server_log["segments"]] == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "line, got",
+    [
+        (hook("/a b/c.safetensors", digest(1)), ("/a b/c.safetensors", digest(1), 0, 1, "replaced")),
+        (hook("/r/\u00e9\"q\\", digest(2), 1, 2, "none", sgl_prefix(" DP0 TP1")), ("/r/\u00e9\"q\\", digest(2), 1, 2, "none")),
+        (hook("/r", digest(3), prefix="\x1b[1;36m(Worker_TP0 pid=7) \x1b[0;0mINFO 12-01 08:54:20 \x1b[0m[ckpt_swap.py:80] "),
+         ("/r", digest(3), 0, 1, "replaced")),
+        (hook("/r", digest(3), prefix="(EngineCore_DP0 pid=7) ") + "\r", ("/r", digest(3), 0, 1, "replaced")),
+        (hook("/r", "0123456789ABCDEF"), "not in the hook's format"),
+        (hook("/r", digest(1)).replace("world=1", "world=0"), "not in the hook's format"),
+        (hook("/r", digest(1), 3, 3), "rank 3 of a world of 3"),
+        (hook("", digest(1)), "not in the hook's format"),
+        (hook("/r\u2028x", digest(1)), "its path holds control characters"),
+        (hook("/r", digest(1)) + " extra", "not in the hook's format"),
+        ("echo " + hook("/r", digest(1)), None),
+        (sgl_prefix() + "Receive: " + hook("/r", digest(1)), None),
+    ],
+)  # fmt: skip
+def test_the_hooks_line(line: str, got: object) -> None:
+    from ckpttools.engines import logs_formats as F
+
+    h = F.parse_hook(line.encode())
+    assert (tuple(h) if isinstance(h, F.Hook) else h) == got
+
+
+def test_the_ranks_maps_and_status_of_a_swap(tmp_path: Path) -> None:
+    lines = [START, dec(4.0), hook("/d/a", digest(9), 0, 2, "replaced"), hook("/d/a", digest(9), 1, 2, "none")]
+    lines += [sgl_access("/update_weights_from_tensor", 400), dec(1.0)]  # the swap's request failed after the hook
+    r = read_logs([_write(tmp_path, "\n".join(lines) + "\n")])
+    d = r.segments[1]["drafter"]
+    assert (d["ranks"], d["world"], d["maps"]) == (2, 2, "replaced/none") and r.segments[1]["event_status"] == 400
+    assert r.segments[1]["event_endpoints"] == ["/update_weights_from_tensor"] and "400" in r.segments[1]["verdict"]

@@ -272,11 +272,13 @@ def label(info: dict[str, Any]) -> str:
     0123456789abcdef, 2/2 ranks)``."""
     d = info["drafter"]
     what = info["event"] or "the log's start"
+    status = info["event_status"]
     if d is not None:
         name = d["path"].rsplit("/", 1)[-1][:60]
         what += f": {name} {d['digest']}, {d['ranks']}/{d['world']} ranks"
+        what += "" if status is None or 200 <= status < 300 else f", its request answered {status}"
     elif info["event"] not in (None, "hook", "restart"):
-        what += "" if info["event_status"] is None else f" {info['event_status']}"
+        what += "" if status is None else f" {status}"
     return f"segment {info['index']} ({what})"
 
 
