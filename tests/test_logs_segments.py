@@ -145,6 +145,10 @@ def test_a_restart_after_an_update_begins_a_segment(tmp_path: Path) -> None:
     r = read_logs([_write(tmp_path, "\n".join(swapped) + "\n")])
     assert _figures(r) == [4.0, 1.0, 2.0] and [s["event"] for s in r.segments][2] == "restart"
     assert [s["run"] for s in r.segments] == [0, 0, 1]
+    r = read_logs([_write(tmp_path, "\n".join(swapped + [START, dec(2.0)] * 50) + "\n")])
+    assert r.segment_count == 3 and r.run_count == 52  # restarts after that one: the same launched drafter
+    vllm = [vllm_spec(2.0), "(APIServer pid=41) " + vllm_access("/collective_rpc"), vllm_spec(3.0)]
+    assert _figures(read_logs([_write(tmp_path, "\n".join(vllm) + "\n")])) == [2.0, 3.0]
 
 
 def test_interleaved_ranks_say_each_swap_reached_half(tmp_path: Path) -> None:

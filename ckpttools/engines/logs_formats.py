@@ -215,6 +215,8 @@ ACCESS_KEYS = (b"POST /update_weights", b"POST /collective_rpc")
 #: ran and broke, the weights unknown) splits it
 REFUSED = range(400, 500)
 
+#: a vLLM process's prefix alone (a worker's own print): ``(Worker_TP0 pid=N) ``
+PROC_PREFIX = re.compile(rb"^" + _ESC + rb"\((\w{1,64})(?: pid=(\d{1,10}))?\) " + _ESC)
 #: uvicorn's access line after its level: ``INFO:     ADDR - "POST PATH HTTP/V" STATUS PHRASE``
 #: (SGLang's prefix before it, vLLM's none; colour codes where the stream was a terminal)
 ACCESS = re.compile(
@@ -225,9 +227,9 @@ ACCESS = re.compile(
 
 def parse_access(line: bytes) -> tuple[bytes, int] | None:
     """A weight-update endpoint's access line: (endpoint, status); None for any other line. The
-    line is uvicorn's, after SGLang's prefix or at its start: the same text inside a request's
-    body, or after any other prefix, is not one."""
-    m = SGL_PREFIX.match(line)
+    line is uvicorn's, after SGLang's prefix, a vLLM process's or none: the same text inside a
+    request's body, or after any other prefix, is not one."""
+    m = SGL_PREFIX.match(line) or PROC_PREFIX.match(line)
     a = ACCESS.match(line, m.end() if m is not None else 0)
     if a is None or a.group(2) not in UPDATE_ENDPOINTS:
         return None
@@ -241,8 +243,6 @@ HOOK = re.compile(
     rb'ckpttools swap: drafter="((?:[^"\\\x00-\x1f]|\\[^\x00-\x1f]){1,4096})" digest=([0-9a-f]{16}) '
     rb"rank=(0|[1-9]\d{0,5}) world=([1-9]\d{0,5}) maps=(replaced|none)\r?$"
 )
-#: a vLLM process's prefix alone (a worker's own print): ``(Worker_TP0 pid=N) ``
-PROC_PREFIX = re.compile(rb"^" + _ESC + rb"\((\w{1,64})(?: pid=(\d{1,10}))?\) " + _ESC)
 
 
 class Hook(NamedTuple):

@@ -197,8 +197,9 @@ class Segments:
         s.info["event_status"] = status
 
     def restart(self, file: str, line: int, time: str | None, run: int) -> None:
-        """A server started again: a new segment where the last one came from a weight update."""
-        if self.cur.info["event"] is not None:
+        """A server started again: a new segment where the last one came from a weight update (a
+        restart after a restart keeps the segment: the drafter launched, both times)."""
+        if self.cur.info["event"] not in (None, "restart"):
             self._split("restart", file, line, time, run)
 
     def _split(self, event: str, file: str, line: int, time: str | None, run: int) -> _Segment:
