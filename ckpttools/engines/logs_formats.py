@@ -47,11 +47,11 @@ throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...``       before its
 ``EngineCore failed to start.``
 a Python traceback's last line, e.g. ``torch.OutOfMemoryError: CUDA   (Python's own format)
 out of memory. ...``
-uvicorn 0.54.0's access line, SGLang: ``[YYYY-MM-DD HH:MM:SS] INFO:     sglang/srt/utils/common.py:3039-3042 (the
-ADDR - "POST /update_weights_from_tensor HTTP/1.1" 200 OK``; vLLM     format); vLLM: uvicorn/config.py:92-95
-(no prefix): ``INFO:     ADDR - "POST /collective_rpc HTTP/1.1"      (uvicorn's own, vllm/entrypoints/launchers/
-200 OK`` (colour codes round the level, the request line and the      api_server/entry.py:128-131); the fields:
-status where the stream is a terminal)                                uvicorn/protocols/http/h11_impl.py:476-483,
+uvicorn 0.54.0's access line; SGLang's prefix, then                   sglang/srt/utils/common.py:3039-3042 (the
+``INFO:     ADDR - "POST /update_weights_from_tensor HTTP/1.1"        format); vLLM: uvicorn/config.py:92-95
+200 OK``; vLLM: no prefix (colour codes round the level, the          (uvicorn's own, vllm/entrypoints/launchers/
+request line and the status where the stream is a terminal)           api_server/entry.py:128-131); the fields:
+                                                                      uvicorn/protocols/http/h11_impl.py:476-483,
                                                                       logging.py:97-123, protocols/utils.py:51-62
 the weight-update endpoints (:data:`UPDATE_ENDPOINTS`)                SGLang: entrypoints/http_server.py:1215,
                                                                       1351, 1373, 1393; vLLM: entrypoints/serve/
