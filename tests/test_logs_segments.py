@@ -318,3 +318,17 @@ def test_the_ranks_maps_and_status_of_a_swap(tmp_path: Path) -> None:
     d = r.segments[1]["drafter"]
     assert (d["ranks"], d["world"], d["maps"]) == (2, 2, "replaced/none") and r.segments[1]["event_status"] == 400
     assert r.segments[1]["event_endpoints"] == ["/update_weights_from_tensor"] and "400" in r.segments[1]["verdict"]
+
+
+def test_segments_across_the_files_of_a_rotated_log(tmp_path: Path) -> None:
+    a = _write(tmp_path, START + "\n" + dec(4.0) + "\n", "s.log.1")
+    b = _write(tmp_path, "\n".join([dec(4.0), sgl_access("/update_weights_from_tensor"), dec(1.0)]) + "\n", "s.log")
+    r = read_logs([a, b])
+    s0, s1 = r.segments
+    assert (s0["file"], s0["first_line"], s0["last_file"], s0["last_line"]) == (a, 1, b, 1) and s0["window_count"] == 2
+    assert (s1["file"], s1["first_line"], s1["last_file"], s1["last_line"]) == (b, 2, b, 3)
+    c = _write(tmp_path, sgl_access("/update_weights_from_tensor") + "\n" + dec(1.0) + "\n", "s.log.0")
+    s0, s1 = read_logs(
+        [a, c]
+    ).segments  # the split on a file's first line: the segment before ends with the file before
+    assert (s0["last_file"], s0["last_line"]) == (a, 2) and (s1["file"], s1["first_line"]) == (c, 1)

@@ -204,8 +204,8 @@ class Segments:
 
     def _split(self, event: str, file: str, line: int, time: str | None, run: int) -> _Segment:
         prev = self.cur
-        if prev.info["last_file"] == file:
-            prev.info["last_line"] = max(prev.info["first_line"], line - 1)
+        if prev.info["last_file"] == file or line > 1:  # (else it ended with the file before)
+            prev.info["last_file"], prev.info["last_line"] = file, line - 1
         self._close(prev)
         self.cur = self._new(event, file, line, time, run)
         return self.cur
