@@ -71,6 +71,16 @@ class _Pool:
         return [self.mean - h, self.mean + h]
 
 
+class _Sums(Sums):
+    """A segment's sums: the merged figure only (no per-position figures: one less list a window)."""
+
+    def add(self, win: dict[str, Any]) -> None:
+        self.n += 1
+        self.w += win["weight"]
+        self.wal += win["weight"] * win["accept_length"]
+        self.exact = self.exact and win["exact"]
+
+
 class _Segment:
     def __init__(self, index: int, event: str | None, file: str, line: int, time: str | None, run: int) -> None:
         self.info: dict[str, Any] = {"index": index, "run": run, "event": event, "event_status": None}
@@ -78,7 +88,7 @@ class _Segment:
         self.info |= {"first_line": line, "last_file": file, "last_line": line, "time": time, "drafter": None}
         self.head: list[dict[str, Any]] = []
         self.tail: deque[dict[str, Any]] = deque(maxlen=SEGMENT_TAIL)
-        self.sums = Sums()
+        self.sums = _Sums()
         self.pool = _Pool()
         self.figures = 0  # windows and requests since the segment began (a hook's ranks, an access line)
         self.ranks: set[int] = set()
