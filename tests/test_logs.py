@@ -322,7 +322,9 @@ def test_every_keyword_is_found_by_the_fast_path() -> None:
     character, or a needle (whose letter, when it has one, is in the needle)."""
     from ckpttools.ops import logs, logs_fast
 
-    for key in [*logs._KEYWORDS, b"SpecDecoding metrics", b'"request.finished"']:
+    from ckpttools.engines import logs_formats as F
+
+    for key in [*logs._KEYWORDS, b"SpecDecoding metrics", b'"request.finished"', F.HOOK_KEY]:
         assert logs_fast.found(key), key
     for letter, needle in logs_fast.NEEDLES:
         assert letter in needle

@@ -51,6 +51,14 @@ EXC = b"(EngineCore_DP0 pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried
 RELEASE = b"(APIServer pid=41) INFO 12-01 08:54:10 [api_utils.py:327] vLLM server version 0.32.0, serving model t"
 ENGINE = b"(EngineCore pid=7) INFO 12-01 08:54:10 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: x"
 LOGO = b"\xe2\x96\x88\xe2\x96\x88 version \x1b[1m0.32.0\x1b[0m"
+#: uvicorn 0.54.0's access line under SGLang's format, and its default (vLLM's) to a terminal
+ACCESS = b'[2026-12-01 10:15:14] INFO:     127.0.0.1:48510 - "POST /update_weights_from_tensor?x=1 HTTP/1.1" 200 OK'
+ACCESS_COLOUR = (
+    b'\x1b[32mINFO\x1b[0m:     127.0.0.1:1 - "\x1b[1mPOST /collective_rpc HTTP/1.1\x1b[0m" \x1b[32m200 OK\x1b[0m'
+)
+#: ckpttools' swap hook's line (issue 33), after SGLang's prefix and after vLLM's
+HOOK = b'[2026-12-01 10:15:14 TP1] ckpttools swap: drafter="/r/a \\"b\\".st" digest=0123456789abcdef rank=1 world=2 maps=none'
+HOOK_VLLM = b'(Worker_TP0 pid=3) ckpttools swap: drafter="/r/a" digest=0123456789abcdef rank=0 world=1 maps=replaced'
 
 
 def _b(f: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
@@ -78,6 +86,13 @@ PATTERNS: list[tuple[str, Callable[[bytes], Any], bytes]] = [
     ("release-engine", F.RELEASE_LINES[1][1].search, ENGINE),
     ("release-logo", F.RELEASE_LINES[2][1].search, LOGO),
     ("events", logs._EVENTS.search, b"[2026-11-30 10:00:07] The server is fired up and ready to roll!"),
+    ("access", F.ACCESS.search, ACCESS),
+    ("parse-access", F.parse_access, ACCESS),
+    ("access-vllm-colour", F.parse_access, ACCESS_COLOUR),
+    ("hook", F.HOOK.search, HOOK),
+    ("parse-hook", lambda b: isinstance(F.parse_hook(b), F.Hook), HOOK),
+    ("parse-hook-vllm", lambda b: isinstance(F.parse_hook(b), F.Hook), HOOK_VLLM),
+    ("proc-prefix", F.PROC_PREFIX.match, HOOK_VLLM),
     ("launch-accept-len", _s(launch.parse_sglang_accept_lens), SGL_DECODE),
     ("figure-decimal", figures._DECIMAL.fullmatch, b"-12.50"),
     ("figure-integer", figures._INTEGER.fullmatch, b"1250"),
@@ -168,8 +183,19 @@ def test_the_parsers_helpers_are_linear() -> None:
         b"[2026-11-30 10:00:00" + b" TP0" * (MIB // 4 - 8),
         b"(" + b"a" * (MIB - 8),
         b"SpecDecoding metrics: Mean acceptance length: " + b"1, " * (MIB // 3 - 20),
+        b'ckpttools swap: drafter="' + b'\\"' * (MIB // 2 - 20),
+        b"[2026-11-30 10:00:00] " + b'INFO:     a - "POST /update_weights_from_tensor' * (MIB // 50),
     ],
-    ids=["vllm-escapes", "decode-fields", "load-repeated", "sgl-rank-tags", "vllm-open-paren", "spec-fields"],
+    ids=[
+        "vllm-escapes",
+        "decode-fields",
+        "load-repeated",
+        "sgl-rank-tags",
+        "vllm-open-paren",
+        "spec-fields",
+        "hook-escapes",
+        "access-repeated",
+    ],  # fmt: skip
 )
 def test_ckpt_logs_reads_a_1mib_adversarial_line_in_bounded_time(tmp_path: Path, line: bytes) -> None:
     """The whole reader (both paths) on a line just under MAX_LINE of what made it stall."""

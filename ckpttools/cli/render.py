@@ -361,15 +361,7 @@ def render_verify(r: VerifyReport) -> str:
         out.append(f"  computed from: {r.fields_used}")
     if r.server_avg_accept_length is not None:
         out.append(f"  server's own avg_spec_accept_length (/server_info): {r.server_avg_accept_length:.3f}")
-    sl = r.server_log
-    if sl:
-        fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
-        out.append(
-            f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
-            f"({'exact' if sl.get('exact') else 'estimated'}, {sl.get('window_count', 0)} windows, {sl.get('source')})"
-        )
-        for e in sl.get("events", [])[:5]:
-            out.append(f"    {e['kind']} at {e.get('time') or '-'}: {e['text'][:100]}")
+    out += _server_log(r.server_log)
     if r.log_accept_lens:
         out.append(f"  server log 'accept len' lines: {len(r.log_accept_lens)}, last {r.log_accept_lens[-1]:.2f}")
     if r.output_tokens_per_s is not None:
@@ -391,6 +383,24 @@ def render_verify(r: VerifyReport) -> str:
         out.append(f"  error: {e}")
     out.append(f"verdict: {r.verdict}")
     return "\n".join(out)
+
+
+def _server_log(sl: dict[str, Any] | None) -> list[str]:
+    """verify --host --log: the server log's lifetime figure, its events, its last segments."""
+    if not sl:
+        return []
+    fig = "-" if sl.get("accept_length") is None else f"{sl['accept_length']:.3f}"
+    out = [
+        f"  server's log ({', '.join(sl['files'])}), its lifetime: accept length {fig} "
+        f"({'exact' if sl.get('exact') else 'estimated'}, {sl.get('window_count', 0)} windows, {sl.get('source')})"
+    ]
+    for e in sl.get("events", [])[:5]:
+        out.append(f"    {e['kind']} at {e.get('time') or '-'}: {e['text'][:100]}")
+    segs = sl.get("segments") or []
+    if sl.get("segment_count", 0) > 1:
+        out.append(f"    split at each weight update: {sl['segment_count']} segments, the last {min(len(segs), 5)}:")
+        out += [f"      {s['verdict'][:150]}" for s in segs[-5:]]
+    return out
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
@@ -554,13 +564,17 @@ def render_logs(r: LogsReport, show: int = 20) -> str:
             f"drafter {run.get('drafter_class') or '-'}, {run.get('window_count', 0)} windows, accept length "
             f"{_f(run.get('accept_length'))}" + (f", ended by: {run['ended_by'][:120]}" if run.get("ended_by") else "")
         )
+    out += _logs_segments(r, show)
     out += _logs_windows(r, show)
     if r.events:
         out.append("  events:")
         out += [f"    {e.get('time') or '-'}  {e['kind']:16s} {e['text'][:140]}" for e in r.events[: max(show, 1) * 2]]
     out.append(f"  accept length: {r.convention}")
     if r.accept_length is not None:
-        out.append(f"    overall: {r.accept_length:.3f} ({r.accepted_drafts_per_step:.3f} accepted drafts per step)")
+        every = " (every segment together: the segments above are each drafter's own)" if r.segment_count > 1 else ""
+        out.append(
+            f"    overall: {r.accept_length:.3f} ({r.accepted_drafts_per_step:.3f} accepted drafts per step){every}"
+        )
         out.append(f"    {r.weighting}")
         if r.accept_length_ci95:
             out.append(
@@ -577,6 +591,36 @@ def render_logs(r: LogsReport, show: int = 20) -> str:
         out.append(f"  skipped: {v} {k}")
     out.append(f"verdict: {r.verdict}")
     return "\n".join(out)
+
+
+def _logs_segments(r: Any, show: int) -> list[str]:
+    """The segments (more than one: the log split at weight updates), the first and last ``show``."""
+    from ckpttools.ops.logs_segments import label
+
+    ss = r.segments
+    if len(ss) <= 1:
+        return []
+    show = max(show, 1)
+    rows = ss if len(ss) <= 2 * show else ss[:show] + [None] + ss[-show:]
+    out = [f"  segments: {r.segment_count} (the log split at each weight update; each its own figures)"]
+    for s in rows:
+        if s is None:
+            out.append(f"    ... {r.segment_count - 2 * show} more segments (all in --json)")
+            continue
+        where = f"lines {s['first_line']}-{s['last_line']}"
+        if s["last_file"] != s["file"]:
+            where = f"{s['file']}:{s['first_line']} to {s['last_file']}:{s['last_line']}"
+        fig = (
+            "no figures"
+            if s["accept_length"] is None
+            else (
+                f"accept length {s['accept_length']:.2f} ({'exact' if s['exact'] else 'estimated'}, "
+                f"{s['window_count']} windows" + (f", {s['request_count']} requests)" if s["request_count"] else ")")
+            )
+        )
+        mark = {True: ", PASS", False: ", FAIL", None: ""}[s["passed"]]
+        out.append(f"    {label(s)[:110]}, {where}, from {s['time'] or '-'}: {fig}{mark}")
+    return out
 
 
 def _logs_windows(r: Any, show: int) -> list[str]:

@@ -47,14 +47,29 @@ throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...``       before its
 ``EngineCore failed to start.``
 a Python traceback's last line, e.g. ``torch.OutOfMemoryError: CUDA   (Python's own format)
 out of memory. ...``
+uvicorn 0.54.0's access line; SGLang's prefix, then                   sglang/srt/utils/common.py:3039-3042 (the
+``INFO:     ADDR - "POST /update_weights_from_tensor HTTP/1.1"        format); vLLM: uvicorn/config.py:92-95
+200 OK``; vLLM: no prefix (colour codes round the level, the          (uvicorn's own, vllm/entrypoints/launchers/
+request line and the status where the stream is a terminal)           api_server/entry.py:128-131); the fields:
+                                                                      uvicorn/protocols/http/h11_impl.py:476-483,
+                                                                      logging.py:97-123, protocols/utils.py:51-62
+the weight-update endpoints (:data:`UPDATE_ENDPOINTS`)                SGLang: entrypoints/http_server.py:1215,
+                                                                      1351, 1373, 1393; vLLM: entrypoints/serve/
+                                                                      dev/rpc/api_router.py:23, entrypoints/rl/
+                                                                      online/api_router.py:192
+``ckpttools swap: drafter="P" digest=H rank=R world=N                 ckpttools' swap hook, on the server, one
+maps=replaced|none`` (P JSON-escaped; H 16 lowercase hex), after      line per rank per swap
+the engine's prefix or at the line's start
 ====================================================================  ==========================================
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import NamedTuple
 
-__all__ = ["RELEASE_LINES", "KNOWN_RELEASES", "parse_decode", "parse_load"]
+__all__ = ["RELEASE_LINES", "KNOWN_RELEASES", "parse_decode", "parse_load", "parse_access", "parse_hook", "Hook"]
 
 _NUM = rb"([^,\s]+)"
 #: a terminal colour code, as vLLM's coloured prefix writes them (a few at most)
@@ -176,3 +191,92 @@ NO_RELEASE_LINE = {
     "sglang": "SGLang logs no version line (0.5.17: entrypoints/engine.py:237 logs server_args only)",
     "vllm": "no 'vLLM server version' or 'Initializing a V1 LLM engine (v...)' line in the log",
 }
+
+
+# ----------------------------------------------------------------------------- weight updates
+#: the HTTP endpoints that change a running server's weights: path -> (engine, kind, source).
+#: kind "update": the endpoint is a weight update by its name; "rpc": vLLM's collective_rpc runs
+#: any worker method (ckpttools' swap among them), so it is a weight update only where no hook line
+#: says which of them were swaps
+UPDATE_ENDPOINTS: dict[bytes, tuple[str, str, str]] = {
+    b"/update_weights_from_tensor": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1351"),
+    b"/update_weights_from_disk": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1215"),
+    b"/update_weights_from_distributed": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1373"),
+    b"/update_weights_from_ipc": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1393"),
+    b"/update_weights": ("vllm", "update", "vllm/entrypoints/rl/online/api_router.py:192"),
+    b"/collective_rpc": ("vllm", "rpc", "vllm/entrypoints/serve/dev/rpc/api_router.py:23"),
+}
+#: the text every access line of those endpoints holds (the per-line reader's keywords)
+ACCESS_KEYS = (b"POST /update_weights", b"POST /collective_rpc")
+#: statuses that answer before the weights are touched or that say the update failed (SGLang
+#: answers 400 when its update reports failure, http_server.py:1236-1240, 1366-1368): the weights
+#: are taken as unchanged and the log is not split there; any other status (2xx: done; 5xx: it
+#: ran and broke, the weights unknown) splits it
+REFUSED = range(400, 500)
+
+#: a vLLM process's prefix alone (a worker's own print): ``(Worker_TP0 pid=N) ``
+PROC_PREFIX = re.compile(rb"^" + _ESC + rb"\((\w{1,64})(?: pid=(\d{1,10}))?\) " + _ESC)
+#: uvicorn's access line after its level: ``INFO:     ADDR - "POST PATH HTTP/V" STATUS PHRASE``
+#: (SGLang's prefix before it, vLLM's none; colour codes where the stream was a terminal)
+ACCESS = re.compile(
+    _ESC + rb"INFO" + _ESC + rb": {1,8}([^\s\"]{0,300}) - \"" + _ESC + rb"POST (/[A-Za-z_]{1,64})(?:\?[^\s\"]*)? "
+    rb"HTTP/[0-9.]{1,8}" + _ESC + rb"\" " + _ESC + rb"([1-5]\d\d)(?![0-9])"
+)
+
+
+def parse_access(line: bytes) -> tuple[bytes, int] | None:
+    """A weight-update endpoint's access line: (endpoint, status); None for any other line. The
+    line is uvicorn's, after SGLang's prefix, a vLLM process's or none: the same text inside a
+    request's body, or after any other prefix, is not one."""
+    m = SGL_PREFIX.match(line) or PROC_PREFIX.match(line)
+    a = ACCESS.match(line, m.end() if m is not None else 0)
+    if a is None or a.group(2) not in UPDATE_ENDPOINTS:
+        return None
+    return a.group(2), int(a.group(3))
+
+
+#: the text every hook line holds (with ``=``: a character the fast path reads every line of)
+HOOK_KEY = b"ckpttools swap: drafter="
+#: the hook's line after its key: the path as a JSON string, the short digest, rank, world, maps
+HOOK = re.compile(
+    rb'ckpttools swap: drafter="((?:[^"\\\x00-\x1f]|\\[^\x00-\x1f]){1,4096})" digest=([0-9a-f]{16}) '
+    rb"rank=(0|[1-9]\d{0,5}) world=([1-9]\d{0,5}) maps=(replaced|none)\r?$"
+)
+
+
+class Hook(NamedTuple):
+    """One hook line: the drafter's path and short digest, the rank that printed it of how many,
+    and whether that rank replaced its cached draft-to-target maps."""
+
+    path: str
+    digest: str
+    rank: int
+    world: int
+    maps: str
+
+
+def parse_hook(line: bytes) -> Hook | str | None:
+    """The hook's line; None where the line is not one (no key, or the key inside other text, as in
+    a request's body); a reason (text) where it is the hook's key after a prefix but not in the
+    hook's format (a path that is not a JSON string, a digest that is not 16 lowercase hex, a rank
+    not below the world)."""
+    i = line.find(HOOK_KEY)
+    if i < 0:
+        return None
+    if i > 0:
+        ends = {m.end() for m in (SGL_PREFIX.match(line), VLLM_PREFIX.match(line), PROC_PREFIX.match(line)) if m}
+        if i not in ends:
+            return None
+    m = HOOK.match(line, i)
+    if m is None:
+        return "not in the hook's format"
+    try:
+        path = json.loads(b'"' + m.group(1) + b'"')
+    except ValueError:
+        return "its path is not a JSON string"
+    if not path or any(not c.isprintable() for c in path):
+        return "its path holds control characters"
+    rank, world = int(m.group(3)), int(m.group(4))
+    if rank >= world:
+        return f"rank {rank} of a world of {world}"
+    return Hook(path, m.group(2).decode(), rank, world, m.group(5).decode())

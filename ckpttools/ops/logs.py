@@ -61,7 +61,8 @@ from ckpttools.io import figures as FIG
 from ckpttools.ops.verdict import verdict_exit_code
 from ckpttools.ops import logs_fast
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, Sums
+from ckpttools.ops.logs_segments import Segments
+from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, State, Sums
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "MAX_RUNS", "MAX_EVENTS", "CONVENTIONS"]
 
@@ -116,6 +117,10 @@ class LogsReport:
     run_count: int = 0
     event_counts: dict[str, int] = field(default_factory=dict)
     skipped_lines: int = 0
+    #: the log split at every weight update (:mod:`ckpttools.ops.logs_segments`): one segment where
+    #: there is none; ``segment_count`` counts them all where more than MAX_SEGMENTS are
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    segment_count: int = 0
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,7 +143,13 @@ class LogsReport:
         )
         keys += ("weighting", "accept_length_ci95", "window_count", "per_position_acceptance", "skipped", "verdict")
         out = {k: getattr(self, k) for k in keys}
-        out["events"] = [e for e in self.events if e["kind"] in ("error", "restart", "warmup", "weight_update")][:20]
+        kinds = ("error", "restart", "warmup", "weight_update", "swap")
+        out["events"] = [e for e in self.events if e["kind"] in kinds][:20]
+        out["segment_count"] = self.segment_count
+        keys = ("index", "first_line", "last_line", "event", "event_status", "drafter", "accept_length", "exact")
+        keys += ("window_count", "request_count", "passed", "verdict")
+        segs = self.segments if len(self.segments) <= 40 else self.segments[:20] + self.segments[-20:]
+        out["segments"] = [{k: s[k] for k in keys} for s in segs]
         return out
 
 
@@ -385,6 +396,7 @@ _KEYWORDS: dict[bytes, str] = {
     b"EngineCore failed to start": "_died",
     b"hit an exception": "_died",
     b"Avg generation throughput": "_vllm_stats",
+    **{k: "_access" for k in F.ACCESS_KEYS},
 }
 _EVENTS = re.compile(b"|".join(re.escape(k) for k in sorted(_KEYWORDS, key=len, reverse=True)))
 #: the most events kept (later ones are counted, by kind, in ``event_counts``)
@@ -483,6 +495,7 @@ class _Parser:
         self.fastq = logs_fast.Queue()
         self.prefix = logs_fast.Prefixes()
         self.budget = _Budget(pattern is not None)
+        self.segments = Segments()
 
     # ---- bookkeeping
     def _new_run(self, line: int, time: str | None) -> _Run:
@@ -541,6 +554,48 @@ class _Parser:
         r.last_t = t if r.last_t is None else max(t, r.last_t)
         return back
 
+    # ---- what the fast path asks (logs_fast.Reader)
+    @property
+    def in_traceback(self) -> bool:
+        return self.in_tb
+
+    @property
+    def run_index(self) -> int:
+        return int(self.run.info["index"])
+
+    def waiting(self) -> bool:
+        r = self.run
+        return r.prefill_at is None and not r.ready and bool(r.starts)
+
+    def accept_bound(self) -> float | None:
+        return None if self.run.steps is None else float(self.run.steps + 1)
+
+    def drops_rank(self, rank: str) -> bool:
+        lr = self.run.load_rank
+        return bool(lr is not None and rank and rank != lr and "DP" not in rank)
+
+    def clock(self, n: int, time: str, seconds: int | None) -> bool:
+        self.time = time
+        if seconds is None:
+            return False
+        self.n = n
+        return self._tick(seconds)
+
+    def went_back(self, count: int) -> None:
+        self.run.back += count
+
+    def alive(self) -> None:
+        self.run.alive_after = True
+
+    def kept_state(self) -> State:
+        return self.kept.state()
+
+    def segment_head_left(self) -> int:
+        return self.segments.head_left()
+
+    def segment_tail(self) -> int:
+        return self.segments.tail_size()
+
     # ---- dispatch
     def feed_block(self, n: int, block: Block) -> int:
         """A block of whole lines, the first numbered ``n``: the fast way, unless a pattern is given
@@ -570,6 +625,7 @@ class _Parser:
             k = self.kept.add_batch(b, True)
         self.total.add_batch(b, k)
         self.run.sums.add_batch(b, k)
+        self.segments.batch(b, k)
         self.fastq.put_back(b, k)
 
     def feed(self, n: int, line: bytes) -> None:
@@ -581,6 +637,8 @@ class _Parser:
             if m is not None:
                 self._custom(n, line, m)
                 return
+        if F.HOOK_KEY in line and self._hook(n, line):
+            return
         if b"Decode batch" in line:
             self._decode(n, line)
         elif b"SpecDecoding metrics" in line:
@@ -650,6 +708,7 @@ class _Parser:
         self.kept.add(w)
         self.total.add(w)
         self.run.sums.add(w)
+        self.segments.window(w)
         self.run.alive_after = True
 
     def _decode(self, n: int, line: bytes) -> None:
@@ -760,7 +819,11 @@ class _Parser:
         if self.run.starts and not self.run.ready and len(self.run.held) < 16:
             self.run.held.append(r)  # warmup, if the ready line follows
         else:
-            self.req.add(r)
+            self._add_request(r)
+
+    def _add_request(self, r: Any) -> None:
+        self.req.add(r)
+        self.segments.request(r)
 
     def _custom(self, n: int, line: bytes, m: re.Match[bytes]) -> None:
         """A line of the user's --pattern, in the convention they stated."""
@@ -802,6 +865,7 @@ class _Parser:
             self._close_run()
             self.run = r = self._new_run(n, self.time)
             self._event("restart", n, f"{engine} server started again (run {r.info['index'] + 1})")
+            self.segments.restart(self.where, n, self.time, r.info["index"])
         elif not r.starts:
             r.info.update(line=n, time=self.time, file=self.where)
             self._event("start", n, f"{engine} server started")
@@ -864,6 +928,48 @@ class _Parser:
         self._stamp(line)
         self._event_body("weight_update", n, line, 200)
 
+    def _hook(self, n: int, line: bytes) -> bool:
+        """ckpttools' swap hook's line (False: the key inside another line; read it as any line)."""
+        h = F.parse_hook(line)
+        if h is None:
+            return False
+        self._stamp(line)
+        if isinstance(h, str):
+            _skip(self.rep, f"swap hook line not in ckpttools' format ({h})", f"{self.where}:{n}")
+            return True
+        prev = self.segments.cur.info
+        d = prev["drafter"] if prev["event"] == "hook" else None
+        if self.segments.hook(h, self.where, n, self.time, self.run.info["index"]):
+            seg = self.segments.cur.info["index"]
+            if d is not None and d["ranks"] < d["world"]:
+                self._event("interleaved", n, f"the swap to {d['digest']} (segment {prev['index']}) was logged by "
+                            f"{d['ranks']} of its {d['world']} ranks before the next swap began")  # fmt: skip
+            text = f"swap to {_text(h.path.encode(), 160)} ({h.digest}): segment {seg}"
+            self._event("swap", n, text, digest=h.digest, segment=seg)
+        return True
+
+    def _access(self, n: int, line: bytes, _: bytes) -> None:
+        """An access line of a weight-update endpoint."""
+        got = F.parse_access(line)
+        if got is None:
+            return
+        self._stamp(line)
+        endpoint, status = got
+        what = self.segments.access(endpoint, status, self.where, n, self.time, self.run.info["index"])
+        if what == "rpc":
+            return
+        seg = self.segments.cur.info["index"]
+        text = (
+            f"POST {endpoint.decode()} {status}: "
+            + {
+                "split": f"a weight update, segment {seg}",
+                "swap": f"the request of the swap of segment {seg}",
+                "burst": f"a weight update, part of segment {seg}'s start",
+                "refused": "refused by the server (the weights unchanged)",
+            }[what]
+        )
+        self._event("weight_update", n, text, segment=seg if what != "refused" else None)
+
     def _context(self, n: int, line: bytes, _: bytes) -> None:
         self._stamp(line)
         self._event_body("context_override", n, line, 240)
@@ -910,7 +1016,7 @@ class _Parser:
     def _close_run(self) -> None:
         r = self.run
         for q in r.held:  # no ready line followed: not warmup
-            self.req.add(q)
+            self._add_request(q)
         r.held.clear()
         if r.last_exc is not None and not r.alive_after:
             idx, kind, text = r.last_exc
@@ -956,6 +1062,8 @@ class _Parser:
         if self.warmup_requests:
             rep.skipped["warmup requests (left out of the per-request figures)"] = self.warmup_requests
         rep.event_counts = dict(sorted(rep.event_counts.items()))
+        rep.segments = self.segments.finish(rep.min_accept_len)
+        rep.segment_count = self.segments.count
 
 
 # ----------------------------------------------------------------------------- the API
@@ -1043,13 +1151,16 @@ def _read_one(p: _Parser, path: str) -> None:
     f, own, where = _open(path)
     p.rep.files.append(where)
     p.where = where
+    p.segments.begin_file(where)
     try:
         blocks = _lines(f, where, p.rep)
         got = _advance(blocks, None)
+        before = p.rep.lines
         while got is not None:
             count = p.feed_block(*got)
             got = _advance(blocks, count)
         p.flush_fast(True)
+        p.segments.at(where, max(1, p.rep.lines - before))
     finally:
         p.end_file()
         for s in own:
@@ -1078,6 +1189,8 @@ def _conclude(rep: LogsReport, p: _Parser) -> None:
         rep.accepted_drafts_per_step = rep.accept_length - 1
     if rep.min_accept_len is not None:
         rep.passed = rep.accept_length is not None and rep.accept_length >= rep.min_accept_len
+        if len(rep.segments) > 1 and rep.accept_length is not None:  # every segment measured at the bar
+            rep.passed = all(s["passed"] is not False for s in rep.segments)
     rep.verdict = verdict_line(rep)
 
 
@@ -1103,12 +1216,53 @@ def verdict_line(rep: LogsReport) -> str:
         f"accept length {rep.accept_length:.2f} tokens per verify step ({rep.accepted_drafts_per_step:.2f} accepted "
         f"drafts per step), {how}, from {rep.source}"
     ]
+    measured = [s for s in rep.segments if s["accept_length"] is not None]
+    if len(measured) > 1:
+        parts = [_segments_verdict(rep, measured)]
+    elif rep.segment_count > 1 and measured:
+        parts.append(
+            f"every figure in segment {measured[0]['index']} of {rep.segment_count} (the log split at each weight update)"
+        )
     if rep.min_accept_len is not None:
         ok = bool(rep.passed)
+        every = "every segment " if len(measured) > 1 else ""
         parts.append(
-            f"{'PASS' if ok else 'FAIL'}: {'at or above' if ok else 'below'} the bar of {rep.min_accept_len:.2f}"
+            f"{'PASS' if ok else 'FAIL'}: {every if ok else ''}{'at or above' if ok else 'below'} the bar of "
+            f"{rep.min_accept_len:.2f}" + ("" if ok or not every else f" in {_failed(rep)}")
         )
     died = [r["ended_by"] for r in rep.runs if r.get("ended_by")]  # (the runs kept: the first and the last)
     if died:
         parts.append(f"the server died: {died[-1][:160]}")
     return "; ".join(parts)
+
+
+#: the segments a verdict names, at most (the first and the last half of them)
+VERDICT_SEGMENTS = 8
+
+
+def _fold(items: list[Any], most: int) -> tuple[list[Any], int]:
+    """The first and last half of ``most`` items, and how many were left out between."""
+    if len(items) <= most:
+        return items, 0
+    return items[: most // 2] + items[-(most // 2) :], len(items) - most
+
+
+def _segments_verdict(rep: LogsReport, measured: list[dict[str, Any]]) -> str:
+    """Segments with figures: each one's figure (folded past VERDICT_SEGMENTS)."""
+    segs, left = _fold(measured, VERDICT_SEGMENTS)
+    head = f"{rep.segment_count} segments (the log split at each weight update"
+    empty = rep.segment_count - len(measured)
+    head += f"; {empty} without figures)" if empty else ")"
+    parts = []
+    for i, s in enumerate(segs):
+        if left and i == VERDICT_SEGMENTS // 2:
+            parts.append(f"... {left} more")
+        name = f" {s['drafter']['digest']}" if s["drafter"] else ""
+        parts.append(f"segment {s['index']}{name} {s['accept_length']:.2f}" + (" FAIL" if s["passed"] is False else ""))
+    return f"{head}: " + ", ".join(parts)
+
+
+def _failed(rep: LogsReport) -> str:
+    bad = [s["index"] for s in rep.segments if s["passed"] is False]
+    shown = ", ".join(map(str, bad[:8])) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+    return f"segment{'s' if len(bad) > 1 else ''} {shown}"

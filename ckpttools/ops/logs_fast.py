@@ -20,18 +20,78 @@ Every other line is one the per-line reader passes over. A block where the lines
 are dense (a vLLM log: ``.py`` in every line) is read line by line. Queued windows join the kept
 list and the sums before any line that could add a window or start a run, and at each file's
 end (:meth:`ckpttools.ops.logs_windows.Kept.add_batch`, exact to the bit).
+
+The reader asks the parser only through :class:`Reader`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_windows import Batch, advance, starts
+from ckpttools.ops.logs_windows import Batch, State, advance, starts
 
-__all__ = ["RARE", "NEEDLES", "scan", "Queue", "Prefixes"]
+__all__ = ["RARE", "NEEDLES", "scan", "Queue", "Prefixes", "Reader"]
+
+
+class Reader(Protocol):
+    """What the fast path needs of the per-line reader (``ckpttools.ops.logs``' parser)."""
+
+    #: the windows queued by the fast path, not yet added
+    fastq: Queue
+    #: what each SGLang prefix says
+    prefix: Prefixes
+    #: the file being read, as the report names it
+    where: str
+
+    @property
+    def in_traceback(self) -> bool:
+        """Inside a traceback (its lines are read one at a time until it ends)."""
+
+    @property
+    def run_index(self) -> int:
+        """The run the lines belong to."""
+
+    def waiting(self) -> bool:
+        """A started run waits for its warmup request or its ready line (every line read alone)."""
+
+    def accept_bound(self) -> float | None:
+        """The most accept length of the run's windows where its draft steps are known."""
+
+    def drops_rank(self, rank: str) -> bool:
+        """A decode window of ``rank`` is another tensor-parallel rank's copy (left out)."""
+
+    def clock(self, n: int, time: str, seconds: int | None) -> bool:
+        """Line ``n`` has the time ``time`` (``seconds``: as a count, None where not a date); True
+        where the run's time went back."""
+
+    def went_back(self, count: int) -> None:
+        """So many more fast windows came after the run's time went back."""
+
+    def alive(self) -> None:
+        """A window was logged: the server was alive after its last error."""
+
+    def kept_state(self) -> State:
+        """The state of the list that keeps windows (a window's line is counted where it starts
+        an entry)."""
+
+    def segment_head_left(self) -> int:
+        """How many more windows the current segment keeps from its start (their lines are counted)."""
+
+    def segment_tail(self) -> int:
+        """How many windows a segment keeps from its end (the last so many of each part get their lines)."""
+
+    def feed(self, n: int, line: bytes) -> None:
+        """One line read as any line."""
+
+    def feed_lines(self, n: int, text: bytes) -> int:
+        """Whole lines read one at a time; returns how many."""
+
+    def flush_fast(self, whole: bool) -> None:
+        """The queued windows into the kept lists and the sums."""
+
 
 #: characters no SGLang decode, prefill or HTTP access line holds; with the needles, every
 #: keyword the per-line reader acts on is found (see :func:`found`); NUL too (binary data is read
@@ -47,7 +107,10 @@ NEEDLES = (
     (b"", b'"request.finished"'),
 )
 #: text of a line whose per-line reading may add a window or start a run
-DANGER = (b"Decode batch", b"SpecDecoding metrics", b"version", b"server_args=ServerArgs(", b"LLM engine")
+DANGER = (b"Decode batch", b"SpecDecoding metrics", b"version", b"server_args=ServerArgs(", b"LLM engine") + (
+    F.HOOK_KEY,
+    *F.ACCESS_KEYS,
+)  # (and the lines that split a run: the windows before them belong to the segment before)
 #: windows queued before they join the kept list in one go (bounded memory)
 QUEUE_MAX = 1 << 16
 _BIG = 1 << 62
@@ -181,7 +244,7 @@ class _Scan:
     A window's line number is counted only where it will be seen: where the window starts a kept
     entry (:func:`ckpttools.ops.logs_windows.starts` says which do)."""
 
-    def __init__(self, p: Any, n0: int, blob: bytes, lo: int, hi: int, cand: list[int], seconds: Any) -> None:
+    def __init__(self, p: Reader, n0: int, blob: bytes, lo: int, hi: int, cand: list[int], seconds: Any) -> None:
         self.p, self.blob, self.lo, self.hi, self.seconds = p, blob, lo, hi, seconds
         self.cpos, self.cline, self.n0 = lo, n0, n0  # cline: the number of the line at cpos
         self.floor = lo - 1  # where the last line read (either way) starts
@@ -193,7 +256,8 @@ class _Scan:
         self.marks: list[tuple[int, str, str | None]] = []  # (window, time, rank) from that window on
         self.lines: dict[int, int] = {}  # window -> line number, for those that start a kept entry
         self.resolved = 0
-        self.state = advance(p.kept.state(), p.fastq.count)
+        self.state = advance(p.kept_state(), p.fastq.count)
+        self.head_left = max(0, p.segment_head_left() - p.fastq.count)
         self.npre: bytes | None = None  # newline and the last fast line's prefix; None: none to compare
         self.plen, self.back, self.drop = 0, False, False
         self.set_limit()
@@ -201,18 +265,17 @@ class _Scan:
     def set_limit(self) -> None:
         """``limit``: read one at a time the lines before the next fast line past it (-1: every line,
         while a started run waits for its warmup request or its ready line)."""
-        r = self.p.run
-        self.waiting = r.prefill_at is None and not r.ready and bool(r.starts)
+        self.waiting = self.p.waiting()
         self.limit = -1 if self.waiting else self.cand[self.ci] if self.ci < len(self.cand) else _BIG
 
     def run(self) -> int:
         """Read the block; returns its line count."""
         blob, p = self.blob, self.p
         endswith, ga, sa = blob.endswith, self.figures.extend, self.starts.append
-        if p.in_tb:
+        if p.in_traceback:
             self.slow_line(self.lo)
-        floor, limit, npre, plen, back, drop, run = self.floor, self.limit, None, 0, False, False, p.run
-        amax, floats = _bound(run), _FLOATS
+        floor, limit, npre, plen, back, drop, nback = self.floor, self.limit, None, 0, False, False, 0
+        amax, floats = p.accept_bound(), _FLOATS
         at = self.lo
         while at >= 0:
             matches, at = F.DECODE_FAST.finditer(blob, at, self.hi), -1
@@ -224,13 +287,16 @@ class _Scan:
                         g = m.groups()
                         if g[0] is not None and (amax is None or floats[g[1]] <= amax):
                             if back:
-                                run.back += 1
+                                nback += 1
                             floor = ls
                             if not drop:
                                 ga(g)
                                 sa(ls)
                             continue
                 self.floor = max(self.floor, floor)
+                if nback:
+                    p.went_back(nback)
+                    nback = 0
                 at = self.other(m)
                 floor, limit, npre, plen, back, drop = (
                     self.floor,
@@ -240,11 +306,12 @@ class _Scan:
                     self.back,
                     self.drop,
                 )
-                run = p.run
-                amax = _bound(run)
+                amax = p.accept_bound()
                 if at >= 0:
                     break  # on past the lines read (more Decode batch in them)
         self.floor = max(self.floor, floor)
+        if nback:
+            p.went_back(nback)
         self.slow_upto(self.hi)
         self.end_part()
         return self.cline + blob.count(b"\n", self.cpos, self.hi) - self.n0
@@ -258,7 +325,7 @@ class _Scan:
             self.slow_upto(ls)
         if ls > self.floor:  # (else a line read already: a second Decode batch there, or a traceback's)
             g = m.groups()
-            amax = _bound(self.p.run)
+            amax = self.p.accept_bound()
             if g[0] is None or (amax is not None and _FLOATS[g[1]] > amax) or not self.new_prefix(ls, m.start() - 2, g):
                 self.slow_line(ls)
         end = max(self.done, self.blob.find(b"\n", m.end()) + 1)
@@ -272,18 +339,14 @@ class _Scan:
         info = p.prefix.get(pre, self.seconds)
         if info is None:
             return False
-        p.time, t, rank = info
-        lr = p.run.load_rank
-        self.drop = bool(lr is not None and rank and rank != lr and "DP" not in rank)
-        self.back = False
-        if t is not None:
-            p.n = self.line_at(ls)
-            self.back = p._tick(t)
+        time, t, rank = info
+        self.drop = p.drops_rank(rank)
+        self.back = p.clock(self.line_at(ls) if t is not None else -1, time, t)
         self.floor = ls
         self.npre, self.plen = (b"\n" + pre, len(pre)) if ls > 0 else (None, 0)
         if not self.drop:
-            p.run.alive_after = True
-            self.marks.append((len(self.starts), p.time, rank or None))
+            p.alive()
+            self.marks.append((len(self.starts), time, rank or None))
             self.figures.extend(g)
             self.starts.append(ls)
         return True
@@ -296,11 +359,16 @@ class _Scan:
         return self.cline
 
     def resolve(self) -> None:
-        """Count the line numbers of the windows read since the last call that start a kept entry."""
+        """Count the line numbers of the windows read since the last call that start a kept entry,
+        or that the segment keeps from its start."""
         n = len(self.starts)
         if self.resolved == n:
             return
         firsts, self.state = starts(self.state, n - self.resolved)
+        if self.head_left:
+            k = min(self.head_left, n - self.resolved)
+            firsts = sorted(set(firsts).union(range(k)))
+            self.head_left -= k
         count, st = self.blob.count, self.starts
         for i in firsts:
             pos = st[self.resolved + i]
@@ -308,6 +376,20 @@ class _Scan:
             self.cpos = pos
             self.lines[self.resolved + i] = self.cline
         self.resolved = n
+
+    def tail_lines(self, n: int) -> None:
+        """The line numbers of the part's last windows (a segment keeps its last ones), counted from
+        the last line number known, back or on, and the cursor left where it was."""
+        todo = [i for i in range(max(0, n - self.p.segment_tail()), n) if i not in self.lines]
+        if not todo:
+            return
+        count, st = self.blob.count, self.starts
+        pos, line = self.cpos, self.cline
+        for i in todo:
+            at = st[i]
+            line = line + count(b"\n", pos, at) if at >= pos else line - count(b"\n", at, pos)
+            pos = at
+            self.lines[i] = line
 
     def slow_upto(self, end: int) -> None:
         """Read one at a time each line before ``end`` that must be (every one while ``waiting``)."""
@@ -343,9 +425,10 @@ class _Scan:
                 p.flush_fast(True)
             p.feed(n, line)
             if danger:
-                self.state = p.kept.state()
+                self.state = p.kept_state()
+                self.head_left = max(0, p.segment_head_left() - p.fastq.count)
             self.floor, self.done, ls = ls, e + 1, e + 1
-            if not p.in_tb:
+            if not p.in_traceback:
                 break
         self.set_limit()
 
@@ -355,6 +438,7 @@ class _Scan:
             return
         self.resolve()
         n = len(self.starts)
+        self.tail_lines(n)
         lines = np.full(n, -1, dtype=np.int64)
         if self.lines:
             lines[list(self.lines)] = list(self.lines.values())
@@ -368,7 +452,7 @@ class _Scan:
         figs = np.fromiter(map(_FLOATS.__getitem__, f), np.float64, len(f)).reshape(-1, 5).T.copy()
         running, al, rate, tput, queued = figs
         p = self.p
-        p.fastq.add(Batch(p.where, p.run.info["index"], lines, times, ranks, al, rate, running, queued, tput))
+        p.fastq.add(Batch(p.where, p.run_index, lines, times, ranks, al, rate, running, queued, tput))
         self.figures.clear()
         self.starts.clear()
         self.marks.clear()
@@ -390,13 +474,7 @@ class _Floats(dict[bytes, float]):
 _FLOATS = _Floats()
 
 
-def _bound(run: Any) -> float | None:
-    """The most accept length of the run's windows where its draft steps are known (the fast
-    pattern bounds it at 65 itself): a larger one is read line by line, and skipped there."""
-    return None if run.steps is None else float(run.steps + 1)
-
-
-def scan(p: Any, n0: int, blob: bytes, lo: int, hi: int, seconds: Any) -> int:
+def scan(p: Reader, n0: int, blob: bytes, lo: int, hi: int, seconds: Any) -> int:
     """Read a block of whole lines, ``blob[lo:hi]`` (each line ending in a newline), the first
     numbered ``n0``; returns the block's line count."""
     cand = candidates(blob, lo, hi)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_WINDOWS", "Batch"]
+__all__ = ["MAX_WINDOWS", "Batch", "State"]
 
 #: the windows kept in the report; beyond, neighbours are merged (``window_stride`` says how many)
 MAX_WINDOWS = 1024
@@ -109,7 +109,11 @@ def _fold(b: Batch, start: int, groups: int, stride: int) -> list[dict[str, Any]
     return out
 
 
-def starts(state: tuple[int, int, int], count: int) -> tuple[list[int], tuple[int, int, int]]:
+#: what a :class:`Kept` holds: (entries kept, stride, windows in the entry not yet full)
+State = tuple[int, int, int]
+
+
+def starts(state: State, count: int) -> tuple[list[int], State]:
     """Which of ``count`` more windows start a kept entry (their line is the entry's), and the state
     after them; a state is (entries kept, stride, windows in the entry not yet full), as :class:`Kept`
     would have it."""
@@ -128,7 +132,7 @@ def starts(state: tuple[int, int, int], count: int) -> tuple[list[int], tuple[in
     return out, (items, stride, pn)
 
 
-def advance(state: tuple[int, int, int], count: int) -> tuple[int, int, int]:
+def advance(state: State, count: int) -> State:
     """The state after ``count`` more windows, in as many steps as the stride doubles."""
     items, stride, pn = state
     if count < stride - pn:
@@ -153,7 +157,7 @@ class Kept:
         self.stride = 1
         self.pending: dict[str, Any] | None = None
 
-    def state(self) -> tuple[int, int, int]:
+    def state(self) -> State:
         return len(self.items), self.stride, self.pending["n"] if self.pending is not None else 0
 
     def add(self, w: dict[str, Any]) -> None:

@@ -137,7 +137,16 @@ def plot_logs(rep: Any, path: str | Path) -> Path:
         x = where[lines[min(j, len(lines) - 1)]]
         ax.axvline(x, color="red" if e["kind"] == "error" else "grey", ls="--", lw=0.8)
         ax.text(x, ax.get_ylim()[1], e["kind"], rotation=90, va="top", fontsize=7)
-    if rep.accept_length is not None:
+    segs = [s for s in getattr(rep, "segments", []) if s["accept_length"] is not None]
+    if len(segs) > 1:  # the log split at weight updates: each segment's own figure over its windows
+        import bisect
+
+        for s in segs[:200]:
+            x0 = bisect.bisect_left(lines, (s["file"], s["first_line"]))
+            x1 = bisect.bisect_right(lines, (s["last_file"], s["last_line"])) - 1
+            if x0 <= x1:
+                ax.hlines(s["accept_length"], where[lines[x0]], where[lines[x1]], color="green", lw=1.2)
+    elif rep.accept_length is not None:
         ax.axhline(rep.accept_length, color="green", lw=0.8, ls=":")
     ax.set_title(f"ckpt logs: {rep.engine or 'custom'}, accept length {rep.accept_length or 0:.2f}", fontsize=10)
     return _save(plt, fig, path)
