@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ckpttools.cli import params as P
+from ckpttools.cli.params import check_python as _check_python
 from ckpttools.errors import EXIT_USAGE, CkptError
 
 EXIT_CODES_HELP = (
@@ -827,17 +828,6 @@ def _engine_spec(value: str) -> str:
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="--engine") from None
     return value
-
-
-def _check_python(python: str | None, flag: str = "--engine-python") -> None:
-    """The interpreter that has the engine: an executable file, checked before anything starts."""
-    if python is None:
-        return
-    import shutil
-
-    found = shutil.which(python) if os.sep not in python else python
-    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise click.BadParameter(f"{python!r} is not an executable Python interpreter", param_hint=flag)
 
 
 # ---------------------------------------------------------------------------- example

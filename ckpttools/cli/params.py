@@ -15,6 +15,7 @@ from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import check_number
 
 __all__ = [
+    "check_python",
     "Bounded",
     "PORT",
     "SECONDS",
@@ -100,3 +101,15 @@ def levels(text: str, flag: str = "--concurrency") -> list[int]:
         except ValueError as e:
             raise click.BadParameter(f"{e}", param_hint=flag) from None
     return out
+
+
+def check_python(python: str | None, flag: str = "--engine-python") -> None:
+    """The interpreter that has the engine: an executable file, checked before anything starts."""
+    if python is None:
+        return
+    import os
+    import shutil
+
+    found = shutil.which(python) if os.sep not in python else python
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise click.BadParameter(f"{python!r} is not an executable Python interpreter", param_hint=flag)

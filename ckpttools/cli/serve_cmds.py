@@ -58,7 +58,7 @@ def serve_cmd(**o: Any) -> None:
       CKPT_API_KEY=... ckpt serve --engine sglang --target ./t --drafter ./drafters/step-0 --swap-root ./drafters
       ckpt serve --engine vllm --target ./t --drafter ./drafters/step-0 --swap-root ./drafters --print
     """
-    from ckpttools.cli.commands import _check_python
+    from ckpttools.cli.params import check_python as _check_python
     from ckpttools.io.guard import check_output
     from ckpttools.ops.serve import serve, serve_command
 

@@ -62,11 +62,11 @@ class _Pool:
         self.steps += r.verify_steps or 0
 
     def ci95(self) -> list[float] | None:
-        from ckpttools.ops.verify import _T95
+        from ckpttools.ops.verdict import t95
 
         if self.n < 2:
             return None
-        t = _T95[self.n - 2] if self.n - 1 <= len(_T95) else 1.96
+        t = t95(self.n)
         h = t * math.sqrt(self.m2 / (self.n - 1)) / math.sqrt(self.n)
         return [self.mean - h, self.mean + h]
 
