@@ -37,6 +37,7 @@ from ckpttools.formats.conventions import load_target_config
 from ckpttools.engines.names import QK_NORM, QWEN3_DRAFTER_ARCH, sglang_loads, suggest_rename
 from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.ops import quant_check
 from ckpttools.schemas import load_schema
 
 __all__ = ["Finding", "ValidationReport", "validate", "load_target_config", "sglang_default_aux_ids", "SEVERITIES"]
@@ -1160,6 +1161,7 @@ def validate(
     engine: str = "sglang",
     max_download: int | str = DEFAULT_MAX_DOWNLOAD,
     load_plan: bool = False,
+    engine_args: tuple[str, ...] = (),
 ) -> ValidationReport:
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
@@ -1174,6 +1176,8 @@ def validate(
             e.g. ``"50GB"``); a larger repo is refused before anything is fetched.
         load_plan: also say what that release builds from the drafter, tensor by tensor and
             parameter by parameter (``report.load_plan``), with a finding for each silent outcome.
+        engine_args: the server arguments the drafter will be launched with (``--quantization=fp8``):
+            the quantization the release then gives it (:mod:`ckpttools.ops.quant_check`).
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -1192,6 +1196,8 @@ def validate(
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
     with applying(release):
         rep = _validate(drafter, target, deep=deep, engine=release.name, max_download=max_download)
+        quant_check.add_findings(rep, drafter, target, release, engine_args)
+        rep.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:
