@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
     from ckpttools.ops.probe import verify_torch
+    from ckpttools.ops.quantize import QuantizeRejected, QuantizeReport, plan_quantize, quantize
     from ckpttools.ops.remap import RemapReport, plan_remap, remap
     from ckpttools.ops.validate import Finding, ValidationReport, validate
     from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
@@ -85,6 +86,10 @@ _LAZY = {
     "execute": "ckpttools.io.plan",
     "compare_drafters": "ckpttools.ops.compare",
     "CompareReport": "ckpttools.ops.compare",
+    "quantize": "ckpttools.ops.quantize",
+    "plan_quantize": "ckpttools.ops.quantize",
+    "QuantizeReport": "ckpttools.ops.quantize",
+    "QuantizeRejected": "ckpttools.ops.quantize",
 }
 
 __all__ = [
@@ -138,6 +143,10 @@ __all__ = [
     "compare_drafters",
     "CompareReport",
     "BuildResult",
+    "quantize",
+    "plan_quantize",
+    "QuantizeReport",
+    "QuantizeRejected",
 ]
 
 

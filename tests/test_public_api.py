@@ -43,6 +43,8 @@ CALLS = {
     "plan_fix": "assert ckpttools.plan_fix('e', out / 'f2').config_diff()",
     "plan_vocab": "assert ckpttools.plan_vocab(np.arange(64.0), 8, out / 'v2.safetensors').layout == 'file'",
     "execute": "assert ckpttools.execute(ckpttools.plan_remap('d', out / 'r3', to='m.safetensors')).bytes_written > 0",
+    "quantize": "assert ckpttools.quantize('d', out / 'q').quantized",
+    "plan_quantize": "assert ckpttools.plan_quantize('d', out / 'q2').config['quantization_config']",
     "compare_drafters": (
         "from ckpttools.engines.launch import LaunchSpec\ntry:\n    ckpttools.compare_drafters("
         "LaunchSpec('vllm', 't', 'd'), ['nope', 'd'], engine='vllm')\n"

@@ -286,7 +286,7 @@ def plan_export(
         mapping = _checked_mapping(ck, names, report, keeps_d2t)
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
         tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
-        tensors = quant_export.adjust(ck, names, tensors, cfg, dtype, resolve(format), report.notes)  # FP8 weights
+        tensors = quant_export.adjust(ck, names, tensors, cfg, dtype, resolve(format), report)  # FP8 weights
         if not keeps_d2t:
             tensors = without_d2t(ck, names, tensors, resolve(format).spec, report)
         return export_write_plan(

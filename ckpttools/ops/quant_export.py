@@ -44,23 +44,38 @@ def adjust(
     cfg: dict[str, Any],
     dtype: str,
     release: EngineRelease,
-    notes: list[str],
+    report: Any,
 ) -> list[PlannedTensor]:
-    """The export's tensors for a quantized drafter (``cfg`` loses quantization_config when dequantized)."""
+    """The export's tensors for a quantized drafter (``cfg`` loses quantization_config when
+    dequantized); ``report`` is the ExportReport, whose ``dropped`` and ``notes`` say what became of the scales."""
     scheme = scheme_of_checkpoint(ck)
     if scheme.format is None and not scheme.quantized and not scheme.scales:
         return tensors
-    if dtype in _DEQUANT:
-        return _dequantized(ck, scheme, names, tensors, cfg, _DEQUANT[dtype], notes)
-    _refuse_unloaded(ck, scheme, release)
     scales = set(scheme.scales)
+    why = "a scale, dequantized into its weight" if dtype in _DEQUANT else "a scale, kept beside its weight"
+    report.dropped = [[n, why] if n in scales else [n, r] for n, r in report.dropped]
+    if dtype in _DEQUANT:
+        return _dequantized(ck, scheme, names, tensors, cfg, _DEQUANT[dtype], report.notes)
+    _refuse_unloaded(ck, scheme, release)
+    report.dropped = [d for d in report.dropped if d[0] not in scales]
+    extra: dict[str, list[PlannedTensor]] = {}
+    for w in scheme.weights:
+        if w.weight not in names:
+            continue
+        base = names[w.weight][: -len(".weight")]
+        for s in (w.scale, w.input_scale):
+            if s is not None and s not in names:
+                t = ck.tensors[s]
+                new = base + s[len(w.module) :]
+                extra.setdefault(names[w.weight], []).append(PlannedTensor(new, t.dtype, tuple(t.shape), Copy(TensorRef.of(ck, s))))
     out = []
     for t in tensors:
         src = next((n for n, new in names.items() if new == t.name), None)
-        if src in scales:
+        if src in scales:  # a scale is never cast: a scale rounded to bf16 changes every value it multiplies
             t = PlannedTensor(t.name, ck.tensors[src].dtype, t.shape, Copy(TensorRef.of(ck, src)))
         out.append(t)
-    notes.append(
+        out += extra.get(t.name, [])
+    report.notes.append(
         f"kept in {scheme.format}: {len(scheme.quantized)} FP8 weights and {len(scales)} scales copied byte for byte, "
         f"which {release.spec} loads"
     )
