@@ -61,7 +61,7 @@ def add_findings(rep: Any, drafter: Any, target: Any, release: Any, engine_args:
         scales = set(scheme.scales)
         rep.findings = [f for f in rep.findings if not (f.id == "tensors.dropped" and f.location in scales)]
         found += _dropped_scale_findings(scheme, rules, release.spec, Finding)
-    if found and "quantization" not in rep.checked:
+    if (scheme.format is not None or scheme.quantized) and "quantization" not in rep.checked:
         rep.checked.append("quantization")
     rep.findings += found
 
