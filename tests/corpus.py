@@ -896,6 +896,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_net import net_cases  # here: corpus_net imports this module
     from tests.corpus_older import older_cases  # here: corpus_older imports this module
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
+    from tests.corpus_quant import quant_cases  # here: corpus_quant imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
     from tests.corpus_swap_answers import swap_answer_cases  # here: corpus_swap_answers imports this module
     from tests.corpus_trtllm import trtllm_cases  # here: corpus_trtllm imports this module
@@ -926,6 +927,7 @@ def all_cases() -> list[Case]:
         + amx_cases()
         + older_cases()
         + engine_string_cases()
+        + quant_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

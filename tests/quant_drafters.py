@@ -24,7 +24,15 @@ E4M3 = ml_dtypes.float8_e4m3fn
 #: the decoder layer's linears of a one-layer drafter
 LINEARS = tuple(
     f"layers.0.{m}.weight"
-    for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    for m in (
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    )
 )
 
 
@@ -52,7 +60,9 @@ def bf16(root: Path, name: str = "bf16", **kw: Any) -> Path:
 def ct(root: Path, src: Path, name: str = "ct", scheme: str = "fp8-per-channel", lm_head: bool = False) -> Path:
     """compressed-tensors FP8 by ``ckpt quantize`` (lm_head too through vLLM's reading, which quantizes it)."""
     engine = "vllm" if lm_head else "sglang"
-    return Path(quantize(src, root / name, scheme=scheme, engine=engine, include=("lm_head",) if lm_head else ()).output)
+    return Path(
+        quantize(src, root / name, scheme=scheme, engine=engine, include=("lm_head",) if lm_head else ()).output
+    )
 
 
 def _write(out: Path, tensors: dict[str, np.ndarray], config: dict[str, Any]) -> Path:

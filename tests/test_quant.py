@@ -126,7 +126,11 @@ def test_the_inherit_trap_is_said_and_the_opt_out_silences_it(w) -> None:
     assert not [f for f in opted.findings if f.id == "quant.inherited"]
     own = validate(w["ct"], engine=OLD, engine_args=("--quantization=fp8",))
     assert [f.severity for f in own.findings if f.id == "quant.inherited"] == ["info"]
-    assert not [f for f in validate(w["bf16"], engine=VL, engine_args=("--quantization=fp8",)).findings if f.id == "quant.inherited"]
+    assert not [
+        f
+        for f in validate(w["bf16"], engine=VL, engine_args=("--quantization=fp8",)).findings
+        if f.id == "quant.inherited"
+    ]
 
 
 def _rows(path: Path) -> dict[int, tuple[bytes, bytes]]:
@@ -134,7 +138,10 @@ def _rows(path: Path) -> dict[int, tuple[bytes, bytes]]:
     with open_checkpoint(path) as ck:
         m = VocabMapping.from_checkpoint(ck)
         head, sc = ck.read("lm_head.weight"), ck.read("lm_head.weight_scale")
-        return {int(t): (head[i].tobytes(), sc[i].tobytes() if sc.shape[0] > 1 else sc.tobytes()) for i, t in enumerate(m.ids)}
+        return {
+            int(t): (head[i].tobytes(), sc[i].tobytes() if sc.shape[0] > 1 else sc.tobytes())
+            for i, t in enumerate(m.ids)
+        }
 
 
 def _perm_mapping(path: Path, out: Path, seed: int = 0) -> Path:
@@ -215,7 +222,7 @@ def test_dequantized_export_equals_numpy_bit_for_bit(w, tmp_path, name) -> None:
         v, sc = t[q.weight].astype(np.float32), t[q.scale].astype(np.float32)
         if q.granularity == "block":
             sc = np.repeat(np.repeat(sc, 32, 0), 32, 1)[: v.shape[0], : v.shape[1]]
-        want = (v * (sc.reshape(()) if sc.size == 1 else sc if sc.ndim == 2 and sc.shape[1] != 1 else sc.reshape(-1, 1)))
+        want = v * (sc.reshape(()) if sc.size == 1 else sc if sc.ndim == 2 and sc.shape[1] != 1 else sc.reshape(-1, 1))
         assert out[q.weight].dtype == ml_dtypes.bfloat16
         assert out[q.weight].tobytes() == want.astype(ml_dtypes.bfloat16).tobytes(), q.weight
 

@@ -121,8 +121,8 @@ _SGLANG_0_5_17 = QuantRules(
             {"linear": _Q, "fc": _SG_FC, "lm_head": _SG_HEAD_FP8, "embed": _SG_EMBED},
             _SGQ + "fp8.py:229-280, 305-340, 342-360, 572-594",
             block_rule=(
-                "every linear's input size must be a multiple of block_k (fp8.py:499-505), and the output size "
-                "of each part of a merged layer (q/k/v, gate/up) a multiple of block_n (fp8.py:507-516): "
+                "every linear's input size to be a multiple of block_k (fp8.py:499-505), and the output size "
+                "of each part of a merged layer (q/k/v, gate/up) to be a multiple of block_n (fp8.py:507-516): "
                 "ValueError at load otherwise"
             ),
         ),
@@ -318,7 +318,13 @@ def draft_quantization(
             drafter_format, f"{rules.draft_flag.value}={draft}: the drafter's own", False, rules.opt_out.source
         )
     if draft is None and rules.inherits_target.value:
-        draft, how = given, f"inherited from the target's {given}" if given else "none given"
+        flag_given = _flag_value(engine_args, "--quantization")
+        draft = given
+        how = (
+            (f"inherited from --quantization {given}" if flag_given else f"inherited from the target's {given}")
+            if given
+            else "none given"
+        )
     else:
         how = f"{rules.draft_flag.value}={draft}" if draft else "none given"
         src = rules.draft_flag.source

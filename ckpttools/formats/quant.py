@@ -413,7 +413,9 @@ def _read_weights(headers: Headers, scheme: QuantScheme, rules: _Rules | None) -
         scheme.weights.append(w)
     for s in scheme.scales:
         if s not in used:
-            scheme.problems.append(QuantProblem("quant.orphan_scale", s, "a scale with no 2-D weight of its module"))
+            scheme.problems.append(
+                QuantProblem("quant.orphan_scale", s, "a scale with no 2-D weight of its module", "warning")
+            )
 
 
 _SIZE = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4}
@@ -434,7 +436,9 @@ def _judge(w: QuantWeight, scheme: QuantScheme) -> None:
             )
         if w.scale:
             p.append(
-                QuantProblem("quant.orphan_scale", w.scale, f"a scale beside {w.weight}, which is {w.dtype}, not FP8")
+                QuantProblem(
+                    "quant.orphan_scale", w.scale, f"a scale beside {w.weight}, which is {w.dtype}, not FP8", "warning"
+                )
             )
         return
     if w.scale is None or w.scale_shape is None:

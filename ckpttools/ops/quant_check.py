@@ -55,6 +55,8 @@ def add_findings(rep: Any, drafter: Any, target: Any, release: Any, engine_args:
         found += _value_findings(ck, scheme, Finding)
     if rules is not None and (scheme.format is not None or scheme.quantized):
         found += _release_findings(scheme, rules, release.spec, Finding)
+        blocked = {f.location for f in found if f.id == "quant.block" and f.severity == "error"}
+        found = [f for f in found if not (f.id == "quant.block" and f.severity == "warning" and f.location in blocked)]
     if rules is not None:
         found += _launch_findings(scheme, rules, release.spec, target, engine_args, Finding)
     if scheme.scales:

@@ -65,9 +65,11 @@ def adjust(
         base = names[w.weight][: -len(".weight")]
         for s in (w.scale, w.input_scale):
             if s is not None and s not in names:
-                t = ck.tensors[s]
+                info = ck.tensors[s]
                 new = base + s[len(w.module) :]
-                extra.setdefault(names[w.weight], []).append(PlannedTensor(new, t.dtype, tuple(t.shape), Copy(TensorRef.of(ck, s))))
+                extra.setdefault(names[w.weight], []).append(
+                    PlannedTensor(new, info.dtype, tuple(info.shape), Copy(TensorRef.of(ck, s)))
+                )
     out = []
     for t in tensors:
         src = next((n for n, new in names.items() if new == t.name), None)
