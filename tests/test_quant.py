@@ -260,3 +260,15 @@ def test_quantize_cli_json_and_dry_run(w, tmp_path) -> None:
     assert json.loads(r.output)["scheme"] == "fp8-per-channel"
     d = CliRunner().invoke(cli, ["quantize", str(w["bf16"]), "-o", str(tmp_path / "d"), "--dry-run", "--json"])
     assert d.exit_code == 0 and json.loads(d.output)["operation"] == "quantize" and not (tmp_path / "d").exists()
+
+
+def test_diff_vocab_says_what_a_remap_does_with_the_scales(w, tmp_path) -> None:
+    from ckpttools.vocab.diff import diff_vocab
+
+    perm = _perm_mapping(w["ct_head"], tmp_path / "p.st")
+    assert "moves lm_head.weight_scale with the rows" in (diff_vocab(w["ct_head"], perm).lm_head_scales or "")
+    assert "keeps it" in (diff_vocab(w["ct_head_tensor"], perm).lm_head_scales or "")
+    assert "refused" in (diff_vocab(w["block_head"], perm).lm_head_scales or "")
+    assert diff_vocab(w["ct"], perm).lm_head_scales is None  # lm_head in bf16
+    out = CliRunner().invoke(cli, ["diff-vocab", str(w["ct_head"]), str(perm)]).output
+    assert "note: A's lm_head is FP8 per channel" in out

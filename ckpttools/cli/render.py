@@ -159,6 +159,8 @@ def render_diff_vocab(d: VocabDiff) -> str:
     )
     if d.target_vocab_note:
         out.append(f"note: {d.target_vocab_note}")
+    if d.lm_head_scales:
+        out.append(f"note: {d.lm_head_scales}")
     rows = [
         ("slots that agree (same token at the same draft id)", f"{d.slots_agree:,} of {d.slots_total:,}"),
         ("slots that differ", f"{d.slots_differ:,}"),
