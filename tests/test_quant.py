@@ -260,6 +260,7 @@ def test_quantize_cli_json_and_dry_run(w, tmp_path) -> None:
     assert json.loads(r.output)["scheme"] == "fp8-per-channel"
     d = CliRunner().invoke(cli, ["quantize", str(w["bf16"]), "-o", str(tmp_path / "d"), "--dry-run", "--json"])
     assert d.exit_code == 0 and json.loads(d.output)["operation"] == "quantize" and not (tmp_path / "d").exists()
+    jsonschema.validate(json.loads(d.output), load_schema("write-plan.schema.json"))
 
 
 def test_diff_vocab_says_what_a_remap_does_with_the_scales(w, tmp_path) -> None:
@@ -272,3 +273,18 @@ def test_diff_vocab_says_what_a_remap_does_with_the_scales(w, tmp_path) -> None:
     assert diff_vocab(w["ct"], perm).lm_head_scales is None  # lm_head in bf16
     out = CliRunner().invoke(cli, ["diff-vocab", str(w["ct_head"]), str(perm)]).output
     assert "note: A's lm_head is FP8 per channel" in out
+
+
+def test_every_quant_rule_has_a_file_and_line() -> None:
+    import re
+
+    from ckpttools.engines.quant_rules import QUANT_RULES
+
+    cite = re.compile(r"\.py:\d+")
+    for spec, r in QUANT_RULES.items():
+        for name in ("draft_flag", "inherits_target", "own_config", "opt_out", "online", "compatible"):
+            assert cite.search(getattr(r, name).source) or getattr(r, name).source == "none", (spec, name)
+        for fmt, sup in r.formats.items():
+            assert cite.search(sup.source), (spec, fmt)
+            for kind, how in sup.kinds.items():
+                assert how == "quantized" or cite.search(how), (spec, fmt, kind)
