@@ -288,3 +288,18 @@ def test_every_quant_rule_has_a_file_and_line() -> None:
             assert cite.search(sup.source), (spec, fmt)
             for kind, how in sup.kinds.items():
                 assert how == "quantized" or cite.search(how), (spec, fmt, kind)
+
+
+def test_verify_launch_says_the_inherit_trap_before_the_load(w, caplog) -> None:
+    import logging
+
+    from ckpttools.engines.launch import LaunchSpec, free_port
+    from ckpttools.ops.verify import _check_before_launch
+
+    target = build_target(w["root"] / "t-launch")
+    spec = LaunchSpec(
+        "sglang==0.5.17", str(target), str(w["bf16"]), port=free_port(), engine_args=["--quantization=fp8"]
+    )
+    with caplog.at_level(logging.INFO, logger="ckpttools"):
+        _check_before_launch(spec, announce=False)
+    assert any("engine arguments" in r.getMessage() and "unquant" in r.getMessage() for r in caplog.records)

@@ -714,7 +714,12 @@ def _check_before_launch(spec: Any, quiet: bool = False, announce: bool = True) 
     from ckpttools.ops.validate import validate
 
     check_port(spec.host, spec.port)
-    rep = validate(spec.drafter, spec.target, engine=spec.engine) if spec.drafter is not None and not quiet else None
+    args = tuple(spec.engine_args)  # --quantization and the draft flag: the inherit trap is said before the load
+    rep = (
+        validate(spec.drafter, spec.target, engine=spec.engine, engine_args=args)
+        if spec.drafter is not None and not quiet
+        else None
+    )
     if rep is not None and "tensors" not in rep.checked:
         from ckpttools.errors import NoWeightsError
 
