@@ -265,6 +265,17 @@ def _quantize_cases() -> list[Case]:
         ),
         Case("quant-quantize-bad-scheme", ["quantize", "d", "-o", "out", "--scheme", "fp4"], 2, d, out="out"),
         Case(
+            "quant-quantize-activations-dynamic",
+            ["quantize", "d", "-o", "out", "--activations", "dynamic", "--engine", "vllm", "--json"],
+            0,
+            d,
+            out="out",
+            stdout_has='"engine_release": "vllm==0.33"',
+        ),
+        Case(
+            "quant-quantize-bad-activations", ["quantize", "d", "-o", "out", "--activations", "static"], 2, d, out="out"
+        ),
+        Case(
             "quant-quantize-unknown-release",
             ["quantize", "d", "-o", "out", "--engine", "sglang==0.4.0"],
             2,

@@ -37,6 +37,13 @@ __all__ = ["quantize_cmd"]
     type=click.Choice(["lm_head", "fc"]),
     help="Also quantize lm_head or fc (repeatable); they stay bf16 otherwise.",
 )
+@click.option(
+    "--activations",
+    type=click.Choice(["none", "dynamic"]),
+    default="none",
+    show_default=True,
+    help="none: weights only; dynamic: inputs quantized per token at run time (FP8_DYNAMIC).",
+)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
@@ -46,11 +53,12 @@ def quantize_cmd(
     scheme: str,
     engine: str,
     include: tuple[str, ...],
+    activations: str,
     force: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Write a weights-only FP8 copy of a bf16 drafter, in the compressed-tensors layout.
+    """Write an FP8 copy of a bf16 drafter (weights only, unless --activations dynamic), compressed-tensors layout.
 
     The decoder layer's linears become F8_E4M3 with a float32 weight_scale beside each
     (per channel or per tensor); lm_head and fc stay as they are unless --include names them,
@@ -61,10 +69,11 @@ def quantize_cmd(
     Examples:
       ckpt quantize ./drafter -o ./drafter-fp8
       ckpt quantize ./drafter -o ./drafter-fp8 --scheme fp8-per-tensor --engine vllm --include lm_head
+      ckpt quantize ./drafter -o ./drafter-fp8-dyn --engine vllm --activations dynamic
     """
     from ckpttools.ops.quantize import QuantizeRejected, plan_quantize, quantize
 
-    opts: dict[str, Any] = dict(scheme=scheme, engine=engine, include=include)
+    opts: dict[str, Any] = dict(scheme=scheme, engine=engine, include=include, activations=activations)
     if dry_run:
         return _show_plan(lambda: plan_quantize(drafter, out, **opts), as_json, force)
     try:

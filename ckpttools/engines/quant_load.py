@@ -50,6 +50,7 @@ def apply(
     scales = set(scheme.scales)
     by_name = {t.name: t for t in plan.tensors}
     out = []
+    loaded: set[str] = set()
     for t in plan.tensors:
         if t.name not in scales:
             out.append(t)
@@ -61,10 +62,13 @@ def apply(
         if quantized and w is not None and w.param is not None and w.fate in ("loaded", "renamed"):
             param = w.param.rsplit(".", 1)[0] + "." + suffix
             out.append(replace(t, fate=w.fate, param=param, shard=w.shard, rule=w.rule, reason=None))
-        else:
+            loaded.add(t.name)
+        else:  # no scale parameter: the loader drops it (SGLang) or raises over it (vLLM), as the plain plan says
             reason = why or f"its weight {mod}.weight is not loaded"
-            out.append(replace(t, fate="dropped", param=None, shard=None, reason=f"a scale, dropped: {reason}"))
+            fate = "refused" if t.fate == "refused" else "dropped"
+            out.append(replace(t, fate=fate, param=None, shard=None, reason=f"a scale with no parameter: {reason}"))
     plan.tensors = out
+    plan.refused = [m for m in plan.refused if m.split(": ", 1)[0] not in loaded]
     plan.dtypes = _dtypes(plan.dtypes, sup, scheme)
     where = f"{release.spec}"
     if sup is not None:

@@ -170,8 +170,9 @@ _VL_FC = (
 _VL_EMBED = "embed_tokens is a VocabParallelEmbedding without a quantization config (models/llama_eagle3.py:192-196)"
 _VL_CPU = (
     "on the CPU build weights-only FP8 has no kernel (model_executor/kernels/linear/__init__.py:506-516: the CPU "
-    "list is empty), so it fails at load there; FP8 with dynamic input activations has CPU kernels "
-    "(kernels/linear/__init__.py:462-467)"
+    "list is empty), so it fails at load there; FP8 with dynamic input activations has CPU kernels only for AMX "
+    "CPUs (kernels/linear/__init__.py:462-467; scaled_mm/cpu.py:353-376 needs AMX tiles, 605-634 AMX-FP8), the "
+    "torch fallbacks need CUDA or XPU (scaled_mm/pytorch.py:36-49)"
 )
 
 _VLLM_0_32 = QuantRules(

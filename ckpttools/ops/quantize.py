@@ -154,14 +154,22 @@ def _refuse_unloadable(release: Any, names: list[str], include: Sequence[str]) -
             )
 
 
-def _config(ck: Checkpoint, granularity: str, include: Sequence[str]) -> dict[str, Any]:
+#: input activations: none (weights only) or quantized per token at run time (compressed-tensors' FP8_DYNAMIC)
+ACTIVATIONS = {
+    "none": None,
+    "dynamic": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True},
+}
+
+
+def _config(ck: Checkpoint, granularity: str, include: Sequence[str], activations: str) -> dict[str, Any]:
     ignore = [k for k in OPTIONAL if k not in include]
     weights = {"num_bits": 8, "type": "float", "strategy": granularity, "symmetric": True, "dynamic": False}
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": ACTIVATIONS[activations]}
     qc = {
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
         "quantization_status": "compressed",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None}},
+        "config_groups": {"group_0": group},
         "ignore": ignore,
         "kv_cache_scheme": None,
     }
@@ -175,6 +183,7 @@ def plan_quantize(
     scheme: str = "fp8-per-channel",
     engine: str = "sglang",
     include: Sequence[str] = (),
+    activations: str = "none",
     max_shard_size: int | str | None = None,
 ) -> WritePlan:
     """What :func:`quantize` would write (the quantized weights are computed here, in memory:
@@ -182,6 +191,10 @@ def plan_quantize(
     CheckpointFormatError for a drafter already quantized."""
     if scheme not in SCHEMES:
         raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}", hint=f"give {opt('scheme')} fp8-per-channel")
+    if activations not in ACTIVATIONS:
+        raise ConfigError(
+            f"activations must be one of {', '.join(ACTIVATIONS)}", hint=f"give {opt('activations')} none"
+        )
     bad = [k for k in include if k not in OPTIONAL]
     if bad:
         raise ConfigError(
@@ -206,12 +219,18 @@ def plan_quantize(
         tensors = _tensors(ck, names, granularity, report)
         report.bytes_before = sum(t.nbytes for t in ck.tensors.values())
         report.bytes_after = sum(t.nbytes for t in tensors)
-        params = {"scheme": scheme, "engine": release.spec, "include": list(include), "max_shard_size": max_shard_size}
+        params = {
+            "scheme": scheme,
+            "activations": activations,
+            "engine": release.spec,
+            "include": list(include),
+            "max_shard_size": max_shard_size,
+        }
         return WritePlan(
             "quantize",
             str(out),
             tensors,
-            config=_config(ck, granularity, include),
+            config=_config(ck, granularity, include, activations),
             config_before=ck.config,
             side_files=side_files(ck),
             manifest=ManifestPlan("quantize", params, {"drafter": ck.files()}),
@@ -270,6 +289,7 @@ def quantize(
     scheme: str = "fp8-per-channel",
     engine: str = "sglang",
     include: Sequence[str] = (),
+    activations: str = "none",
     max_shard_size: int | str | None = None,
     force: bool = False,
     fsync: bool = False,
@@ -284,6 +304,8 @@ def quantize(
         engine: the release the output is for (``sglang``, ``vllm``, or ``NAME==VERSION``): a module
             it would load unquantized is refused, and the output is validated in its reading.
         include: also quantize ``lm_head`` and/or ``fc`` (they stay bf16 otherwise).
+        activations: ``none`` (weights only, the default) or ``dynamic`` (inputs quantized per token at
+            run time: compressed-tensors' FP8_DYNAMIC, the layout vLLM's CPU build has kernels for).
 
     Returns:
         a :class:`QuantizeReport` (the weights quantized, those kept, bytes before and after, the
@@ -301,7 +323,15 @@ def quantize(
 
     t0 = time.perf_counter()
     with applying(resolve(engine)):
-        plan = plan_quantize(src, out, scheme=scheme, engine=engine, include=include, max_shard_size=max_shard_size)
+        plan = plan_quantize(
+            src,
+            out,
+            scheme=scheme,
+            engine=engine,
+            include=include,
+            activations=activations,
+            max_shard_size=max_shard_size,
+        )
         written = execute(plan, force=force, fsync=fsync, progress=progress)
     rep = QuantizeReport(**plan.report)
     rep.output = str(written.output)
