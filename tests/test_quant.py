@@ -243,7 +243,11 @@ def test_quantize_writes_through_the_plan_and_refuses_what_the_release_drops(w, 
     plan = plan_quantize(w["bf16"], tmp_path / "p", scheme="fp8-per-tensor")
     assert plan.operation == "quantize" and not (tmp_path / "p").exists()
     qc = plan.config["quantization_config"]
-    assert qc["config_groups"]["group_0"]["weights"]["strategy"] == "tensor" and qc["ignore"] == ["lm_head", "fc"]
+    assert qc["config_groups"]["group_0"]["weights"]["strategy"] == "tensor" and qc["ignore"] == [
+        "lm_head",
+        "fc",
+        "model.fc",
+    ]
     with pytest.raises(ConfigError, match="unquantized embedding method"):
         quantize(w["bf16"], tmp_path / "h", engine=OLD, include=("lm_head",))
     with pytest.raises(ConfigError, match="torch.nn.Linear"):
@@ -312,3 +316,23 @@ def test_verify_launch_says_the_inherit_trap_before_the_load(w) -> None:
         log.removeHandler(handler)
         log.setLevel(level)
     assert any("engine arguments" in m and "unquant" in m for m in seen), seen
+
+
+def test_vllm_reads_ignore_and_targets_by_its_own_layer_names(w, tmp_path) -> None:
+    """vLLM names fc model.fc and matches the class target Linear against class names (ReplicatedLinear
+    yes, ParallelLMHead no): an ignore entry "fc" leaves its fc quantized, a bf16 weight cast into an FP8
+    layer; a "Linear" target alone leaves its lm_head unquantized, the FP8 rows loaded without their scale."""
+    fc_only = qd.mutate(
+        w["ct"], tmp_path / "fc-only", config=lambda c: c["quantization_config"].update(ignore=["lm_head", "fc"])
+    )
+    r = validate(fc_only, engine=VL)
+    assert [(f.id, f.location) for f in r.errors] == [("quant.engine", "fc.weight")], r.errors
+    assert validate(fc_only, engine=OLD).ok  # SGLang's fc is never quantized
+
+    def linear_only(c: dict) -> None:
+        c["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear"]
+
+    head = qd.mutate(w["ct_head"], tmp_path / "head-linear-only", config=linear_only)
+    errs = {(f.id, f.location) for f in validate(head, engine=VL).errors}
+    assert ("quant.scale_dropped", "lm_head.weight_scale") in errs and ("tensors.dtype", "lm_head.weight") in errs
+    assert validate(w["ct_head"], engine=VL).ok  # ckpt quantize names lm_head among the targets

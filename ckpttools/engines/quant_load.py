@@ -27,13 +27,19 @@ def module_treatment(sup: FormatSupport | None, scheme: QuantScheme, module: str
     """(quantized?, why not) for one module in a release that reads ``scheme`` with ``sup``."""
     if sup is None:
         return False, "the release reads no quantization config of this drafter: its layers are plain bf16 ones"
-    treat = sup.kinds.get(module_kind(module), "quantized")
+    kind = module_kind(module)
+    treat = sup.kinds.get(kind, "quantized")
     w = scheme.weight(module)
-    if treat.startswith("quantized"):
-        if w is not None and w.configured is None:
-            return False, "quantization_config leaves this module unquantized (ignored or untargeted)"
+    if not treat.startswith("quantized"):
+        return False, treat
+    if kind in sup.names and scheme.rules is not None:
+        names, class_linear, how = sup.names[kind]
+        if scheme.engine_strategy(names, class_linear) is None:
+            return False, f"quantization_config leaves {names[0]} unquantized in this engine's reading: {how}"
         return True, ""
-    return False, treat
+    if w is not None and w.configured is None:
+        return False, "quantization_config leaves this module unquantized (ignored or untargeted)"
+    return True, ""
 
 
 def apply(

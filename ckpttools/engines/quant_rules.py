@@ -57,6 +57,10 @@ class FormatSupport:
     needs_input_scale: bool = False
     block_rule: str | None = None  # what the loader requires of block sizes, when it has a rule
     verified: bool = True
+    #: for module kinds whose layer the engine names otherwise than the file: (its names in the engine,
+    #: whether its class matches the class target ``Linear``, the source), read against quantization_config
+    #: as the engine reads it
+    names: Mapping[str, tuple[tuple[str, ...], bool, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,13 +189,30 @@ _VLLM_0_32 = QuantRules(
             {
                 "linear": _Q,
                 "fc": _VL_FC,
-                "lm_head": _Q + " when targeted: ParallelLMHead gets the scheme (compressed_tensors.py:186-193)",
+                "lm_head": _Q
+                + " when a target names it: ParallelLMHead gets the scheme (compressed_tensors.py:186-193)",
                 "embed": _VL_EMBED,
             },
             _VLQ
             + "compressed_tensors/compressed_tensors.py:159-215, 878-920; "
             + _VL
             + "model_executor/models/llama_eagle3.py:192-196, 242-250, 329-334",
+            names={
+                "fc": (
+                    ("model.fc",),
+                    True,
+                    "fc is the ReplicatedLinear model.fc (models/llama_eagle3.py:242-250, 322-325), matched by name "
+                    "or by the class target Linear, which any class name containing Linear meets "
+                    "(compressed_tensors/utils.py:105-109, 114-130); an ignore entry fc does not name it",
+                ),
+                "lm_head": (
+                    ("lm_head",),
+                    False,
+                    "lm_head is the ParallelLMHead lm_head (models/llama_eagle3.py:329-334), quantized only when a "
+                    "target names it: the class target Linear does not match ParallelLMHead "
+                    "(compressed_tensors/utils.py:105-109, 114-130; compressed_tensors.py:186-193)",
+                ),
+            },
         ),
         "modelopt": FormatSupport(
             True,

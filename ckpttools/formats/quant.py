@@ -117,6 +117,11 @@ class QuantScheme:
     block: list[int] | None = None
     bytes_on_disk: int = 0
     bytes_bf16: int = 0
+    rules: Any = field(default=None, repr=False, compare=False)  # the config read as rules (_Rules)
+
+    def engine_strategy(self, names: tuple[str, ...], class_linear: bool) -> str | None:
+        """The strategy quantization_config gives a layer an engine names ``names`` (None: unquantized)."""
+        return self.rules.engine_strategy(names, class_linear)[0] if self.rules is not None else None
 
     @property
     def quantized(self) -> list[QuantWeight]:
@@ -205,6 +210,7 @@ def read_scheme(config: Mapping[str, Any] | None, headers: Headers) -> QuantSche
     qc, where = _find_config(cfg)
     scheme = QuantScheme(None, qc if isinstance(qc, dict) else None, where)
     rules = _config_rules(qc, where, scheme)
+    scheme.rules = rules
     _read_weights(headers, scheme, rules)
     if scheme.format is None and scheme.quantized:
         scheme.format = "fp8-block" if any(w.scale and w.scale.endswith("_inv") for w in scheme.quantized) else None
@@ -243,11 +249,18 @@ class _Rules:
     glob_ignore: bool = False
 
     def strategy(self, module: str) -> tuple[str | None, list[int] | None]:
+        """The format's own reading: the file's module name, bare or with ``model.``; the class target
+        ``Linear`` matches every 2-D weight (lm_head and fc are torch Linear layers where the format is made)."""
         bare = module[len("model.") :] if module.startswith("model.") else module
-        if any(_matches(p, n, self.glob_ignore) for p in self.ignore for n in (module, bare)):
+        return self.engine_strategy((module, bare), True)
+
+    def engine_strategy(self, names: tuple[str, ...], class_linear: bool) -> tuple[str | None, list[int] | None]:
+        """An engine's reading: ``names`` are the layer's names in the engine (exact or ``re:`` matches);
+        ``class_linear``: whether the engine's layer class matches the class target ``Linear``."""
+        if any(_matches(p, n, self.glob_ignore) for p in self.ignore for n in names):
             return None, None
         for targets, strat, block in self.groups:
-            if any(_matches(t, n, False) or t == "Linear" for t in targets for n in (module, bare)):
+            if any(_matches(t, n, False) for t in targets for n in names) or (class_linear and "Linear" in targets):
                 return strat, block
         return (self.default, self.block) if self.default else (None, None)
 

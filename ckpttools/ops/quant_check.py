@@ -134,6 +134,31 @@ def _release_findings(scheme: QuantScheme, rules: Any, spec: str, finding: Any) 
                 )
             )
     out += _block_rule_findings(scheme, sup, spec, finding)
+    out += _engine_quantizes_bf16(scheme, sup, spec, finding)
+    return out
+
+
+def _engine_quantizes_bf16(scheme: QuantScheme, sup: Any, spec: str, finding: Any) -> list[Any]:
+    """A module the files keep in bf16 that the engine, reading quantization_config by its own layer
+    names, builds as an FP8 layer: the bf16 weight is cast into it and its scale stays at its initial value."""
+    out = []
+    for w in scheme.weights:
+        kind = module_kind(w.module)
+        if w.quantized or kind not in sup.names or scheme.rules is None:
+            continue
+        names, class_linear, how = sup.names[kind]
+        if scheme.engine_strategy(names, class_linear) is None:
+            continue
+        out.append(
+            finding(
+                "quant.engine",
+                "error",
+                w.weight,
+                f"{spec} builds {names[0]} as an FP8 layer ({how}), but {w.weight} is {w.dtype}: it is cast into the "
+                "FP8 parameter and the layer's weight_scale, absent from the files, stays at its initial value",
+                f"add {names[0]} to quantization_config's ignore (ckpt quantize writes it)",
+            )
+        )
     return out
 
 

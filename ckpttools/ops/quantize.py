@@ -161,10 +161,17 @@ ACTIVATIONS = {
 }
 
 
+#: the names each optional module goes by: the file's, and the engines' layer names (vLLM's fc is model.fc;
+#: see engines/quant_rules.py), so one ignore list holds in every reading
+_NAMES = {"lm_head": ["lm_head"], "fc": ["fc", "model.fc"]}
+
+
 def _config(ck: Checkpoint, granularity: str, include: Sequence[str], activations: str) -> dict[str, Any]:
-    ignore = [k for k in OPTIONAL if k not in include]
+    ignore = [n for k in OPTIONAL if k not in include for n in _NAMES[k]]
     weights = {"num_bits": 8, "type": "float", "strategy": granularity, "symmetric": True, "dynamic": False}
-    group = {"targets": ["Linear"], "weights": weights, "input_activations": ACTIVATIONS[activations]}
+    # the class target Linear reaches no ParallelLMHead in the engines: an included lm_head is named
+    targets = ["Linear", *(["lm_head"] if "lm_head" in include else [])]
+    group = {"targets": targets, "weights": weights, "input_activations": ACTIVATIONS[activations]}
     qc = {
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
