@@ -2,7 +2,8 @@
 
 vLLM's CPU build has no weights-only FP8 kernel (model_executor/kernels/linear/__init__.py:506-516), but
 FP8 with dynamic per-token activations reaches its torch fallback (ChannelWiseTorchFP8ScaledMMLinearKernel,
-scaled_mm/pytorch.py:36-49, 199-240: torch._scaled_mm, which the CPU torch 2.13 has). So the known pair's
+scaled_mm/pytorch.py:37-39, 199-240: torch._scaled_mm, which the CPU torch 2.13 has). Seen on the CI CPU:
+4.0 (113 s). Its first run measured 1.24, when ckpt quantize's ignore said "fc" and not vLLM's "model.fc". So the known pair's
 drafter, exported for vLLM and quantized by ``ckpt quantize --activations dynamic``, is served on a pool
 server of its own (a server's quantization is fixed at launch: it cannot be swapped into the bf16 one),
 and its accept length is compared with the bf16 drafter's, which is 4.0 by construction."""

@@ -174,9 +174,9 @@ _VL_FC = (
 _VL_EMBED = "embed_tokens is a VocabParallelEmbedding without a quantization config (models/llama_eagle3.py:192-196)"
 _VL_CPU = (
     "on the CPU build weights-only FP8 has no kernel (model_executor/kernels/linear/__init__.py:506-516: the CPU "
-    "list is empty), so it fails at load there; FP8 with dynamic input activations has CPU kernels only for AMX "
-    "CPUs (kernels/linear/__init__.py:462-467; scaled_mm/cpu.py:353-376 needs AMX tiles, 605-634 AMX-FP8), the "
-    "torch fallbacks need CUDA or XPU (scaled_mm/pytorch.py:36-49)"
+    "list is empty), so it fails at load there; FP8 with dynamic input activations is served by torch's "
+    "_scaled_mm (ChannelWiseTorchFP8ScaledMMLinearKernel, kernels/linear/__init__.py:462-467, "
+    "scaled_mm/pytorch.py:37-39, 199-240; seen on the CI CPU, no AMX: a known pair at 4.0)"
 )
 
 _VLLM_0_32 = QuantRules(
