@@ -200,6 +200,27 @@ def _validate_cases() -> list[Case]:
             stdout_has="own quantization_config",
         ),
         Case("quant-validate-config-nested-deep", v, 2, both(ct, _deep_config("q"))),
+        Case(
+            "quant-validate-engine-arg-two-words",
+            ["validate", "d", *OLD, "--engine-arg", "--quantization", "--engine-arg", "fp8"],
+            0,
+            copy_in("d"),
+            stdout_has="quant.inherited",
+        ),
+        Case(
+            "quant-validate-engine-arg-empty-value",
+            ["validate", "d", *OLD, "--engine-arg=--quantization="],
+            0,
+            copy_in("d"),
+            stdout_has="OK: no errors, 0 warning",
+        ),
+        Case(
+            "quant-validate-engine-arg-huge",
+            ["validate", "d", *OLD, "--engine-arg=--quantization=" + "x" * 200_000, "--json"],
+            0,
+            copy_in("d"),
+            stdout_has="(" + "x" * 64 + ", inherited from --quantization " + "x" * 64 + ";",
+        ),
     ]
     for name, val in (("nan", float("nan")), ("inf", float("inf")), ("zero", 0.0), ("negative", -1.0)):
         cases.append(

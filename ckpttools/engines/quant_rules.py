@@ -324,7 +324,11 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
             val = args[i + 1]
         elif a.startswith(flag + "="):
             val = a[len(flag) + 1 :]
-    return val
+    return val[:MAX_METHOD_CHARS] if val else None  # an empty value is no method; a long one is cut for the message
+
+
+#: the most characters of a quantization method kept from the engine arguments (SGLang's longest is ~20)
+MAX_METHOD_CHARS = 64
 
 
 def draft_quantization(
