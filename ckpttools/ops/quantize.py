@@ -183,6 +183,20 @@ def _config(ck: Checkpoint, granularity: str, include: Sequence[str], activation
     return dict(ck.config or {}, quantization_config=qc)
 
 
+def _check_args(scheme: str, activations: str, include: Sequence[str]) -> None:
+    if scheme not in SCHEMES:
+        raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}", hint=f"give {opt('scheme')} fp8-per-channel")
+    if activations not in ACTIVATIONS:
+        raise ConfigError(
+            f"activations must be one of {', '.join(ACTIVATIONS)}", hint=f"give {opt('activations')} none"
+        )
+    bad = [k for k in include if k not in OPTIONAL]
+    if bad:
+        raise ConfigError(
+            f"{bad[0]!r} cannot be included: only {', '.join(OPTIONAL)}", hint=f"give {opt('include')} lm_head or fc"
+        )
+
+
 def plan_quantize(
     src: str | Path,
     out: str | Path,
@@ -196,17 +210,7 @@ def plan_quantize(
     """What :func:`quantize` would write (the quantized weights are computed here, in memory:
     ``plan.reads`` says so). Raises ConfigError for a scheme or module the release would not load,
     CheckpointFormatError for a drafter already quantized."""
-    if scheme not in SCHEMES:
-        raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}", hint=f"give {opt('scheme')} fp8-per-channel")
-    if activations not in ACTIVATIONS:
-        raise ConfigError(
-            f"activations must be one of {', '.join(ACTIVATIONS)}", hint=f"give {opt('activations')} none"
-        )
-    bad = [k for k in include if k not in OPTIONAL]
-    if bad:
-        raise ConfigError(
-            f"{bad[0]!r} cannot be included: only {', '.join(OPTIONAL)}", hint=f"give {opt('include')} lm_head or fc"
-        )
+    _check_args(scheme, activations, include)
     release = resolve(engine)
     _refuse_unloadable(release, [], include)
     granularity = SCHEMES[scheme]
