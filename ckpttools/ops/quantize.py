@@ -135,7 +135,7 @@ def _targets(ck: Checkpoint, include: Sequence[str]) -> list[str]:
     return out
 
 
-def _refuse_unloadable(release: Any, names: list[str], include: Sequence[str]) -> None:
+def _refuse_unloadable(release: Any, include: Sequence[str]) -> None:
     """A module the chosen release would build unquantized cannot be asked for: say why."""
     rules = rules_for(release)
     sup = rules.formats.get("compressed-tensors") if rules else None
@@ -212,7 +212,7 @@ def plan_quantize(
     CheckpointFormatError for a drafter already quantized."""
     _check_args(scheme, activations, include)
     release = resolve(engine)
-    _refuse_unloadable(release, [], include)
+    _refuse_unloadable(release, include)
     granularity = SCHEMES[scheme]
     with open_checkpoint(src) as ck:
         check_output(out, [ck.root])
