@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
     from ckpttools.ops.probe import verify_torch
+    from ckpttools.ops.quantize import QuantizeRejected, QuantizeReport, plan_quantize, quantize
     from ckpttools.ops.remap import RemapReport, plan_remap, remap
     from ckpttools.ops.validate import Finding, ValidationReport, validate
     from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
@@ -105,6 +106,10 @@ _LAZY = {
     "Sweep": "ckpttools.ops.request",
     "RequestError": "ckpttools.ops.request",
     "LaunchSpec": "ckpttools.engines.launch",
+    "quantize": "ckpttools.ops.quantize",
+    "plan_quantize": "ckpttools.ops.quantize",
+    "QuantizeReport": "ckpttools.ops.quantize",
+    "QuantizeRejected": "ckpttools.ops.quantize",
 }
 
 __all__ = [
@@ -167,6 +172,10 @@ __all__ = [
     "RequestError",
     "LaunchSpec",
     "BuildResult",
+    "quantize",
+    "plan_quantize",
+    "QuantizeReport",
+    "QuantizeRejected",
 ]
 
 

@@ -900,6 +900,7 @@ def all_cases() -> list[Case]:
     from tests.corpus_plan import dry_run_cases  # here: corpus_plan imports this module
     from tests.corpus_serve import serve_cases  # here: corpus_serve imports this module
     from tests.corpus_segments import segment_cases  # here: corpus_segments imports this module
+    from tests.corpus_quant import quant_cases  # here: corpus_quant imports this module
     from tests.corpus_swap import swap_cases  # here: corpus_swap imports this module
     from tests.corpus_swap_answers import swap_answer_cases  # here: corpus_swap_answers imports this module
     from tests.corpus_trtllm import trtllm_cases  # here: corpus_trtllm imports this module
@@ -934,6 +935,7 @@ def all_cases() -> list[Case]:
         + digest_cases()
         + serve_cases()
         + segment_cases()
+        + quant_cases()
     )
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -51,6 +51,8 @@ CALLS = {
         "try:\n    ckpttools.MeasureRequest.from_options(['d', 'e'], host='http://127.0.0.1:9')\n"
         "except ckpttools.RequestError:\n    pass\nelse:\n    raise AssertionError('several drafters need a launch')"
     ),
+    "quantize": "assert ckpttools.quantize('d', out / 'q').quantized",
+    "plan_quantize": "assert ckpttools.plan_quantize('d', out / 'q2').config['quantization_config']",
     "compare_drafters": (
         "from ckpttools.engines.launch import LaunchSpec\ntry:\n    ckpttools.compare_drafters("
         "LaunchSpec('vllm', 't', 'd'), ['nope', 'd'], engine='vllm')\n"

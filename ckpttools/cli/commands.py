@@ -359,6 +359,13 @@ def vocab_build_cmd(
     help="Also show what that release builds: each tensor loaded, renamed or dropped; each parameter from "
     "the file, shared, initialized or overwritten.",
 )
+@click.option(
+    "--engine-arg",
+    "engine_args",
+    multiple=True,
+    help="A server argument the drafter will be launched with (repeatable), e.g. --engine-arg=--quantization=fp8: "
+    "validate says what quantization that gives the drafter.",
+)
 @click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
 @click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
@@ -372,6 +379,7 @@ def validate_cmd(
     max_download: str,
     engine: str,
     show_plan: bool,
+    engine_args: tuple[str, ...],
     do_fix: bool,
     out: str | None,
     in_place: bool,
@@ -415,7 +423,15 @@ def validate_cmd(
         sys.exit(0 if res.after.ok else 1)
     from ckpttools.ops.validate import validate
 
-    r = validate(drafter, target, deep=deep, max_download=max_download, engine=engine, load_plan=show_plan)
+    r = validate(
+        drafter,
+        target,
+        deep=deep,
+        max_download=max_download,
+        engine=engine,
+        load_plan=show_plan,
+        engine_args=tuple(engine_args),
+    )
     _show(r, as_json, "render_validation")
     sys.exit(0 if r.ok else 1)
 
@@ -1029,6 +1045,7 @@ def logs_cmd(
 from ckpttools.cli.serve_cmds import register as _register_serve  # noqa: E402
 
 _register_serve(cli)  # ckpt serve, ckpt swap (ckpttools/cli/serve_cmds.py)
+from ckpttools.cli import commands_quant  # noqa: E402,F401  (registers ckpt quantize)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpttools.cli.output import human_bytes, human_count, table
+from ckpttools.cli.render_quant import render_quantization, render_quantize
 
 if TYPE_CHECKING:
     from ckpttools.ops.compare import CompareReport
@@ -28,6 +29,7 @@ __all__ = [
     "render_remap",
     "render_export",
     "render_verify",
+    "render_quantize",
 ]
 
 _CONFIG_ROWS = (
@@ -85,6 +87,7 @@ def render_inspect(r: InspectReport, all_tensors: bool = False) -> str:
     if len(r.files) > 1:
         out.append(f"  shards: {len(r.files)} ({r.files[0]['file']} ... {r.files[-1]['file']})")
     out += _inspect_mapping(r.vocab_mapping)
+    out += render_quantization(r.quantization)
     out += [f"note: {n}" for n in r.notes]
     if r.tensors is not None:
         out += _inspect_tensors(r.tensors, all_tensors)
@@ -156,6 +159,8 @@ def render_diff_vocab(d: VocabDiff) -> str:
     )
     if d.target_vocab_note:
         out.append(f"note: {d.target_vocab_note}")
+    if d.lm_head_scales:
+        out.append(f"note: {d.lm_head_scales}")
     rows = [
         ("slots that agree (same token at the same draft id)", f"{d.slots_agree:,} of {d.slots_total:,}"),
         ("slots that differ", f"{d.slots_differ:,}"),

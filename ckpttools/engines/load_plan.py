@@ -25,7 +25,7 @@ from typing import Any
 
 from ckpttools.formats.config import config_problems
 from ckpttools.engines.releases import DrafterClass, EngineRelease, LoaderRules
-from ckpttools.engines import aux_rules, names
+from ckpttools.engines import aux_rules, names, quant_load
 from ckpttools.formats import names as canon_names
 
 __all__ = [
@@ -683,6 +683,7 @@ def load_plan(tensor_names_and_shapes: Headers, config: Mapping[str, Any], relea
         ],
     )
     plan.switches = _switches(release, dc, cfg, tensor_names_and_shapes)
+    quant_load.apply(plan, release, config or {}, tensor_names_and_shapes)  # each scale's fate, FP8 weights' dtypes
     if "num_hidden_layers" not in cfg:
         n = _mla_num_layers(cfg) if dc.loader == "vllm_mla" else 32
         plan.notes.append(f"num_hidden_layers is missing: the class builds transformers' default, {n} layers")

@@ -60,6 +60,7 @@ from ckpttools.ops.export_common import (
     without_d2t,
 )
 from ckpttools.ops.export_trtllm import plan_trtllm
+from ckpttools.ops import quant_export
 from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
@@ -181,6 +182,7 @@ def plan_export(
         require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
         check_output(out, [ck.root, *([target] if target is not None else [])])
         if format == "trtllm":
+            quant_export.refuse_quantized(ck, "export to TensorRT-LLM")
             return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
         flavor = _eagle3_flavor(ck, str(src), format)
         shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
@@ -191,6 +193,7 @@ def plan_export(
         mapping = _checked_mapping(ck, names, report, keeps_d2t)
         v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
         tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
+        tensors = quant_export.adjust(ck, names, tensors, cfg, dtype, resolve(format), report)  # FP8 weights
         if not keeps_d2t:
             tensors = without_d2t(ck, names, tensors, resolve(format).spec, report)
         return export_write_plan(

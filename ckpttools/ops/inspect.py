@@ -41,6 +41,8 @@ class InspectReport:
     hub: dict[str, Any] | None = None
     #: the source was a config file alone (config.json, X.config.json): described, no weights read
     config_file: bool = False
+    #: the quantization scheme, its scales and sizes (formats.quant.QuantScheme.to_dict), when quantized
+    quantization: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -67,6 +69,8 @@ class InspectReport:
             d["hub"] = self.hub
         if self.config_file:
             d["config_file"] = True
+        if self.quantization is not None:
+            d["quantization"] = self.quantization
         return d
 
 
@@ -204,7 +208,18 @@ def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport
         tensors=rows,
         notes=notes,
         hub=ck.hub.describe() if ck.hub is not None else None,
+        quantization=_quantization(ck),
     )
+
+
+def _quantization(ck: Checkpoint) -> dict[str, Any] | None:
+    """The quantization scheme from the config and headers (None: nothing quantized, no quantization_config)."""
+    from ckpttools.formats.quant import read_scheme
+
+    s = read_scheme(ck.config, {n: (list(t.shape), t.dtype) for n, t in ck.tensors.items()})
+    if s.format is None and not s.quantized and not s.scales and s.config is None:
+        return None
+    return s.to_dict()
 
 
 def _mapping_summary(ck: Checkpoint, flavor: Any, ess: Any, notes: list[str]) -> dict[str, Any] | None:

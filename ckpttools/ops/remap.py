@@ -37,6 +37,7 @@ from ckpttools.io.plan import (
 )
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 from ckpttools.io.writer import parse_size
+from ckpttools.ops import quant_remap
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
 __all__ = ["RemapReport", "plan_remap", "remap", "FILL_POLICIES"]
@@ -416,6 +417,8 @@ def _plan(ck: Checkpoint, req: _Request, target_ck: _OnDemand, out: Path) -> Wri
     head_t = _head_tensor(ck, head, hidden, rows, tgt, req, reads)
     emb_t, emb_note = _embed_tensor(ck, emb, req, rows, target_ck)
     tensors = _tensors(ck, head_t, emb_t, rows)
+    if head is not None:  # an FP8 lm_head's scales move with its rows
+        tensors = quant_remap.adjust(ck, tensors, head_t.name, req.fill)
     config = dict(ck.config or {}, draft_vocab_size=rows.dst_map.draft_vocab_size)
     if rows.v_new != essentials(ck.config).vocab_size:
         config["vocab_size"] = rows.v_new

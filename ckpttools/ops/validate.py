@@ -43,6 +43,7 @@ from ckpttools.ops.validate_target import (
     target_vocab_findings,
 )
 from ckpttools.ops.validate_tensors import check_deep, check_tensors, raw_plan, tensor_findings, usable_plan
+from ckpttools.ops import quant_check
 
 __all__ = [
     "Finding",
@@ -112,7 +113,8 @@ def validate(
         load_plan: also say what that release builds from the drafter, tensor by tensor and
             parameter by parameter (``report.load_plan``), with a finding for each silent outcome.
         engine_args: the arguments the engine will be launched with: advice never asks for what
-            they give already (e.g. SGLang's ``--max-total-tokens``).
+            they give already (e.g. SGLang's ``--max-total-tokens``), and the quantization the release
+            then gives the drafter (``--quantization=fp8``; :mod:`ckpttools.ops.quant_check`).
 
     Returns:
         a :class:`ValidationReport`; ``report.ok`` is False when any finding is an error.
@@ -139,6 +141,8 @@ def validate(
             engine_args=engine_args,
             want_plan=load_plan,
         )
+        quant_check.add_findings(rep, drafter, target, release, tuple(engine_args))
+        rep.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:

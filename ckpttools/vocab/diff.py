@@ -20,6 +20,7 @@ from ckpttools.io.inputs import JSON_BLANK, loads_json, read_json
 if TYPE_CHECKING:
     from ckpttools.io.plan import WritePlan
 from ckpttools.vocab.mapping import VocabMapping, load_mapping
+from ckpttools.vocab.quant_rows import lm_head_scale_note
 
 __all__ = [
     "VocabDiff",
@@ -55,6 +56,8 @@ class VocabDiff:
     only_a_tokens: list[dict[str, Any]] = field(default_factory=list)
     only_b_tokens: list[dict[str, Any]] = field(default_factory=list)
     frequency: dict[str, Any] | None = None
+    #: what a remap does with A's FP8 lm_head scales (vocab.quant_rows), when A has them
+    lm_head_scales: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -270,6 +273,7 @@ def diff_vocab(
         only_a_tokens=only_a_rows,
         only_b_tokens=only_b_rows,
         frequency=freq,
+        lm_head_scales=lm_head_scale_note(a, ma, mb),
     )
 
 
