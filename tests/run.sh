@@ -23,7 +23,9 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 python3 -m venv .venv
 uv=""
-if [ "${CKPT_NO_UV:-0}" != "1" ] && python3 -m venv .venv-uv && .venv-uv/bin/pip install -q uv; then
+if [ "${CKPT_NO_UV:-0}" = "1" ]; then
+  echo "tests/run.sh: CKPT_NO_UV=1: pip installs the packages" >&2
+elif python3 -m venv .venv-uv && .venv-uv/bin/pip install -q uv; then
   uv="$PWD/.venv-uv/bin/uv"
   # pip's settings as uv's variables (a variable already set is kept)
   eval "$(.venv/bin/pip config list 2>/dev/null | .venv/bin/python tests/pip_to_uv.py)"
