@@ -1,3 +1,3 @@
-from ckpttools.cli.commands import main
+from ckpttools.cli.entry import main
 
 main()

@@ -21,6 +21,7 @@ watchdog interrupts it (SIGINT) past its time limit, and the case is then a hang
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import io
 import locale
 import logging
@@ -228,9 +229,12 @@ def inprocess_possible() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
-    """``ckpt ARGV`` through ckpttools.cli.commands.main in this process, as a fresh process would
-    run it: (exit code, or None when it ran out of time; stdout; stderr)."""
+def run_inprocess(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float, *, entry: str = "ckpttools.cli.commands"
+) -> tuple[int | None, str, str]:
+    """``ckpt ARGV`` through ``entry``'s main (default ckpttools.cli.commands, the Click group; the
+    console script's is ckpttools.cli.entry) in this process, as a fresh process would run it:
+    (exit code, or None when it ran out of time; stdout; stderr)."""
     assert inprocess_possible(), "in-process cases run in the main thread"
     if "PYTHONWARNINGS" in env or any(k.startswith("PYTHONDEVMODE") for k in env):
         raise AssertionError("PYTHONWARNINGS/PYTHONDEVMODE change a fresh interpreter: run such cases in a process")
@@ -311,7 +315,7 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
             warnings.filters[:] = _DEFAULT_FILTERS  # type: ignore[index]
             warnings.showwarning = _showwarning_to_stderr
             watchdog.start()
-            rc = _call_main(argv)
+            rc = _call_main(argv, entry)
             _join_at_exit(started)
             running[0] = False
     except _Hang:
@@ -359,10 +363,10 @@ def run_inprocess(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
     return rc, so, se
 
 
-def _call_main(argv: list[str]) -> int:
+def _call_main(argv: list[str], entry: str = "ckpttools.cli.commands") -> int:
     """The exit status ``python -m ckpttools ARGV`` would have, its uncaught exceptions printed as
     Python prints them."""
-    from ckpttools.cli.commands import main
+    main = importlib.import_module(entry).main
 
     try:
         main(argv)

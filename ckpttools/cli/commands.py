@@ -64,21 +64,25 @@ class CkptGroup(click.Group):
                 raise
             _usage_error(e)
             ctx.exit(EXIT_USAGE)
-        except CkptError as e:
+        except (CkptError, OSError) as e:  # OSError: permissions, full disks and the like on paths the user gave
             if os.environ.get("CKPT_DEBUG") == "1":
                 raise
-            message, hint = e.render(_flag_namer(self, ctx))
-            click.echo(f"ckpt: error: {_capped(message)}", err=True)
-            if hint:
-                click.echo(f"ckpt: hint: {_capped(hint)}", err=True)
-            ctx.exit(e.exit_code)
-        except OSError as e:
-            # permissions, full disks and the like on paths the user gave
-            if os.environ.get("CKPT_DEBUG") == "1":
-                raise
-            click.echo(f"ckpt: error: {_capped(str(e))}", err=True)
-            click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
-            ctx.exit(EXIT_USAGE)
+            ctx.exit(report(e, _flag_namer(self, ctx)))
+
+
+def report(e: CkptError | OSError, flag: Callable[[str], str]) -> int:
+    """The error boundary's lines for ``e`` on stderr (one error line, at most one hint), each
+    library parameter written as ``flag`` names it; the exit code. The group's, and the entry's
+    fast path's (ckpttools.cli.entry)."""
+    if isinstance(e, CkptError):
+        message, hint = e.render(flag)
+        click.echo(f"ckpt: error: {_capped(message)}", err=True)
+        if hint:
+            click.echo(f"ckpt: hint: {_capped(hint)}", err=True)
+        return e.exit_code
+    click.echo(f"ckpt: error: {_capped(str(e))}", err=True)
+    click.echo("ckpt: hint: set CKPT_DEBUG=1 for a traceback", err=True)
+    return EXIT_USAGE
 
 
 class _ReleasesHelp(click.Option):
@@ -97,8 +101,26 @@ class _ReleasesHelp(click.Option):
 
 def _flag_namer(group: click.Group, ctx: click.Context) -> Callable[[str], str]:
     """How the command that ran spells each library parameter: its option's long flag."""
-    flags: dict[str, str] = {}
     cmd = group.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+    return _command_namer(cmd)
+
+
+def command_flags(name: str) -> Callable[[str], str]:
+    """:func:`_flag_namer` for the top-level command ``name`` (the entry's fast path has no context)."""
+    return _command_namer(cli.commands[name])
+
+
+#: how a note said outside any Click context names parameters (the entry's fast path sets it)
+_NOTE_NAMER: list[Callable[[str], str]] = []
+
+
+def note_flags_default(name: str) -> None:
+    """Notes said outside a Click context name parameters as command ``name`` spells them."""
+    _NOTE_NAMER[:] = [command_flags(name)]
+
+
+def _command_namer(cmd: click.Command | None) -> Callable[[str], str]:
+    flags: dict[str, str] = {}
     todo = [cmd] if cmd is not None else []
     while todo:
         c = todo.pop()
@@ -157,7 +179,10 @@ def _install_note_handler() -> None:
 
             ctx = click.get_current_context(silent=True)
             root = ctx.find_root() if ctx is not None else None
-            flag = _flag_namer(cli, root) if root is not None else (lambda n: "--" + n.replace("_", "-"))
+            if root is not None:
+                flag = _flag_namer(cli, root)
+            else:
+                flag = _NOTE_NAMER[0] if _NOTE_NAMER else (lambda n: "--" + n.replace("_", "-"))
             click.echo(f"ckpt: note: {render_params(record.getMessage(), flag)}", err=True)
 
     log = logging.getLogger("ckpttools")

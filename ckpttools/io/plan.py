@@ -126,7 +126,12 @@ def _execute_directory(
     by_name = {s.name: s for s in specs}
     shards = [[by_name[n] for n in group] for group in plan.shards] if plan.shards is not None else None
     hashed = [p for ps in (plan.manifest.sources.values() if plan.manifest else ()) for p in ps]
-    hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
+    follow = _followed_copies(plan.tensors)
+    hashes = (
+        BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed], follow)
+        if plan.manifest
+        else None
+    )
     # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
     warm = _Warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
     result = None
@@ -143,7 +148,11 @@ def _execute_directory(
             backup=backup,
         ) as w:
             w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
+            if hashes is not None and follow:
+                w.on_copy = hashes.copied
             _write_tensors(w, plan, progress)
+            if hashes is not None:
+                hashes.release()
             warm.join()
             if plan.config is not None:
                 w.add_json("config.json", plan.config)
@@ -202,6 +211,20 @@ def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
             if str(q) not in done:
                 done[str(q)] = file_digest(q)
     return make_manifest(m.operation, m.params, m.sources, hashes=done, extra=m.extra or None)
+
+
+def _followed_copies(tensors: list[PlannedTensor]) -> dict[str, tuple[int, int]]:
+    """Source file -> the byte range one kernel copy reads from it, for each file read by exactly
+    one run of copies (a shard whose data section is copied whole): the manifest's digest of such
+    a file trails that copy (ckpttools.io.manifest.BackgroundDigests)."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for i, n in _copy_runs(tensors).items():
+        src = tensors[i].source
+        assert isinstance(src, Copy)
+        spans.setdefault(str(src.ref.path), []).append(
+            (src.ref.offset, src.ref.offset + sum(t.nbytes for t in tensors[i : i + n]))
+        )
+    return {path: runs[0] for path, runs in spans.items() if len(runs) == 1}
 
 
 def _copy_runs(tensors: list[PlannedTensor]) -> dict[int, int]:

@@ -35,7 +35,7 @@ from ckpttools.io.fsutil import (
     temp_name,
 )
 from ckpttools.io.guard import check_output, json_bytes, open_new
-from ckpttools.io.manifest import MANIFEST_NAME
+from ckpttools.io.manifest import FOLLOW_CHUNK, MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 
 __all__ = [
@@ -200,6 +200,9 @@ class SafetensorsFileWriter:
         self._next = 0
         self._src_fds: dict[str, int] = {}
         self._kernel_copy = True
+        #: told (source, offset reached) after each step of a copy, which then moves in steps of
+        #: ckpttools.io.manifest.FOLLOW_CHUNK (a digest of the source trails it: BackgroundDigests)
+        self.on_copy: Callable[[str, int], None] | None = None
         if page_offset is not None and not (0 <= page_offset < PAGE and page_offset % 8 == 0):
             raise ValueError(f"page_offset {page_offset}: a multiple of 8 in [0, {PAGE}) expected")
         self._f = open_new(self.path)
@@ -257,14 +260,18 @@ class SafetensorsFileWriter:
             fd = self._src_fds[str(src)] = os.open(src, os.O_RDONLY)
         dfd = self._f.fileno()
         pos = offset
+        told = self.on_copy
+        step = _KERNEL_COPY_MAX if told is None else FOLLOW_CHUNK
         if hasattr(os, "copy_file_range") and self._kernel_copy:
             try:
                 while left:
-                    n = os.copy_file_range(fd, dfd, min(left, _KERNEL_COPY_MAX), pos)
+                    n = os.copy_file_range(fd, dfd, min(left, step), pos)
                     if n == 0:
                         break
                     pos += n
                     left -= n
+                    if told is not None:
+                        told(str(src), pos)
             except OSError:
                 self._kernel_copy = False  # e.g. a file system that refuses it: plain reads from now on
         self._f.seek(0, os.SEEK_END)
@@ -276,6 +283,8 @@ class SafetensorsFileWriter:
             self._f.write(chunk)
             pos += len(chunk)
             left -= len(chunk)
+            if told is not None:
+                told(str(src), pos)
 
     def write_segments(self, name: str, segments: Iterable[tuple[str, Any, int, int] | Any]) -> None:
         """Write the next tensor from segments, in order: ``("copy", src, offset, length)``
@@ -392,6 +401,8 @@ class CheckpointWriter:
         self.page_offsets: dict[int, int] = {}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
+        #: given to each shard's writer (SafetensorsFileWriter.on_copy)
+        self.on_copy: Callable[[str, int], None] | None = None
         self._sealed = False
 
     def _writer_for(self, name: str) -> SafetensorsFileWriter:
@@ -411,6 +422,7 @@ class CheckpointWriter:
                     self.metadata,
                     page_offset=self.page_offsets.get(self._cur_i),
                 )
+                self._cur.on_copy = self.on_copy
         assert self._cur is not None
         return self._cur
 
