@@ -195,11 +195,16 @@ NO_RELEASE_LINE = {
 
 # ----------------------------------------------------------------------------- weight updates
 #: the HTTP endpoints that change a running server's weights: path -> (engine, kind, source).
-#: kind "update": the endpoint is a weight update by its name; "rpc": vLLM's collective_rpc runs
-#: any worker method (ckpttools' swap among them), so it is a weight update only where no hook line
-#: says which of them were swaps
+#: kind "update": the endpoint is a weight update by its name; "rpc": the endpoint also carries
+#: the hook's read-only requests, so it is a weight update only where no hook line says which of
+#: them were swaps: vLLM's collective_rpc runs any worker method (ckpttools' swap, state and target
+#: digest among them), and on a server with ckpttools' hook SGLang's update_weights_from_tensor
+#: carries the hook's state and target-digest requests too (ckpttools/engines/serverside/
+#: ckpt_swap.py sglang_load_drafter; seen on SGLang 0.5.17, H200, tests/test_gpu_serve.py: a state
+#: read after the last swap read as a 107th segment). There, a tensor update by another client
+#: through the same endpoint is not seen as a split either
 UPDATE_ENDPOINTS: dict[bytes, tuple[str, str, str]] = {
-    b"/update_weights_from_tensor": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1351"),
+    b"/update_weights_from_tensor": ("sglang", "rpc", "sglang/srt/entrypoints/http_server.py:1351"),
     b"/update_weights_from_disk": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1215"),
     b"/update_weights_from_distributed": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1373"),
     b"/update_weights_from_ipc": ("sglang", "update", "sglang/srt/entrypoints/http_server.py:1393"),

@@ -10,8 +10,9 @@ What splits a run (the line formats are :mod:`ckpttools.engines.logs_formats`'):
   ``/update_weights`` and ``/collective_rpc``) that the server did not refuse (a 4xx answer
   leaves the weights as they were). One that follows a hook's swap with no figure between is that
   swap's own request (uvicorn logs it once the answer is sent); a burst of them with no figure
-  between is one split. vLLM's ``/collective_rpc`` runs any worker method: in a run where the
-  hook has named a swap, it is not taken for one;
+  between is one split. vLLM's ``/collective_rpc`` runs any worker method, and SGLang's
+  ``/update_weights_from_tensor`` carries the hook's read-only requests too: in a run where the
+  hook has named a swap, neither is taken for one;
 - a server restart after a weight update (the drafter is the one launched again).
 
 A figure (a decode window, a metrics line, a finished request) belongs to the segment in which its
