@@ -55,14 +55,16 @@ def cache_root(fallback: Path) -> str:
 
 
 @contextlib.contextmanager
-def server_env(fallback_cache: Path) -> Iterator[None]:
+def server_env(fallback_cache: Path) -> Iterator[dict[str, str | None]]:
     """SERVER_ENV and the session's vLLM cache in os.environ (what `verify --launch` servers inherit)
-    while the block runs; what was there before is put back after."""
+    while the block runs; what was there before (None: nothing) is yielded, and put back after.
+    OMP_NUM_THREADS=1 reaches the test process's own torch too, as under pytest-xdist (CI), whose
+    workers tests/conftest.py runs with one thread already."""
     new = {**SERVER_ENV, "VLLM_CACHE_ROOT": cache_root(fallback_cache)}
     old = {k: os.environ.get(k) for k in new}
     os.environ.update(new)
     try:
-        yield
+        yield old
     finally:
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
