@@ -31,6 +31,12 @@ def pytest_configure(config):
         os.close(fd)
         os.environ["CKPT_LAUNCH_LEDGER"] = path
         config._ckpt_ledger = path  # the controller owns (and removes) it; xdist workers inherit the variable
+    if "CKPT_VLLM_CACHE_ROOT" not in os.environ and not hasattr(config, "workerinput"):
+        # one vLLM cache for every real vLLM server of the session, both workers' (tests/vllm_pool.py:
+        # SERVER_ENV says what it saves); the controller removes it at the end
+        import tempfile
+
+        config._ckpt_vllm_cache = os.environ["CKPT_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ckpt-vllm-cache-")
     worker = getattr(config, "workerinput", {}).get("workerid", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
@@ -56,6 +62,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(
         f"engine servers started: {real} real vLLM, {len(lines) - real} stand-ins (tests/fake_engine and the like)"
     )
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_ckpt_vllm_cache", None)
+    if path is not None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop("CKPT_VLLM_CACHE_ROOT", None)
 
 
 #: the order the shared vLLM servers' tests run in, family by family, so that each server starts once

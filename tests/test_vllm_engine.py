@@ -23,7 +23,7 @@ from ckpttools.engines.launch import LaunchSpec, free_port
 from ckpttools.ops.export import export
 from ckpttools.ops.verify import verify
 
-from .vllm_pool import ARGS, REPO, STEPS, VLLM_PY, Served, VllmPool
+from .vllm_pool import ARGS, REPO, STEPS, VLLM_PY, Served, VllmPool, server_env
 
 pytestmark = [
     pytest.mark.vllm,
@@ -50,12 +50,9 @@ def pairs(vllm_pool: VllmPool, tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def vllm_env(tmp_path_factory):
-    old = {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
-    yield
-    for k, v in old.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    """The servers this module's `verify --launch` runs start get the pool's settings (tests/vllm_pool.py)."""
+    with server_env(tmp_path_factory.mktemp("vllm-cache")) as outside:
+        yield outside
 
 
 VLLM_FIGURES: dict = {}  # filled by the launch tests, read by the torch agreement test
@@ -234,13 +231,16 @@ def test_early_stop_against_a_real_server(running, pairs):
 
 
 @pytest.fixture(scope="module")
-def readme_demo(tmp_path_factory):
+def readme_demo(tmp_path_factory, vllm_env):
     """`ckpt demo --engine vllm --engine-python .venv-vllm/bin/python`, exactly as the README
-    prints it (a process of its own, no VLLM_CPU_KVCACHE_SPACE in the environment), run once for
+    prints it (a process of its own, none of the tests' vLLM settings in the environment), run once for
     the two demo tests: the demo's own command starts its own servers."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
+    env = dict(os.environ)  # as it was outside this module's vllm_env, less the KV cache size and cache root
+    for k, v in vllm_env.items():
+        env.pop(k, None) if v is None else env.__setitem__(k, v)
+    env = {k: v for k, v in env.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
     return subprocess.run(
         [sys.executable, "-m", "ckpttools", "demo", "--engine", "vllm", "--engine-python", VLLM_PY],
         cwd=tmp_path_factory.mktemp("readme-demo"),

@@ -6,7 +6,6 @@ each drafter's figure on a server of its own."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from click.testing import CliRunner
 from ckpttools.cli.commands import cli
 
 from .swap_pairs import build
-from .vllm_pool import ARGS, VLLM_PY
+from .vllm_pool import ARGS, VLLM_PY, server_env
 
 pytestmark = [
     pytest.mark.vllm,
@@ -25,12 +24,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def known(tmp_path_factory):
-    old = {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
-    yield build(tmp_path_factory.mktemp("swap"), "vllm")
-    for k, v in old.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    """The pairs, and the pool's server settings (tests/vllm_pool.py) for the servers `verify --launch` starts."""
+    with server_env(tmp_path_factory.mktemp("vllm-cache")):
+        yield build(tmp_path_factory.mktemp("swap"), "vllm")
 
 
 def _verify(target: Path, drafters: list[Path], log: Path, *extra: str) -> dict:
@@ -106,6 +102,7 @@ def test_the_swap_reaches_both_ranks_at_tensor_parallel_2(known, tmp_path, monke
     """vLLM's CPU build at --tensor-parallel-size 2 (one core per worker): the extension runs in
     both workers, both replace the map, and the figures are the single-rank ones."""
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # vLLM refuses to guess with one NUMA node
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)  # vLLM's own multiprocess setup
     tp, ds, _ = known
     rep = _verify(tp, [ds["id"], ds["swap"], ds["perm"]], tmp_path / "tp2.log", "--tp", "2")
     assert rep["tp"] == 2 and rep["server_starts"] == 1 and rep["target_unchanged"] is True

@@ -14,9 +14,11 @@ parameters), for the load-plan comparison.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,45 @@ VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" 
 MAX_ALIVE = 2
 ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
 STEPS = 3
-#: every pool server's settings beyond ARGS: a log window per second (ckpt logs reads them), a small KV cache
-ENV = {"VLLM_LOG_STATS_INTERVAL": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+#: the settings of every real vLLM server the tests start at tensor parallel 1 (the pool's, and through
+#: ``server_env`` those `verify --launch` starts in the test modules), each for start-up time on 2 cores:
+#: - a 1 GiB KV cache (vLLM's CPU build reserves VLLM_CPU_KVCACHE_SPACE GiB; vllm/platforms/cpu.py:323-327);
+#: - the worker in the engine-core process: vLLM's CPU build turns the one-process executor ("uni", the
+#:   default at TP 1) into the multiprocess one unless VLLM_ENABLE_V1_MULTIPROCESSING=0
+#:   (vllm/platforms/cpu.py:333-341), which spawns a third process that imports torch and vLLM once more.
+#:   The swap's /collective_rpc reaches the worker all the same (v1/executor/uniproc_executor.py:90-106). TP 2
+#:   (tests/test_vllm_swap.py) keeps vLLM's multiprocess executor: that test removes the setting;
+#: - one torch thread, as the multiprocess executor gives its worker on one core (utils/ompmultiprocessing.py:
+#:   75-78): in the engine-core process vLLM's own cut to one thread is refused, after the worker has made
+#:   torch.set_num_threads a no-op (v1/worker/cpu_worker.py:139-145, utils/torch_utils.py:268-300), and two
+#:   threads spin against each other on 2 loaded cores;
+#: - one vLLM cache for the session (conftest.py: CKPT_VLLM_CACHE_ROOT): vLLM inspects each model class in
+#:   a subprocess that imports vLLM and torch, once per cache (its modelinfos,
+#:   vllm/model_executor/models/registry.py:1044-1088), so only the session's first server of a class pays.
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+#: every pool server's settings beyond ARGS and SERVER_ENV: a log window per second (ckpt logs reads them)
+ENV = {"VLLM_LOG_STATS_INTERVAL": "1", **SERVER_ENV}
+
+
+def cache_root(fallback: Path) -> str:
+    """The session's vLLM cache (tests/conftest.py makes it), or ``fallback`` outside a test session."""
+    return os.environ.get("CKPT_VLLM_CACHE_ROOT") or str(fallback)
+
+
+@contextlib.contextmanager
+def server_env(fallback_cache: Path) -> Iterator[dict[str, str | None]]:
+    """SERVER_ENV and the session's vLLM cache in os.environ (what `verify --launch` servers inherit)
+    while the block runs; what was there before (None: nothing) is yielded, and put back after.
+    OMP_NUM_THREADS=1 reaches the test process's own torch too, as under pytest-xdist (CI), whose
+    workers tests/conftest.py runs with one thread already."""
+    new = {**SERVER_ENV, "VLLM_CACHE_ROOT": cache_root(fallback_cache)}
+    old = {k: os.environ.get(k) for k in new}
+    os.environ.update(new)
+    try:
+        yield old
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 @dataclass
@@ -195,7 +234,7 @@ class VllmPool:
             python=self.python,
             log_path=str(log),
             ready_timeout=600,
-            env={**ENV, "VLLM_CACHE_ROOT": str(self.root / "vllm-cache")},
+            env={**ENV, "VLLM_CACHE_ROOT": cache_root(self.root / "vllm-cache")},
         )
         swap: dict[str, Any] = {}
         if drafter is not None:
