@@ -57,6 +57,9 @@ class FormatSupport:
     needs_input_scale: bool = False
     block_rule: str | None = None  # what the loader requires of block sizes, when it has a rule
     verified: bool = True
+    #: where the release serves weights-only FP8 (no input activations) at fewer granularities than
+    #: with them: (those it serves weights-only, why the others fail, with the source)
+    weights_only: tuple[tuple[str, ...], str] | None = None
     #: for module kinds whose layer the engine names otherwise than the file: (its names in the engine,
     #: whether its class matches the class target ``Linear``, the source), read against quantization_config
     #: as the engine reads it
@@ -101,13 +104,21 @@ _SGLANG_0_5_17 = QuantRules(
     formats={
         "compressed-tensors": FormatSupport(
             True,
-            "weights-only FP8 (no input_activations) is CompressedTensorsW8A16Fp8, per channel or per tensor "
+            "weights-only FP8 (no input_activations) per tensor is CompressedTensorsW8A16Fp8 "
             "(compressed_tensors.py:679-684; schemes/compressed_tensors_w8a16_fp8.py:25, 94-112); with dynamic "
-            "input activations it is CompressedTensorsW8A8Fp8, which also takes block scales (compressed_tensors.py:454-488, 659-677)",
+            "input activations it is CompressedTensorsW8A8Fp8, per channel or per tensor, which also takes block "
+            "scales (compressed_tensors.py:454-488, 659-677)",
             ("channel", "tensor"),
             {"linear": _Q, "fc": _SG_FC, "lm_head": _SG_HEAD_CT, "embed": _SG_EMBED},
             _SGQ
-            + "compressed_tensors/compressed_tensors.py:161-203, 454-500, 640-684; models/llama_eagle3.py:137-159, 192, 298-303",
+            + "compressed_tensors/compressed_tensors.py:161-203, 454-500, 545-558, 632-684; models/llama_eagle3.py:137-159, 192, 298-303",
+            weights_only=(
+                ("tensor",),
+                "weights-only FP8 per channel or per group is taken for a WNA16 scheme first "
+                "(compressed_tensors.py:545-558 checks the strategy, not the bits or type) and refused unless "
+                "pack-quantized: ImportError 'Other method (CompressedTensorsW4A16Sparse24) is not supported now' "
+                "at load (compressed_tensors.py:632-643; seen on the H200, tests/test_gpu_quant.py)",
+            ),
         ),
         "modelopt": FormatSupport(
             True,

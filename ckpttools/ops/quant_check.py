@@ -122,6 +122,19 @@ def _release_findings(scheme: QuantScheme, rules: Any, spec: str, finding: Any) 
                     "quantize per channel or per tensor (ckpt quantize --scheme fp8-per-channel)",
                 )
             )
+        if quantized and w.granularity and sup.weights_only and _weights_only(scheme):
+            served, why = sup.weights_only
+            if w.granularity not in served:
+                out.append(
+                    finding(
+                        "quant.engine",
+                        "error",
+                        w.weight,
+                        f"{spec} does not serve weights-only {scheme.format} FP8 per {w.granularity}: {why}",
+                        f"quantize with dynamic input activations (ckpt quantize --activations dynamic) or per "
+                        f"{' or per '.join(served)}",
+                    )
+                )
         if quantized and sup.needs_input_scale and w.input_scale is None:
             out.append(
                 finding(
@@ -273,3 +286,11 @@ def _launch_findings(
             )
         )
     return out
+
+
+def _weights_only(scheme: QuantScheme) -> bool:
+    """A compressed-tensors config whose every group quantizes weights alone (no input_activations)."""
+    groups = (scheme.config or {}).get("config_groups") if isinstance(scheme.config, dict) else None
+    if scheme.format != "compressed-tensors" or not isinstance(groups, dict) or not groups:
+        return False
+    return all(isinstance(g, dict) and not g.get("input_activations") for g in groups.values())
