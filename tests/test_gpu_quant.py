@@ -26,7 +26,6 @@ Figures go to $CKPT_GPU_LOGS/quant.json.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -48,7 +47,8 @@ from . import quant_drafters as qd
 from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+from .test_gpu_sglang import LOGS  # noqa: E402
+
 KW = {"num_prompts": 4, "max_new_tokens": 24, "ignore_eos": True}
 FP8 = ["--quantization=fp8"]
 UNQUANT = ["--quantization=fp8", "--speculative-draft-model-quantization=unquant"]

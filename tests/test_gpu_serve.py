@@ -1,5 +1,5 @@
 """``ckpt serve`` and ``ckpt swap`` on SGLang 0.5.17, one H200 (marker gpu; run by hand, see
-/work/shared/device/sglang/README.md): one server started by ``ckpt serve`` with the guarded hook,
+../shared/device/sglang/README.md): one server started by ``ckpt serve`` with the guarded hook,
 then the vLLM CPU test's sequence (the matched drafter 4.0; the noise drafter under
 ``--min-accept-len 2`` rolled back, checked, exit 1; the drafter in another mapping 4.0; a wrong key
 refused by SGLang's admin key, a drafter outside the root by the hook), then 100 swaps on the same
@@ -24,7 +24,8 @@ from .swap_pairs import build
 from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+from .test_gpu_sglang import LOGS  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 KEY = "gpu-rl-key"
 LOOP = 100

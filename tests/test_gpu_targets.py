@@ -38,7 +38,8 @@ from .tamper_ext import MARKER
 from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", "/tmp/ckpt-gpu-logs"))
+from .test_gpu_sglang import LOGS  # noqa: E402
+
 TESTS = Path(__file__).resolve().parent
 # Kimi-K2's text config (DeepseekV3ForCausalLM), 4 dense layers
 H, V, HEADS, Q_LORA, KV_LORA, ROPE, NOPE, VHEAD, INTER, LAYERS = 7168, 163_840, 64, 1536, 512, 64, 128, 128, 18_432, 4

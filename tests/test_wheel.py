@@ -11,7 +11,6 @@ installed, else ``pip wheel --no-deps --no-build-isolation --no-index``.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -90,7 +89,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(REPO / "ckpttools", src / "ckpttools", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = base / "dist"
-    if importlib.util.find_spec("build") is not None:
+    if _has_build():
         cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)]
     else:
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
@@ -168,3 +167,14 @@ def test_tests_find_the_shared_data_only_through_conftest() -> None:
     assert not found, "\n".join(found)
     conftest = (TESTS / "conftest.py").read_text()
     assert 'os.environ.get("CKPT_SHARED", REPO.parent / "shared")' in conftest
+
+
+def _has_build() -> bool:
+    """The ``build`` package is installed (not a checkout's own build/ folder, which pip leaves)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

@@ -396,6 +396,14 @@ class ServeCommand:
     spec: Any = dataclasses.field(repr=False, compare=False)
 
 
+def _need_key(api_key: str | None) -> None:
+    if not api_key:
+        raise ServerError(
+            "a server whose drafter can be swapped needs a key: none given",
+            hint=f"give {opt('api_key')}, or set CKPT_API_KEY",
+        )
+
+
 def serve_command(
     engine: str,
     target: str,
@@ -445,11 +453,7 @@ def serve_command(
             f"{rel_spec}: the release tables give no swap route for it, so no hook can be installed",
             hint=f"serve with a release that has one (ckpt validate {opt('engine')} lists them), or pin one",
         )
-    if not api_key:
-        raise ServerError(
-            "a server whose drafter can be swapped needs a key: none given",
-            hint=f"give {opt('api_key')}, or set CKPT_API_KEY",
-        )
+    _need_key(api_key)
     if route.get("loopback_only") and not is_loopback(host):
         raise UnsafePathError(
             f"{host}: {release.spec} guards none of its development endpoints (/collective_rpc included) with "
