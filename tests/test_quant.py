@@ -298,12 +298,11 @@ def test_verify_launch_says_the_inherit_trap_before_the_load(w) -> None:
     import logging
 
     from ckpttools.engines.launch import LaunchSpec, free_port
-    from ckpttools.ops.verify import _check_before_launch
+    from ckpttools.engines.releases import resolve
+    from ckpttools.ops.launch_check import check_launch
 
     target = build_target(w["root"] / "t-launch")
-    spec = LaunchSpec(
-        "sglang==0.5.17", str(target), str(w["bf16"]), port=free_port(), engine_args=["--quantization=fp8"]
-    )
+    spec = LaunchSpec("sglang", str(target), str(w["bf16"]), port=free_port(), engine_args=["--quantization=fp8"])
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda r: seen.append(r.getMessage())  # type: ignore[method-assign]
@@ -311,7 +310,7 @@ def test_verify_launch_says_the_inherit_trap_before_the_load(w) -> None:
     log.addHandler(handler)
     level, log.level = log.level, logging.INFO
     try:
-        _check_before_launch(spec, announce=False)
+        check_launch(spec, [str(w["bf16"])], resolve("sglang==0.5.17"))
     finally:
         log.removeHandler(handler)
         log.setLevel(level)

@@ -39,10 +39,11 @@ __all__ = ["quantize_cmd"]
 )
 @click.option(
     "--activations",
-    type=click.Choice(["none", "dynamic"]),
-    default="none",
+    type=click.Choice(["auto", "none", "dynamic"]),
+    default="auto",
     show_default=True,
-    help="none: weights only; dynamic: inputs quantized per token at run time (FP8_DYNAMIC).",
+    help="none: weights only; dynamic: inputs quantized per token at run time (FP8_DYNAMIC); auto: weights "
+    "only where the release serves that (SGLang 0.5.17: per tensor only), else dynamic.",
 )
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @DRY_RUN

@@ -183,7 +183,22 @@ def _config(ck: Checkpoint, granularity: str, include: Sequence[str], activation
     return dict(ck.config or {}, quantization_config=qc)
 
 
+def _auto_activations(release: Any, granularity: str) -> str:
+    """``auto``: weights only where the release serves weights-only FP8 at this granularity, else
+    dynamic input activations (the release table's ``weights_only``; SGLang 0.5.17 takes weights-only
+    FP8 per tensor only: engines/quant_rules.py)."""
+    from ckpttools.engines.quant_rules import rules_for
+
+    rules = rules_for(release)
+    sup = rules.formats.get("compressed-tensors") if rules is not None else None
+    if sup is not None and sup.weights_only and granularity not in sup.weights_only[0]:
+        return "dynamic"
+    return "none"
+
+
 def _check_args(scheme: str, activations: str, include: Sequence[str]) -> None:
+    if activations == "auto":
+        return _check_args(scheme, "none", include)
     if scheme not in SCHEMES:
         raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}", hint=f"give {opt('scheme')} fp8-per-channel")
     if activations not in ACTIVATIONS:
@@ -204,7 +219,7 @@ def plan_quantize(
     scheme: str = "fp8-per-channel",
     engine: str = "sglang",
     include: Sequence[str] = (),
-    activations: str = "none",
+    activations: str = "auto",
     max_shard_size: int | str | None = None,
 ) -> WritePlan:
     """What :func:`quantize` would write (the quantized weights are computed here, in memory:
@@ -214,6 +229,8 @@ def plan_quantize(
     release = resolve(engine)
     _refuse_unloadable(release, include)
     granularity = SCHEMES[scheme]
+    if activations == "auto":
+        activations = _auto_activations(release, granularity)
     with open_checkpoint(src) as ck:
         check_output(out, [ck.root])
         existing = read_scheme(ck.config, headers_of(ck))
@@ -300,7 +317,7 @@ def quantize(
     scheme: str = "fp8-per-channel",
     engine: str = "sglang",
     include: Sequence[str] = (),
-    activations: str = "none",
+    activations: str = "auto",
     max_shard_size: int | str | None = None,
     force: bool = False,
     fsync: bool = False,
@@ -315,8 +332,9 @@ def quantize(
         engine: the release the output is for (``sglang``, ``vllm``, or ``NAME==VERSION``): a module
             it would load unquantized is refused, and the output is validated in its reading.
         include: also quantize ``lm_head`` and/or ``fc`` (they stay bf16 otherwise).
-        activations: ``none`` (weights only, the default) or ``dynamic`` (inputs quantized per token at
-            run time: compressed-tensors' FP8_DYNAMIC, the layout vLLM's CPU build has kernels for).
+        activations: ``auto`` (the default: weights only where the release serves that, else dynamic),
+            ``none`` (weights only) or ``dynamic`` (inputs quantized per token at run time:
+            compressed-tensors' FP8_DYNAMIC, the layout vLLM's CPU build has kernels for).
 
     Returns:
         a :class:`QuantizeReport` (the weights quantized, those kept, bytes before and after, the
