@@ -42,9 +42,9 @@ def scheme_of(ck: Any) -> QuantScheme:
 
 def add_findings(rep: Any, drafter: Any, target: Any, release: Any, engine_args: Sequence[str]) -> None:
     """Add the quantization findings to ``rep`` (a ValidationReport), in place."""
-    from ckpttools.ops.validate import Finding, _open_drafter
+    from ckpttools.ops.validate_report import Finding, open_drafter
 
-    cfg, ck, _ = _open_drafter(drafter)
+    cfg, ck, _ = open_drafter(drafter)
     if cfg is None and ck is None:
         return
     headers = {n: (list(t.shape), t.dtype) for n, t in ck.tensors.items()} if ck is not None else {}

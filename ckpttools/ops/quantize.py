@@ -185,8 +185,7 @@ def _config(ck: Checkpoint, granularity: str, include: Sequence[str], activation
 
 def _auto_activations(release: Any, granularity: str) -> str:
     """``auto``: weights only where the release serves weights-only FP8 at this granularity, else
-    dynamic input activations (the release table's ``weights_only``; SGLang 0.5.17 takes weights-only
-    FP8 per tensor only: engines/quant_rules.py)."""
+    dynamic input activations (the release table's ``weights_only``: engines/quant_rules.py)."""
     from ckpttools.engines.quant_rules import rules_for
 
     rules = rules_for(release)

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import ConfigError, NoWeightsError
+from ckpttools.errors import ConfigError
 from ckpttools.engines.claims import applying
 from ckpttools.formats.config import essentials
 from ckpttools.engines.aux_rules import sglang_default_aux_ids
 from ckpttools.formats.conventions import load_target_config
-from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.ops.validate_config import check_config, config_findings
 from ckpttools.ops.validate_report import (
+    open_drafter,
     FIX_REPAIRS,
     SEVERITIES,
     Finding,
@@ -73,19 +74,7 @@ ENGINES = ("sglang", "vllm")
 DEFAULT_MAX_DOWNLOAD = "20GB"
 
 
-def _open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
-    if isinstance(drafter, Checkpoint):
-        return drafter.config, drafter, str(drafter.source)
-    p = Path(drafter)
-    if p.is_file() and p.suffix == ".json":
-        return load_config(p), None, str(p)
-    try:
-        ck = open_checkpoint(drafter)
-    except NoWeightsError:
-        if p.is_dir() and (p / "config.json").is_file():
-            return load_config(p / "config.json"), None, str(p)
-        raise
-    return ck.config, ck, str(drafter)
+_open_drafter = open_drafter  # the name callers took before it moved to validate_report
 
 
 # ------------------------------------------------------------------------ entry point

@@ -9,7 +9,11 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from pathlib import Path
+
 from ckpttools.engines.claims import applied
+from ckpttools.errors import NoWeightsError
+from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 from ckpttools.schemas import load_schema
 
 __all__ = ["SEVERITIES", "FIX_REPAIRS", "Finding", "ValidationReport", "schema", "fix_repairs", "route_fix_hints"]
@@ -126,3 +130,19 @@ def route_fix_hints(findings: list[Finding]) -> list[Finding]:
             hint = hint.replace(old, new) if hint else hint
         out.append(Finding(f.id, f.severity, f.location, f.message, hint))
     return out
+
+
+def open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
+    """(config, checkpoint or None for a config alone, the name to report) of a drafter path or checkpoint."""
+    if isinstance(drafter, Checkpoint):
+        return drafter.config, drafter, str(drafter.source)
+    p = Path(drafter)
+    if p.is_file() and p.suffix == ".json":
+        return load_config(p), None, str(p)
+    try:
+        ck = open_checkpoint(drafter)
+    except NoWeightsError:
+        if p.is_dir() and (p / "config.json").is_file():
+            return load_config(p / "config.json"), None, str(p)
+        raise
+    return ck.config, ck, str(drafter)
