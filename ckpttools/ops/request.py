@@ -299,6 +299,8 @@ def _offline(drafter: str | None, o: dict[str, Any]) -> Offline:
             f"{_names(given)}: not measured by {opt('engine')} torch (one request at a time, greedy, topk 1, "
             f"no server); use {opt('launch')} or {opt('host')} for these"
         )
+    if o["device"] is not None and not str(o["device"]).strip():
+        raise RequestError(f"{opt('device')} '': no device named (give cpu, cuda or cuda:N)", param="device")
     return Offline(steps=o["steps"] or 3, device=o["device"] or "cpu")
 
 
