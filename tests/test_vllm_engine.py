@@ -346,11 +346,10 @@ def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path, monkeypatc
     """A 2x2 sweep (steps 1,3 x topk 1,4) on vLLM: topk 4 is reported as not applicable (vLLM
     drafts chains), steps 1 stops early under the bar (2.0 < 3), both launched settings are
     ranked against a baseline server, and the best setting's SGLang and vLLM commands are printed.
-    Its servers run as vLLM runs them by default (engine core in its own process, vLLM's own thread
-    count): the ranking is by throughput, and the pool's one-process, one-thread setting ranked
-    steps 3 below steps 1 in the clean-clone run of 12986b7."""
+    Its servers keep vLLM's engine core in its own process (as before the pool's one-process
+    setting): the ranking is by throughput, and the one-process setting ranked steps 3 below
+    steps 1 in the clean-clone run of 12986b7."""
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
     vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
     prompts = tmp_path / "p.jsonl"
