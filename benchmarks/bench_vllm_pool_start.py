@@ -50,7 +50,9 @@ def main() -> None:
         cache = args[i + 1]
         del args[i : i + 2]
     extra = dict(a.split("=", 1) for a in args)
-    os.environ.setdefault("CKPT_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+    os.environ.setdefault(
+        "CKPT_VLLM_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")
+    )
     if cache is not None:
         os.environ["CKPT_VLLM_CACHE_ROOT"] = cache
     import tests.vllm_pool as vp

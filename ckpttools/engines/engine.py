@@ -371,26 +371,6 @@ class VLLM(Engine):
             *s.engine_args,
         ]
 
-    def table(self) -> Any:
-        """The release table claims are read from: its own, else the newest known (None: no table)."""
-        from ckpttools.engines.releases import ENGINES
-
-        if self.release is not None:
-            return self.release
-        rels = ENGINES.get(self.name)
-        return rels[-1] if rels else None
-
-    def context_override_var(self) -> str | None:
-        """The environment variable that makes the engine serve a drafter whose context is shorter than
-        the target's (the table's ``context_override``; None: the engine has no such switch)."""
-        rel = self.table()
-        value = rel.context_override.value if rel is not None else None
-        return value.partition("=")[0] if value else None
-
-    def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
-        """The KV token count the engine arguments cap the pools at (None: not given, or no such flag)."""
-        return None
-
     def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
         chain = setting.get("steps", 0) + 1
         if setting.get("topk", 1) > 1 or "draft_tokens" in setting and setting["draft_tokens"] != chain:
