@@ -342,14 +342,14 @@ def test_categories_concurrency_and_context_on_one_server(tmp_path, vllm_pool):
     _check_schema(rep)
 
 
-def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path, monkeypatch):
+def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path):
     """A 2x2 sweep (steps 1,3 x topk 1,4) on vLLM: topk 4 is reported as not applicable (vLLM
     drafts chains), steps 1 stops early under the bar (2.0 < 3), both launched settings are
     ranked against a baseline server, and the best setting's SGLang and vLLM commands are printed.
-    Its servers keep vLLM's engine core in its own process (as before the pool's one-process
-    setting): the ranking is by throughput, and the one-process setting ranked steps 3 below
-    steps 1 in the clean-clone run of 12986b7."""
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    The ranking is by measured throughput, which on 2 loaded CPU cores puts either setting first
+    (steps 3 below steps 1 in the clean-clone runs of 12986b7 and 82ca354, in both of vLLM's process
+    layouts): the test checks that the ranking and the printed order follow the figures, not which
+    setting is faster. Its servers run in the pool's one-process layout (tests/vllm_pool.py: SERVER_ENV)."""
     tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id")
     vp = Path(export(dp, tmp_path / "drafter-vllm", format="vllm", target=tp).output)
     prompts = tmp_path / "p.jsonl"
@@ -389,7 +389,8 @@ def test_sweep_ranks_stops_early_and_prints_launch_commands(tmp_path, monkeypatc
     assert '"num_speculative_tokens": 3' in cmds["vllm"] and str(vp) in cmds["vllm"]
     _check_schema(rep)
     assert "best setting {'steps': 3, 'topk': 1}" in text and "not applicable" in text and "speed-up" in text
-    assert text.index("steps=3,topk=1") < text.index("steps=1,topk=1")  # ranked
+    ranked = [f"steps={sw['settings'][i]['setting']['steps']},topk=1" for i in sw["ranking"]]
+    assert all(f"{n}. {name} " in text for n, name in enumerate(ranked, 1)), ranked  # printed in ranked order
 
 
 def _split_figures_on_vllm(tmp_path: Path, srv: Served) -> dict[str, float]:
