@@ -3,7 +3,7 @@
 The library is the product; the ``ckpt`` command is a thin layer over it. Every
 operation, its report type and every error type is importable from here, in any order:
 no public name is also the name of a submodule of this package (the operations live in
-``ckpttools.ops``), so importing one never replaces another. The operations are loaded
+``ckpttools.ops`` and ``ckpttools.measuring``), so importing one never replaces another. The operations are loaded
 lazily, so ``ckpt --help`` and header-only commands stay fast and never import torch;
 type checkers see the real objects through the ``TYPE_CHECKING`` block.
 
@@ -12,7 +12,10 @@ The package is in layers, lowest first; a module imports its own layer and those
 Schemas), ``io`` (bytes, checkpoints, the write plan and its executor, the network client),
 ``formats`` (engine-neutral names and config fields), ``vocab`` (vocabulary mappings),
 ``engines`` (what each engine release does, as cited tables, and its servers), ``ops`` (the
-operations), ``demo`` (tiny checkpoints and the story), ``cli`` (the ``ckpt`` command).
+conversion operations: inspect, validate, fix, remap, export, quantize), ``measuring`` (what a
+drafter does on a server or the offline probe: the request, verify, compare, sweep, serve and
+swap, logs, plot, the verdict), ``demo`` (tiny checkpoints and the story), ``cli`` (the ``ckpt``
+command).
 """
 
 from __future__ import annotations
@@ -45,18 +48,18 @@ if TYPE_CHECKING:
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.plan import WritePlan, execute
     from ckpttools.engines.launch import LaunchSpec
-    from ckpttools.ops.compare import CompareReport, compare_drafters
-    from ckpttools.ops.serve import SwapReport, swap_drafter
-    from ckpttools.ops.measure import measure
-    from ckpttools.ops.request import MeasureRequest, Offline, RequestError, RunningHost, Sweep
+    from ckpttools.measuring.compare import CompareReport, compare_drafters
+    from ckpttools.measuring.serve import SwapReport, swap_drafter
+    from ckpttools.measuring.measure import measure
+    from ckpttools.measuring.request import MeasureRequest, Offline, RequestError, RunningHost, Sweep
     from ckpttools.ops.export import ExportRejected, ExportReport, export, plan_export
     from ckpttools.ops.fix import FixResult, fix, plan_fix
     from ckpttools.ops.inspect import InspectReport, inspect
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
     from ckpttools.ops.quantize import QuantizeRejected, QuantizeReport, plan_quantize, quantize
     from ckpttools.ops.remap import RemapReport, plan_remap, remap
     from ckpttools.ops.validate import Finding, ValidationReport, validate
-    from ckpttools.ops.verify import SpecOffError, VerifyReport, verify
+    from ckpttools.measuring.verify import SpecOffError, VerifyReport, verify
     from ckpttools.vocab.diff import BuildResult, VocabDiff, build_vocab, diff_vocab, plan_vocab
     from ckpttools.vocab.mapping import VocabMapping, load_mapping
 
@@ -79,10 +82,10 @@ _LAZY = {
     "export": "ckpttools.ops.export",
     "ExportReport": "ckpttools.ops.export",
     "ExportRejected": "ckpttools.ops.export",
-    "verify": "ckpttools.ops.verify",
-    "VerifyReport": "ckpttools.ops.verify",
-    "SpecOffError": "ckpttools.ops.verify",
-    "verify_torch": "ckpttools.ops.probe",
+    "verify": "ckpttools.measuring.verify",
+    "VerifyReport": "ckpttools.measuring.verify",
+    "SpecOffError": "ckpttools.measuring.verify",
+    "verify_torch": "ckpttools.measuring.probe",
     "VocabMapping": "ckpttools.vocab.mapping",
     "load_mapping": "ckpttools.vocab.mapping",
     "diff_vocab": "ckpttools.vocab.diff",
@@ -95,16 +98,16 @@ _LAZY = {
     "plan_fix": "ckpttools.ops.fix",
     "WritePlan": "ckpttools.io.plan",
     "execute": "ckpttools.io.plan",
-    "compare_drafters": "ckpttools.ops.compare",
-    "CompareReport": "ckpttools.ops.compare",
-    "swap_drafter": "ckpttools.ops.serve",
-    "SwapReport": "ckpttools.ops.serve",
-    "measure": "ckpttools.ops.measure",
-    "MeasureRequest": "ckpttools.ops.request",
-    "RunningHost": "ckpttools.ops.request",
-    "Offline": "ckpttools.ops.request",
-    "Sweep": "ckpttools.ops.request",
-    "RequestError": "ckpttools.ops.request",
+    "compare_drafters": "ckpttools.measuring.compare",
+    "CompareReport": "ckpttools.measuring.compare",
+    "swap_drafter": "ckpttools.measuring.serve",
+    "SwapReport": "ckpttools.measuring.serve",
+    "measure": "ckpttools.measuring.measure",
+    "MeasureRequest": "ckpttools.measuring.request",
+    "RunningHost": "ckpttools.measuring.request",
+    "Offline": "ckpttools.measuring.request",
+    "Sweep": "ckpttools.measuring.request",
+    "RequestError": "ckpttools.measuring.request",
     "LaunchSpec": "ckpttools.engines.launch",
     "quantize": "ckpttools.ops.quantize",
     "plan_quantize": "ckpttools.ops.quantize",

@@ -1,4 +1,4 @@
-"""Hostile runs of ``ckpt verify`` against the measure request (ckpttools/ops/request.py, issue 32): the
+"""Hostile runs of ``ckpt verify`` against the measure request (ckpttools/measuring/request.py, issue 32): the
 option combinations it refuses (each one error line, exit 2), and the engine arguments the check before
 the launch reads (``--engine-arg=--max-total-tokens=N``: a value that is not a token count leaves the
 advice as it is; one of a full-length request or more silences it; a smaller one says so, naming the

@@ -1,10 +1,10 @@
-"""Engine behaviour lives in the engine objects (ckpttools/engines/engine.py): no module of ops/ or cli/
-branches on an engine's name.
+"""Engine behaviour lives in the engine objects (ckpttools/engines/engine.py): no module of ops/,
+measuring/ or cli/ branches on an engine's name.
 
 Looked for: a comparison whose one side is an engine's name (a name or attribute called ``engine``,
 ``engine_name``, ``*_engine``, ``.name`` of one, or ``resolve(...).name``) and whose other side is an
 engine's name spelled out, or a tuple, list or set holding one (``engine == "sglang"``,
-``rep.engine != "vllm"``, ``engine in ("sglang", "vllm")``). ops/ and cli/ ask the engine object
+``rep.engine != "vllm"``, ``engine in ("sglang", "vllm")``). ops/, measuring/ and cli/ ask the engine object
 instead (``engine_for(name).reads_counters``). Layout and format names that happen to be spelled as an
 engine (``fmt == "vllm"``: export's output format) are not engines and are not looked for.
 """
@@ -65,7 +65,7 @@ def branches(source: str) -> list[str]:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for top in ("ops", "cli") for p in (PKG / top).rglob("*.py"))
+    return sorted(p for top in ("ops", "measuring", "cli") for p in (PKG / top).rglob("*.py"))
 
 
 def test_the_scan_finds_what_it_looks_for() -> None:

@@ -19,7 +19,7 @@ from ckpttools.engines.releases import (
     split_spec,
 )
 from ckpttools.errors import ConfigError
-from ckpttools.ops.verify import split_engine
+from ckpttools.measuring.verify import split_engine
 
 MIB = 1 << 20
 #: what one parse of a 1 MiB value may take: a linear scan is milliseconds; the old pattern took minutes

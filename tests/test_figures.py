@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 from ckpttools.engines.http import RequestResult, parse_sglang_meta
 from ckpttools.errors import CkptError
 from ckpttools.io import figures
-from ckpttools.ops import logs
-from ckpttools.ops.logs import read_logs
+from ckpttools.measuring import logs
+from ckpttools.measuring.logs import read_logs
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NASTY = ["1_5", "1e308", "1e3", "inf", "-inf", "nan", "NaN", "-1", "٣", "²", "0x10", "1.", ".5", "05", "+5", "00", "-0",

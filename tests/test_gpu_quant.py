@@ -39,7 +39,7 @@ from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.ops.quantize import quantize
 from ckpttools.ops.remap import remap
 from ckpttools.ops.validate import validate
-from ckpttools.ops.verify import verify
+from ckpttools.measuring.verify import verify
 from ckpttools.vocab.diff import save_mapping
 from ckpttools.vocab.mapping import VocabMapping
 

@@ -67,7 +67,7 @@ def test_ckpt_serve_sequence_then_100_checked_swaps_with_flat_memory(tmp_path: P
     from ckpttools.engines.guarded import drafter_digest
     from ckpttools.engines.launch import free_port
     from ckpttools.errors import ServerError
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     LOGS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "drafters"

@@ -146,7 +146,7 @@ def test_export_proven_and_verify_launch_and_host(tmp_path, prompts):
 
 @pytest.mark.parametrize("pair", list(EXPECTED), ids=lambda p: f"{p[0]}-target-{p[1]}-drafter")
 def test_torch_probe_matches_sglang(pair, tmp_path, prompts):
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     tp, dp = build_known_pair(tmp_path, target=pair[0], drafter=pair[1])
     code, rep, _ = launch_verify(tp, dp, prompts, f"{pair[0]}-{pair[1]}.log")
@@ -187,7 +187,7 @@ def test_drafter_families_give_the_known_acceptance(family, pair, tmp_path, prom
     assert code == 0 and rep is not None
     print(f"{family} {pair}: SGLang {rep['accept_length']} per position {rep['per_position_acceptance']}")
     assert rep["accept_length"] == EXPECTED[pair]
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     t = verify_torch(tp, dp, steps=STEPS, prompts=str(prompts), num_prompts=6, max_new_tokens=32, device="cuda")
     print(f"{family} {pair}: torch {t.accept_length} per position {t.per_position_acceptance}")
@@ -198,7 +198,7 @@ def test_drafter_families_give_the_known_acceptance(family, pair, tmp_path, prom
 def test_the_probes_mla_attention_equals_sglang_on_a_drafter_whose_attention_matters(tmp_path):
     """As the vLLM test of the same name: an MLA drafter with random attention behind the repeat
     DeepSeek-V3 target (4.0 without attention); SGLang's pooled figure against the probe's."""
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     tp, dp = build_known_pair(tmp_path, target="repeat", drafter="id", target_arch="deepseek", drafter_flavor="mla")
     with_live_attention(Path(dp))
@@ -233,7 +233,7 @@ ALIGNMENT = {
 
 @pytest.mark.parametrize("case", list(ALIGNMENT))
 def test_exported_aux_ids_get_the_acceptance_and_misconverted_ones_do_not(case, tmp_path, prompts):
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     arch, trained, wrong = ALIGNMENT[case]
     tp, src = build_known_pair(
@@ -266,7 +266,7 @@ STORY = Path(__file__).resolve().parents[1] / "ckpttools" / "data" / "story"
 
 def _plot(name: str) -> list[str]:
     """--plot where matplotlib is installed (the device image may lack it: the PNG is then drawn
-    from the saved report with ckpttools.ops.plot afterwards)."""
+    from the saved report with ckpttools.measuring.plot afterwards)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:

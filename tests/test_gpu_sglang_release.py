@@ -17,8 +17,8 @@ from ckpttools.demo.tiny import build_drafter, build_known_pair, known_prompts
 from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 from ckpttools.engines.releases import SGLANG_0_5_17
 from ckpttools.io.checkpoint import open_checkpoint
-from ckpttools.ops.logs import read_logs
-from ckpttools.ops.verify import verify
+from ckpttools.measuring.logs import read_logs
+from ckpttools.measuring.verify import verify
 
 from .helpers import compare_plan
 from .test_gpu_sglang import SGL_ARGS

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpttools.ops.compare import compare_drafters
-from ckpttools.ops.logs import read_logs
+from ckpttools.measuring.compare import compare_drafters
+from ckpttools.measuring.logs import read_logs
 
 from .swap_pairs import build
 from .test_gpu_sglang_swap import KW, LOGS, _launch

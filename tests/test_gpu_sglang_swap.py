@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ckpttools.engines.launch import LaunchSpec, free_port
-from ckpttools.ops.compare import compare_drafters
-from ckpttools.ops.verify import verify
+from ckpttools.measuring.compare import compare_drafters
+from ckpttools.measuring.verify import verify
 
 from .swap_pairs import build
 from .test_gpu_sglang import LOGS, SGL_ARGS

@@ -1,4 +1,4 @@
-"""The one check before a launch (ckpttools/ops/launch_check.py): claims judged under the release that
+"""The one check before a launch (ckpttools/measuring/launch_check.py): claims judged under the release that
 will run (read from --engine-python before the launch) and the engine arguments given; each warning
 said once per run, shared ones once and per-drafter ones under the drafter's name.
 
@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_deepseek_target, build_drafter
 from ckpttools.engines.launch import LaunchSpec, free_port
-from ckpttools.ops.launch_check import check_launch, effective_engine
+from ckpttools.measuring.launch_check import check_launch, effective_engine
 
 REPO = Path(__file__).resolve().parents[1]
 KV = "target.draft_kv_memory"

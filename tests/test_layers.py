@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "ckpttools"
 
 #: the layers, lowest first; a module may import its own layer and those below it
-LAYERS = ["errors", "schemas", "io", "formats", "vocab", "engines", "ops", "demo", "cli", "root"]
+#: (``ops`` converts checkpoints; ``measuring`` validates a drafter before it measures or swaps one
+#: in, so it sits above ``ops``, and nothing in ``ops`` may import it)
+LAYERS = ["errors", "schemas", "io", "formats", "vocab", "engines", "ops", "measuring", "demo", "cli", "root"]
 
 
 def _layer(module: str) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckpttools.errors import ConfigError
-from ckpttools.ops.logs import read_logs
+from ckpttools.measuring.logs import read_logs
 
 from .conftest import SHARED
 
@@ -253,7 +253,7 @@ def _mixed_vllm(seed: int, n: int) -> bytes:
 
 def _both_paths(monkeypatch: pytest.MonkeyPatch, paths: list[str], chunk: int, **kw: object) -> dict:
     """The report read line by line, and read the fast way: they must be the same, to the bit."""
-    from ckpttools.ops import logs
+    from ckpttools.measuring import logs
 
     monkeypatch.setattr(logs, "_CHUNK", chunk)
     got = []
@@ -282,7 +282,7 @@ def test_fast_path_equals_line_by_line_on_recorded_logs(monkeypatch: pytest.Monk
 def test_fast_path_equals_line_by_line_on_mixed_logs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seed: int
 ) -> None:
-    from ckpttools.ops import logs_fast, logs_windows
+    from ckpttools.measuring import logs_fast, logs_windows
 
     n = [300, 3000, 8000][seed % 3]
     data = _mixed_sglang(seed, n)
@@ -306,7 +306,7 @@ def test_fast_path_equals_line_by_line_on_mixed_logs(
 
 def test_the_fast_path_reads_most_decode_lines_itself(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The mixed log's decode lines are mostly queued as windows by the fast path, not read alone."""
-    from ckpttools.ops import logs_fast
+    from ckpttools.measuring import logs_fast
 
     queued = []
     add = logs_fast.Queue.add
@@ -320,7 +320,7 @@ def test_the_fast_path_reads_most_decode_lines_itself(monkeypatch: pytest.Monkey
 def test_every_keyword_is_found_by_the_fast_path() -> None:
     """A line the per-line reader acts on is never passed over: each keyword holds a rare
     character, or a needle (whose letter, when it has one, is in the needle)."""
-    from ckpttools.ops import logs, logs_fast
+    from ckpttools.measuring import logs, logs_fast
 
     from ckpttools.engines import logs_formats as F
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckpttools.ops import logs
-from ckpttools.ops.logs import read_logs
-from ckpttools.ops.logs_windows import MAX_WINDOWS
+from ckpttools.measuring import logs
+from ckpttools.measuring.logs import read_logs
+from ckpttools.measuring.logs_windows import MAX_WINDOWS
 
 
 def _log(tmp_path: Path, starts: int, die_every: int = 0) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpttools.ops import logs_segments
-from ckpttools.ops.logs import read_logs
+from ckpttools.measuring import logs_segments
+from ckpttools.measuring.logs import read_logs
 
 from .conftest import SHARED
 from .corpus_segments import (
@@ -186,7 +186,7 @@ def test_fast_path_equals_line_by_line_on_segmented_logs(
 ) -> None:
     """Swaps and updates dropped at random into a mixed SGLang log (ranks, prefixes, tracebacks,
     restarts): both readers give the same report, segments and their windows included."""
-    from ckpttools.ops import logs_fast, logs_windows
+    from ckpttools.measuring import logs_fast, logs_windows
 
     rnd = random.Random(seed)
     lines = _mixed_sglang(seed, 2500).split(b"\n")
@@ -277,7 +277,7 @@ def test_a_trickled_pipe_reads_as_the_file(tmp_path: Path) -> None:
 
 def test_verify_reads_the_servers_log_the_same_way(tmp_path: Path) -> None:
     from ckpttools.cli.render import render_verify
-    from ckpttools.ops.verify import VerifyReport, _read_server_log
+    from ckpttools.measuring.verify import VerifyReport, _read_server_log
 
     rep = VerifyReport(engine="sglang", url="http://127.0.0.1:1")
     _read_server_log(rep, _write(tmp_path, three_drafters("hook")))

@@ -165,7 +165,7 @@ def test_impossible_figures_are_refused(fields, says):
 
 
 def test_one_impossible_request_makes_the_run_an_error(srv, tmp_path):
-    from ckpttools.ops.verify import verify
+    from ckpttools.measuring.verify import verify
 
     p = tmp_path / "p.jsonl"
     p.write_text('{"input_ids": [1, 2]}\n')

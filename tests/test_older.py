@@ -108,7 +108,7 @@ def test_jsonl_lines_split_on_newline_only() -> None:
 
 
 def test_prompts_and_frequencies_with_line_separators_are_read(tmp_path: Path) -> None:
-    from ckpttools.ops.verify import load_prompts
+    from ckpttools.measuring.verify import load_prompts
     from ckpttools.vocab.diff import load_frequencies
 
     p = tmp_path / "p.jsonl"
@@ -153,7 +153,7 @@ def test_vllm_counts_past_their_limits_are_refused() -> None:
 def test_summarize_of_the_largest_histograms_is_quick() -> None:
     import time
 
-    from ckpttools.ops.verify import VerifyReport, summarize
+    from ckpttools.measuring.verify import VerifyReport, summarize
 
     rs = []
     for i in range(64):
@@ -170,7 +170,7 @@ def test_summarize_of_the_largest_histograms_is_quick() -> None:
 
 @pytest.mark.parametrize("device", ["bogus", "CUDA", "", "cuda:x", "meta", "xpu", "cpu cuda"])
 def test_a_device_name_the_offline_engine_does_not_run_on_is_refused(device: str) -> None:
-    from ckpttools.ops.probe import check_device
+    from ckpttools.measuring.probe import check_device
 
     with pytest.raises(CkptError, match="is not a device"):
         check_device(device)
@@ -178,7 +178,7 @@ def test_a_device_name_the_offline_engine_does_not_run_on_is_refused(device: str
 
 def test_devices_this_torch_lacks_are_refused() -> None:
     torch = pytest.importorskip("torch")
-    from ckpttools.ops.probe import check_device
+    from ckpttools.measuring.probe import check_device
 
     assert check_device("cpu") == "cpu" and check_device("cpu:0") == "cpu:0"
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0

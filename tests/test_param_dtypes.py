@@ -176,7 +176,7 @@ def test_validate_sizes_nothing_from_an_unusable_config(tmp_path: Path, load_pla
 
 def test_the_probe_goes_through_the_config_guard(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from ckpttools.ops.probe import MlaAttention, _load_drafter
+    from ckpttools.measuring.probe import MlaAttention, _load_drafter
 
     d = build_drafter(tmp_path / "d", "sglang", fc_norm=True, config_overrides={"num_aux_hidden_states": 10**9})
     with pytest.raises(ConfigError, match="num_aux_hidden_states"):

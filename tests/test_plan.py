@@ -232,7 +232,12 @@ def test_no_checkpoint_mapping_or_config_is_written_outside_the_executor() -> No
                 if any(getattr(c.func, "attr", None) in ("add_json", "write_text", "open") for c in parent_calls):
                     found.append(f"{rel}:{node.lineno}: config.json written")
     # reports, plots and ckpttools' own cache go through the guard (io/guard.write_*), never a checkpoint
-    allowed = {"ckpttools/io/hub.py", "ckpttools/ops/plot.py", "ckpttools/cli/commands.py", "ckpttools/ops/measure.py"}
+    allowed = {
+        "ckpttools/io/hub.py",
+        "ckpttools/measuring/plot.py",
+        "ckpttools/cli/commands.py",
+        "ckpttools/measuring/measure.py",
+    }
     stray = [
         f
         for f in found

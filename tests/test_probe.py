@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from ckpttools.demo.tiny import build_known_pair, known_prompts  # noqa: E402
-from ckpttools.ops.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
+from ckpttools.measuring.probe import TorchSpeculator, _rms, verify_torch  # noqa: E402
 
 STEPS = 3
 
@@ -209,7 +209,7 @@ def test_mla_attention_equals_transformers_deepseek_v3(interleave, yarn):
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
 
-    from ckpttools.ops.probe import MlaAttention
+    from ckpttools.measuring.probe import MlaAttention
 
     torch.manual_seed(0)
     cfg = {

@@ -299,7 +299,7 @@ def test_verify_launch_says_the_inherit_trap_before_the_load(w) -> None:
 
     from ckpttools.engines.launch import LaunchSpec, free_port
     from ckpttools.engines.releases import resolve
-    from ckpttools.ops.launch_check import check_launch
+    from ckpttools.measuring.launch_check import check_launch
 
     target = build_target(w["root"] / "t-launch")
     spec = LaunchSpec("sglang", str(target), str(w["bf16"]), port=free_port(), engine_args=["--quantization=fp8"])

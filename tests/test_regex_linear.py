@@ -21,8 +21,9 @@ from ckpttools.engines import aux_rules, flavor, launch, names
 from ckpttools.engines import logs_formats as F
 from ckpttools.errors import ConfigError
 from ckpttools.io import figures, net
-from ckpttools.ops import export_trtllm, logs
-from ckpttools.ops.logs import read_logs
+from ckpttools.measuring import logs
+from ckpttools.ops import export_trtllm
+from ckpttools.measuring.logs import read_logs
 from ckpttools.vocab import tokens
 
 MIB = 1 << 20
@@ -151,7 +152,7 @@ def test_every_pattern_of_the_log_modules_is_in_the_table() -> None:
     """A new pattern in the log formats (or the logs modules) cannot skip this test."""
     import inspect
 
-    from ckpttools.ops import logs_fast
+    from ckpttools.measuring import logs_fast
 
     covered = {id(apply.__self__) for _, apply, _ in PATTERNS if hasattr(apply, "__self__")}
     helpers = {id(F._DECODE_HEAD), id(F._DECODE_ACCEPT), id(F._DECODE_GRAPH), id(F._LOAD_TYPE)}  # (in the parsers)

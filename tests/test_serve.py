@@ -1,5 +1,5 @@
 """The guarded swap hook (engines/serverside/ckpt_swap.py) as the server runs it, and
-``ckpttools.ops.serve.swap_drafter`` against it (tests/hook_host.py: vLLM's answers around the
+``ckpttools.measuring.serve.swap_drafter`` against it (tests/hook_host.py: vLLM's answers around the
 real hook, on a draft model of real tensors). The refusals here are the server's own (the client's
 own checks come first on the CLI: tests/corpus_serve.py)."""
 
@@ -174,7 +174,7 @@ def test_the_sglang_loader_writes_answers_only_into_a_private_folder(host: HookH
 
 
 def test_swap_drafter_returns_a_frozen_report_and_rolls_back_below_the_bar(host: HookHost) -> None:
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     url = host.url + "/ok-library"
     rep = swap_drafter(url, host.root / "d2", api_key=KEY)
@@ -192,7 +192,7 @@ def test_a_previous_drafter_rewritten_in_place_is_not_rolled_back_to(host: HookH
     import shutil
 
     from ckpttools.errors import ServerError
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     mine = host.root / "rewritten"
     if mine.exists():
@@ -208,7 +208,7 @@ def test_a_previous_drafter_rewritten_in_place_is_not_rolled_back_to(host: HookH
 def test_the_report_follows_its_schema(host: HookHost) -> None:
     import jsonschema
 
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "swap-report.schema.json").read_text())
     rep = swap_drafter(
@@ -219,8 +219,8 @@ def test_the_report_follows_its_schema(host: HookHost) -> None:
 
 
 def test_verify_host_says_which_drafter_is_loaded(host: HookHost) -> None:
-    from ckpttools.ops.serve import swap_drafter
-    from ckpttools.ops.verify import verify
+    from ckpttools.measuring.serve import swap_drafter
+    from ckpttools.measuring.verify import verify
 
     url = host.url + "/ok-verify"
     swap_drafter(url, host.root / "d2", api_key=KEY)
@@ -237,7 +237,7 @@ def test_sglang_route_end_to_end_key_label_map_and_rollback(host: HookHost) -> N
     from safetensors.torch import load_file
 
     from ckpttools.errors import ServerError
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     url = host.url + "/sg-route"
     srv = host.server("sg-route")
@@ -258,8 +258,8 @@ def test_sglang_route_end_to_end_key_label_map_and_rollback(host: HookHost) -> N
 
 
 def test_verify_host_on_sglang_names_the_drafter_from_weight_version(host: HookHost, tmp_path: Path) -> None:
-    from ckpttools.ops.serve import swap_drafter
-    from ckpttools.ops.verify import verify
+    from ckpttools.measuring.serve import swap_drafter
+    from ckpttools.measuring.verify import verify
 
     url = host.url + "/sg-verify"
     swap_drafter(url, host.root / "sg-d2", api_key=KEY)

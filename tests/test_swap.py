@@ -472,7 +472,7 @@ def test_the_target_digest_reads_every_rank_or_says_why_not(drafter: Path, engin
 
 def test_two_target_digests_say_whether_and_where_the_target_changed(drafter: Path) -> None:
     from ckpttools.engines.swap import RankDigest, TargetDigest
-    from ckpttools.ops.compare import CompareReport, judge_target
+    from ckpttools.measuring.compare import CompareReport, judge_target
 
     a = TargetDigest((RankDigest(0, "X", 3, 1, 0, 96, "a" * 64, 0.1, {"w": "0" * 16, "b": "1" * 16}),), "how")
     b = TargetDigest((RankDigest(0, "X", 3, 1, 0, 96, "b" * 64, 0.1, {"w": "2" * 16, "b": "1" * 16}),), "how")
@@ -490,8 +490,8 @@ def test_two_target_digests_say_whether_and_where_the_target_changed(drafter: Pa
 def test_a_drafter_that_failed_sets_the_run_s_exit_code_and_its_one_error() -> None:
     """The report keeps every drafter's entry; the run's error names the first that failed, with
     its exit code (2) over a drafter that measured nothing (3); with no failure, 3 names that one."""
-    from ckpttools.ops.compare import CompareReport
-    from ckpttools.ops.verify import VerifyReport
+    from ckpttools.measuring.compare import CompareReport
+    from ckpttools.measuring.verify import VerifyReport
 
     ok = VerifyReport(engine="sglang", url="u", accept_length=2.0)
     empty = VerifyReport(engine="sglang", url="u", verdict="no request completed")

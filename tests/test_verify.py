@@ -13,7 +13,7 @@ from ckpttools.demo.tiny import build_drafter, build_known_pair, known_prompts
 from ckpttools.cli.commands import cli
 from ckpttools.engines.http import parse_vllm_metrics
 from ckpttools.engines.launch import LaunchSpec, build_command, parse_sglang_accept_lens
-from ckpttools.ops.verify import SpecOffError, load_prompts, verify
+from ckpttools.measuring.verify import SpecOffError, load_prompts, verify
 
 from .conftest import REPO, SHARED
 from .fake_servers import FakeSGLang
@@ -311,7 +311,7 @@ def test_launch_refuses_what_is_knowable_before_any_server_starts(tmp_path):
 
 
 def test_sweep_syntax():
-    from ckpttools.ops.sweep import parse_sweep
+    from ckpttools.measuring.sweep import parse_sweep
 
     got = parse_sweep("steps=1,3;topk=1,4;draft_tokens=4,8")
     # topk 1: SGLang sets draft tokens to steps + 1 itself, so those settings collapse

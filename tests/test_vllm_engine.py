@@ -21,7 +21,7 @@ from ckpttools.cli.commands import cli
 from ckpttools.demo.tiny import build_known_pair, known_prompts
 from ckpttools.engines.launch import LaunchSpec, free_port
 from ckpttools.ops.export import export
-from ckpttools.ops.verify import verify
+from ckpttools.measuring.verify import verify
 
 from .vllm_pool import ARGS, REPO, STEPS, VLLM_PY, Served, VllmPool, server_env
 
@@ -83,7 +83,7 @@ def test_verify_reports_the_constructed_acceptance_exactly(pair, pairs, vllm_poo
 @pytest.mark.pool_family("llama")
 def test_torch_probe_agrees_with_vllm_exactly(pairs):
     pytest.importorskip("transformers")
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     if len(VLLM_FIGURES) != len(EXPECTED):
         pytest.skip("runs after the vLLM launch tests, which record the figures")
@@ -98,7 +98,7 @@ def test_torch_probe_agrees_with_vllm_exactly(pairs):
 def test_torch_probe_within_005_of_vllm_on_the_trained_pair(tmp_path):
     pytest.importorskip("transformers")
     from ckpttools.demo.story import story_dir
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     s = story_dir()
     vp = export(s / "drafter", tmp_path / "drafter-vllm", format="vllm", target=s / "target-a").output
@@ -270,7 +270,7 @@ def test_an_eagle31_drafter_in_vllm_gives_the_same_figures(pair, tmp_path, vllm_
     """EAGLE-3.1 options (fc_norm, norm_output, two aux states), exported for vLLM: the figures the
     torch probe and SGLang give (tests/test_gpu_sglang.py, family eagle31). On the eagle31
     family's shared server."""
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     srv, _, (tp, dp, vp) = vllm_pool.serve("eagle31", *pair)
     cfg = json.loads((vp / "config.json").read_text())
@@ -444,7 +444,7 @@ def test_vllm_reads_aux_ids_as_boundaries_on_a_gpt_oss_target(tmp_path):
 def _probe_equals_vllm(tmp_path: Path, srv: Served, tp: Path, vp: Path, probe_drafter: Path | None = None) -> None:
     """A drafter whose attention matters, on vLLM (``srv``, with it in place) and in the probe: the
     pooled figures within 0.1, and neither the 4.0 that the pair gives with no attention nor 1.0."""
-    from ckpttools.ops.probe import verify_torch
+    from ckpttools.measuring.probe import verify_torch
 
     prompts = tmp_path / "live.jsonl"
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in known_prompts(8, seed=3, length=24)))

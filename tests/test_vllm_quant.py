@@ -18,7 +18,7 @@ import pytest
 from ckpttools.demo.tiny import known_prompts
 from ckpttools.ops.quantize import quantize
 from ckpttools.ops.validate import validate
-from ckpttools.ops.verify import verify
+from ckpttools.measuring.verify import verify
 
 pytestmark = pytest.mark.vllm
 

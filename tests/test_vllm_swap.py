@@ -122,7 +122,7 @@ def test_a_swap_that_writes_the_target_is_caught_by_the_target_digest(known, tmp
 
     from ckpttools.engines.swap import target_digest
     from ckpttools.io.net import NetClient
-    from ckpttools.ops.compare import CompareReport, judge_target
+    from ckpttools.measuring.compare import CompareReport, judge_target
 
     from .tamper_ext import MARKER
 

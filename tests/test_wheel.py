@@ -106,6 +106,7 @@ def test_the_wheel_holds_the_package(wheel: Path) -> None:
     for must in (
         "ckpttools/__init__.py",
         "ckpttools/ops/validate.py",
+        "ckpttools/measuring/verify.py",
         "ckpttools/engines/serverside/ckpt_swap.py",
         "ckpttools/schemas/write-plan.schema.json",
         "ckpttools/data/story/mapping-m2.safetensors",

@@ -740,7 +740,7 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
       ckpt verify --launch --engine vllm --target ./target ./ckpt-1000 ./ckpt-2000 ./ckpt-3000
     """
 
-    from ckpttools.ops.measure import measure
+    from ckpttools.measuring.measure import measure
 
     req = _measure_request([*o["drafter"], *drafter_args], o)
     bar = _progress_bar(req, o["quiet"])
@@ -755,7 +755,7 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
 
 def _render_measured(rep: Any, as_json: bool) -> None:
     """A measurement's report, its one error line where it measured nothing, and its exit code."""
-    from ckpttools.ops.compare import CompareReport
+    from ckpttools.measuring.compare import CompareReport
 
     if isinstance(rep, CompareReport):
         _show(rep, as_json, "render_compare")
@@ -801,18 +801,18 @@ def _given(name: str) -> bool:
 
 def _measure_request(drafters: list[str], o: dict[str, Any]) -> Any:
     """The verify options as one request (parse: the values; the request judges the combinations)."""
-    from ckpttools.ops.request import MeasureRequest, RequestError, Sweep
+    from ckpttools.measuring.request import MeasureRequest, RequestError, Sweep
 
     kw: dict[str, Any] = {k: o[k] for k in _REQUEST_OPTS}
     kw |= {k: o[k] for k in _GIVEN_OPTS if _given(k)}
     kw |= {"log": o["log_path"], "output": o["output_file"], "plot": o["plot_file"]}
     kw["concurrency"] = P.levels(o["concurrency"])
     if o["context_lengths"]:
-        from ckpttools.ops.traffic import parse_lengths
+        from ckpttools.measuring.traffic import parse_lengths
 
         kw["context_lengths"] = parse_lengths(o["context_lengths"])
     if o["sweep_spec"]:
-        from ckpttools.ops.sweep import parse_sweep
+        from ckpttools.measuring.sweep import parse_sweep
 
         kw["sweep"] = Sweep(tuple(parse_sweep(o["sweep_spec"])))
     try:
@@ -862,7 +862,7 @@ def _release_spec(value: str) -> str:
 def _engine_spec(value: str) -> str:
     """verify's --engine: a name, or name==release of a known engine table."""
     from ckpttools.errors import ConfigError
-    from ckpttools.ops.request import split_engine
+    from ckpttools.measuring.request import split_engine
 
     try:
         split_engine(value)
@@ -1053,11 +1053,11 @@ def logs_cmd(
         from ckpttools.io.guard import check_output
 
         check_output(plot_file)
-    from ckpttools.ops.logs import read_logs
+    from ckpttools.measuring.logs import read_logs
 
     rep = read_logs(list(files), pattern=pattern, convention=convention, min_accept_len=min_accept_len)
     if plot_file:
-        from ckpttools.ops.plot import plot_logs
+        from ckpttools.measuring.plot import plot_logs
 
         plot_logs(rep, plot_file)
     _show(rep, as_json, "render_logs", show=show)

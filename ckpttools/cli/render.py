@@ -10,14 +10,14 @@ from ckpttools.cli.output import human_bytes, human_count, table
 from ckpttools.cli.render_quant import render_quantization, render_quantize
 
 if TYPE_CHECKING:
-    from ckpttools.ops.compare import CompareReport
+    from ckpttools.measuring.compare import CompareReport
     from ckpttools.ops.export import ExportReport
     from ckpttools.ops.fix import FixResult
     from ckpttools.ops.inspect import InspectReport
-    from ckpttools.ops.logs import LogsReport
+    from ckpttools.measuring.logs import LogsReport
     from ckpttools.ops.remap import RemapReport
     from ckpttools.ops.validate import ValidationReport
-    from ckpttools.ops.verify import VerifyReport
+    from ckpttools.measuring.verify import VerifyReport
     from ckpttools.vocab.diff import BuildResult, VocabDiff
 
 __all__ = [
@@ -488,7 +488,7 @@ def _sweep(r: Any) -> list[str]:
 
 def _bars(r: Any) -> list[str]:
     """Compact bars for the figures --plot draws."""
-    from ckpttools.ops.plot import panels
+    from ckpttools.measuring.plot import panels
 
     out = []
     for title, labels, values, _ in panels(r):
@@ -600,7 +600,7 @@ def render_logs(r: LogsReport, show: int = 20) -> str:
 
 def _logs_segments(r: Any, show: int) -> list[str]:
     """The segments (more than one: the log split at weight updates), the first and last ``show``."""
-    from ckpttools.ops.logs_segments import label
+    from ckpttools.measuring.logs_segments import label
 
     ss = r.segments
     if len(ss) <= 1:

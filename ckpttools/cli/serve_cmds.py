@@ -1,4 +1,5 @@
-"""``ckpt serve`` and ``ckpt swap``: a server that stays up, and a drafter refreshed on it (ckpttools/ops/serve.py)."""
+"""``ckpt serve`` and ``ckpt swap``: a server that stays up, and a drafter refreshed on it
+(ckpttools/measuring/serve.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import click
 
 from ckpttools.cli import params as P
 
-#: a drafter swap's check: how many prompts (the library's own bound, ckpttools.ops.serve.MAX_CHECK)
+#: a drafter swap's check: how many prompts (the library's own bound, ckpttools.measuring.serve.MAX_CHECK)
 CHECK = P.Bounded(1, 100_000, integer=True)
 
 
@@ -60,7 +61,7 @@ def serve_cmd(**o: Any) -> None:
     """
     from ckpttools.cli.params import check_python as _check_python
     from ckpttools.io.guard import check_output
-    from ckpttools.ops.serve import serve, serve_command
+    from ckpttools.measuring.serve import serve, serve_command
 
     _check_python(o["engine_python"])
     if o["log_path"]:
@@ -112,7 +113,7 @@ def swap_cmd(drafter: str, **o: Any) -> None:
       ckpt swap --host http://127.0.0.1:30000 ./drafters/step-1000
       ckpt swap --host http://127.0.0.1:30000 ./drafters/step-2000 --check 32 --min-accept-len 2.5 --json
     """
-    from ckpttools.ops.serve import swap_drafter
+    from ckpttools.measuring.serve import swap_drafter
 
     if o["min_accept_len"] is not None and o["check"] is None:
         raise click.UsageError("--min-accept-len needs --check N: the bar is held against a measurement")

@@ -58,18 +58,18 @@ def _measurer(
     engine: str, work: Path, prompts: Path, engine_python: str | None
 ) -> Callable[[Path, list[Path]], list[Any]]:
     """``measure(target, drafters)``: each drafter's report against the target. A server engine
-    loads the target once and swaps the drafters in (ops/compare.py)."""
-    from ckpttools.ops.verify import VerifyReport
+    loads the target once and swaps the drafters in (measuring/compare.py)."""
+    from ckpttools.measuring.verify import VerifyReport
 
     def torch_engine(target: Path, drafters: list[Path]) -> list[VerifyReport]:
-        from ckpttools.ops.probe import verify_torch
+        from ckpttools.measuring.probe import verify_torch
 
         kw: dict[str, Any] = {"steps": 3, "prompts": str(prompts), "num_prompts": 12, "max_new_tokens": 64}
         return [verify_torch(target, d, **kw) for d in drafters]
 
     def server_engine(target: Path, drafters: list[Path]) -> list[Any]:
         from ckpttools.engines.launch import LaunchSpec, free_port
-        from ckpttools.ops.compare import compare_drafters
+        from ckpttools.measuring.compare import compare_drafters
 
         served = [_served(engine, work, target, d) for d in drafters]
         port = free_port()

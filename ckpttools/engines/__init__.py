@@ -9,8 +9,8 @@ cited to the engine's file:line, and the clients that reach a running server.
   server-log line formats (``logs_formats``).
 - Engines: one object per engine (``engine``: SGLang, vLLM and the offline torch probe, each built
   from its release table: launch argv, readiness, release detection, cache flush, how to read its
-  figures, its swap, the target digest, its log grammar); ops/ and cli/ ask it and never compare
-  engine names (tests/test_engine_branches.py).
+  figures, its swap, the target digest, its log grammar); ops/, measuring/ and cli/ ask it and
+  never compare engine names (tests/test_engine_branches.py).
 - Servers: HTTP clients for SGLang and vLLM (``http``), starting and stopping one (``launch``),
   swapping a drafter into a running one (``swap``, and ``serverside``, which runs inside the
   engine's own process).

@@ -5,8 +5,8 @@ release is known yet, e.g. before a running server says its version) and knows w
 package used to ask by comparing engine names: how to start it (launch argv), when it is ready, which
 release an interpreter has installed, how to flush its cache, how to read its acceptance figures,
 how it takes another drafter (the swap mechanism its table records), how to digest its target, and
-its log grammar. ``ops/`` and ``cli/`` ask :func:`engine_for` and never compare names
-(tests/test_engine_branches.py).
+its log grammar. ``ops/``, ``measuring/`` and ``cli/`` ask :func:`engine_for` and never compare
+names (tests/test_engine_branches.py).
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ class VLLM(Engine):
 
 @dataclass(frozen=True)
 class Torch(Engine):
-    """The offline probe (:mod:`ckpttools.ops.probe`): no server, one request at a time, topk 1."""
+    """The offline probe (:mod:`ckpttools.measuring.probe`): no server, one request at a time, topk 1."""
 
     name: ClassVar[str] = "torch"
     serves: ClassVar[bool] = False

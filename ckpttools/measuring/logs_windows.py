@@ -1,5 +1,5 @@
 """The windows ``ckpt logs`` keeps and sums: one window at a time (any line), or a batch of
-SGLang decode windows at once (the fast path, :mod:`ckpttools.ops.logs_fast`).
+SGLang decode windows at once (the fast path, :mod:`ckpttools.measuring.logs_fast`).
 
 A batch gives the same figures, to the last bit, as adding its windows one by one: sums are
 accumulated in file order (``numpy.cumsum`` adds left to right, as ``+=`` does), and a kept

@@ -23,9 +23,9 @@ from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
 from ckpttools.engines.http import RequestResult
 from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import CkptError, ConfigError, opt
-from ckpttools.ops.launch_check import LaunchCheck
-from ckpttools.ops.request import MeasureRequest, Sweep
-from ckpttools.ops.verify import VerifyReport
+from ckpttools.measuring.launch_check import LaunchCheck
+from ckpttools.measuring.request import MeasureRequest, Sweep
+from ckpttools.measuring.verify import VerifyReport
 
 __all__ = ["parse_sweep", "sweep", "run_sweep", "launch_commands"]
 
@@ -142,8 +142,8 @@ def _run_setting(
     req: MeasureRequest, checked: LaunchCheck, s: dict[str, int], i: int, best: dict[str, Any] | None
 ) -> Any:
     from ckpttools.engines.launch import free_port
-    from ckpttools.ops.launch_check import check_port_and_release
-    from ckpttools.ops.verify import measure_one
+    from ckpttools.measuring.launch_check import check_port_and_release
+    from ckpttools.measuring.verify import measure_one
 
     spec = req.launch
     assert spec is not None
@@ -164,7 +164,7 @@ def _baseline_run(req: MeasureRequest) -> dict[str, Any]:
     from ckpttools.io.net import NetClient
 
     from ckpttools.engines.launch import RunningServer, free_port
-    from ckpttools.ops.verify import _baseline, load_prompts
+    from ckpttools.measuring.verify import _baseline, load_prompts
 
     spec = req.launch
     assert spec is not None
@@ -224,7 +224,7 @@ def sweep(
 ) -> VerifyReport:
     """Launch once per setting and once without speculation; return the best setting's report
     with ``sweep`` holding every setting, the ranking and the launch commands. A
-    :class:`~ckpttools.ops.request.MeasureRequest` with a :class:`~ckpttools.ops.request.Sweep`,
+    :class:`~ckpttools.measuring.request.MeasureRequest` with a :class:`~ckpttools.measuring.request.Sweep`,
     measured. A setting whose server fails to start or crashes is reported as failed and the
     sweep goes on."""
     req = MeasureRequest(
@@ -246,8 +246,8 @@ def sweep(
         timeout=timeout,
         flush_cache=flush_cache,
     )
-    from ckpttools.ops.launch_check import check_launch
-    from ckpttools.ops.verify import load_prompts
+    from ckpttools.measuring.launch_check import check_launch
+    from ckpttools.measuring.verify import load_prompts
 
     load_prompts(req.prompts, req.num_prompts, req.tokenizer)  # refused here, before any server, if bad
     return run_sweep(req, check_launch(launch, req.drafters, req.pinned))  # once: the port, validate's errors
@@ -257,7 +257,7 @@ def run_sweep(req: MeasureRequest, checked: LaunchCheck) -> VerifyReport:
     """A sweep request, checked before the launch (``checked``), measured: the baseline, then each
     setting on a server of its own."""
     from ckpttools.io.fsutil import note
-    from ckpttools.ops.verify import verdict_line
+    from ckpttools.measuring.verify import verdict_line
 
     launch = req.launch
     assert launch is not None and req.sweep is not None

@@ -33,7 +33,7 @@ from collections import deque
 from typing import Any
 
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_windows import Batch, Sums
+from ckpttools.measuring.logs_windows import Batch, Sums
 
 __all__ = ["Segments", "MAX_SEGMENTS", "SEGMENT_HEAD", "SEGMENT_TAIL", "WINDOWED", "segment_verdict"]
 
@@ -63,7 +63,7 @@ class _Pool:
         self.steps += r.verify_steps or 0
 
     def ci95(self) -> list[float] | None:
-        from ckpttools.ops.verdict import t95
+        from ckpttools.measuring.verdict import t95
 
         if self.n < 2:
             return None

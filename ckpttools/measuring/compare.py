@@ -23,8 +23,8 @@ from typing import Any
 from ckpttools.engines.engine import Engine
 from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ServerError
-from ckpttools.ops.launch_check import LaunchCheck
-from ckpttools.ops.request import MAX_DRAFTERS, MeasureRequest, RunningHost
+from ckpttools.measuring.launch_check import LaunchCheck
+from ckpttools.measuring.request import MAX_DRAFTERS, MeasureRequest, RunningHost
 
 __all__ = ["CompareReport", "compare_drafters", "run_compare", "judge_target", "MAX_DRAFTERS"]
 
@@ -117,7 +117,7 @@ def compare_drafters(
     repeat: int = 1,
 ) -> CompareReport:
     """Measure each drafter against the target of ``launch``, swapping on one server: a
-    :class:`~ckpttools.ops.request.MeasureRequest` of several drafters, measured.
+    :class:`~ckpttools.measuring.request.MeasureRequest` of several drafters, measured.
 
     ``timeout`` bounds every request, the swaps' and the target checks' included. A drafter whose
     run ends in an error (its server died, did not start, or answered impossible figures) has the
@@ -139,7 +139,7 @@ def compare_drafters(
         tokenizer=tokenizer,
         timeout=timeout,
     )
-    from ckpttools.ops.launch_check import check_launch
+    from ckpttools.measuring.launch_check import check_launch
 
     assert req.launch is not None
     t0 = time.monotonic()
@@ -312,7 +312,7 @@ def judge_target(before: Any, after: Any) -> tuple[bool | None, str, dict[str, A
 
 def _death(server: Any, failures: bool, during: str) -> CkptError | None:
     """The shared server's death (its exit code, its log's last lines) as an error, or None: it is up."""
-    from ckpttools.ops.verify import _check_alive
+    from ckpttools.measuring.verify import _check_alive
 
     try:
         _check_alive(server, failures, during)
@@ -326,7 +326,7 @@ def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | N
 
     The entry holds the error the run ended in, where it did: the server's death, or an error of
     the measurement (impossible figures, a server that stopped answering)."""
-    from ckpttools.ops.verify import measure_one
+    from ckpttools.measuring.verify import measure_one
 
     req, launch, eng, server = shared.req, shared.launch, shared.eng, shared.server
     t0 = time.monotonic()
@@ -357,7 +357,7 @@ def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | N
 
 def _failed(launch: LaunchSpec, drafter: str, placed: str, swap: dict[str, Any], err: CkptError) -> dict[str, Any]:
     """The entry of a drafter whose run ended in ``err``: no figures, the error said."""
-    from ckpttools.ops.verify import VerifyReport
+    from ckpttools.measuring.verify import VerifyReport
 
     msg = str(err)
     rep = VerifyReport(engine=launch.engine, url=launch.url, errors=[msg])
@@ -369,8 +369,8 @@ def _failed(launch: LaunchSpec, drafter: str, placed: str, swap: dict[str, Any],
 def _own_server(req: MeasureRequest, eng: Engine, drafter: str, why: str, out: CompareReport) -> dict[str, Any]:
     """``drafter`` measured on a server of its own (checked before the run: only its port now)."""
     from ckpttools.engines.launch import free_port
-    from ckpttools.ops.launch_check import check_port_and_release
-    from ckpttools.ops.verify import measure_one
+    from ckpttools.measuring.launch_check import check_port_and_release
+    from ckpttools.measuring.verify import measure_one
 
     launch = req.launch
     assert launch is not None

@@ -5,7 +5,7 @@ A request names the drafters and the target, where the server comes from (a runn
 or a sweep, and the prompts, concurrency, context lengths, the bar and the outputs.
 :meth:`MeasureRequest.from_options` is the one place where option combinations are judged: what a
 running server cannot honour, what the offline probe cannot, what several drafters on one server
-cannot. :func:`ckpttools.ops.measure.measure` runs a request.
+cannot. :func:`ckpttools.measuring.measure.measure` runs a request.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Offline:
 
 @dataclass(frozen=True)
 class Sweep:
-    """One server per speculative setting (:func:`ckpttools.ops.sweep.parse_sweep`), plus a baseline."""
+    """One server per speculative setting (:func:`ckpttools.measuring.sweep.parse_sweep`), plus a baseline."""
 
     settings: tuple[dict[str, int], ...]
 

@@ -44,8 +44,8 @@ from ckpttools.engines.engine import other_server_engine
 from ckpttools.engines.flavor import detect_flavor
 from ckpttools.formats.names import canonical_name
 from ckpttools.io.checkpoint import open_checkpoint
-from ckpttools.ops.request import MeasureRequest, Offline
-from ckpttools.ops.verify import VerifyReport, load_prompts, summarize, verdict_line
+from ckpttools.measuring.request import MeasureRequest, Offline
+from ckpttools.measuring.verify import VerifyReport, load_prompts, summarize, verdict_line
 
 __all__ = ["Eagle3Drafter", "MlaAttention", "TorchSpeculator", "check_device", "verify_torch", "measure_offline"]
 
@@ -508,7 +508,8 @@ def verify_torch(
     """The same report as the server engines, measured offline in PyTorch; with
     ``context_lengths``, also per context bin (prompts built to each length, as a server run
     builds them), with the target's and drafter's limits. A
-    :class:`~ckpttools.ops.request.MeasureRequest` with :class:`~ckpttools.ops.request.Offline`, measured."""
+    :class:`~ckpttools.measuring.request.MeasureRequest` with
+    :class:`~ckpttools.measuring.request.Offline`, measured."""
     req = MeasureRequest(
         drafters=(str(drafter),),
         target=str(target),
@@ -526,7 +527,7 @@ def verify_torch(
 
 
 def measure_offline(req: MeasureRequest) -> VerifyReport:
-    """An offline request (``req.server`` an :class:`~ckpttools.ops.request.Offline`), measured here."""
+    """An offline request (``req.server`` an :class:`~ckpttools.measuring.request.Offline`), measured here."""
     off = req.server
     assert isinstance(off, Offline) and req.target is not None and req.drafter is not None
     target, drafter, steps = req.target, req.drafter, off.steps
@@ -611,7 +612,7 @@ def _context_bins(
     steps: int,
 ) -> None:
     """Acceptance with prompts built to each length (as verify builds them for a server)."""
-    from ckpttools.ops.traffic import context_bins, context_limits, context_prompts
+    from ckpttools.measuring.traffic import context_bins, context_limits, context_prompts
 
     def measure(built: list[Any]) -> VerifyReport:
         sub = VerifyReport(engine="torch", url=None, num_prompts=len(built), server=rep.server)

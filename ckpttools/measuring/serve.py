@@ -197,7 +197,7 @@ def _check_args(check: int | None, min_accept_len: float | None, steps: int | No
 
 
 def _measure(server: Any, check: int, min_accept_len: float | None, kw: dict[str, Any]) -> tuple[SwapCheck, int]:
-    from ckpttools.ops.verify import verify
+    from ckpttools.measuring.verify import verify
 
     rep = verify(
         server.url,
@@ -431,8 +431,8 @@ def serve_command(
     from ckpttools.engines.launch import LaunchSpec, build_command
     from ckpttools.engines.releases import resolve
     from ckpttools.engines.swap import prepare_launch, swap_route
-    from ckpttools.ops.launch_check import effective_engine
-    from ckpttools.ops.request import split_engine
+    from ckpttools.measuring.launch_check import effective_engine
+    from ckpttools.measuring.request import split_engine
 
     name, pinned = split_engine(engine)
     spec = LaunchSpec(
@@ -475,7 +475,7 @@ def serve(cmd: ServeCommand, *, ready: Any = None) -> int:
     ``ready(url)`` is called once it answers /health."""
     from ckpttools.engines.launch import RunningServer
     from ckpttools.io.net import NetClient
-    from ckpttools.ops.launch_check import check_launch
+    from ckpttools.measuring.launch_check import check_launch
 
     check_launch(cmd.spec, [cmd.spec.drafter])  # the port, and validate's errors and warnings, said once
     server = RunningServer(cmd.spec).start()

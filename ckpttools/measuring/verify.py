@@ -23,12 +23,12 @@ from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
-from ckpttools.ops.launch_check import LaunchCheck
-from ckpttools.ops.request import VERIFY_ENGINES, MeasureRequest, split_engine
-from ckpttools.ops.verdict import ci95 as _ci95
-from ckpttools.ops.verdict import pct as _pct
-from ckpttools.ops.verdict import verdict_exit_code
-from ckpttools.ops.traffic import context_bins, context_limits, context_prompts, level_summary
+from ckpttools.measuring.launch_check import LaunchCheck
+from ckpttools.measuring.request import VERIFY_ENGINES, MeasureRequest, split_engine
+from ckpttools.measuring.verdict import ci95 as _ci95
+from ckpttools.measuring.verdict import pct as _pct
+from ckpttools.measuring.verdict import verdict_exit_code
+from ckpttools.measuring.traffic import context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -445,7 +445,7 @@ def verify(
     server_log: str | None = None,
 ) -> VerifyReport:
     """Measure acceptance through a running server (``host``) or one to start (``launch``): a
-    :class:`~ckpttools.ops.request.MeasureRequest` of one drafter, measured.
+    :class:`~ckpttools.measuring.request.MeasureRequest` of one drafter, measured.
 
     Args:
         host: the server's base URL, e.g. ``http://127.0.0.1:30000``.
@@ -474,7 +474,7 @@ def verify(
         SpecOffError: the server runs without speculative decoding.
         ServerError: the server cannot be reached or answers badly.
     """
-    from ckpttools.ops.request import MeasureRequest, RunningHost
+    from ckpttools.measuring.request import MeasureRequest, RunningHost
 
     server: LaunchSpec | RunningHost
     if launch is not None:
@@ -510,7 +510,7 @@ def verify(
 def _checked(req: MeasureRequest, launch: LaunchSpec, prechecked: bool) -> LaunchCheck:
     """The one check before the launch (``prechecked``: the drafter was checked by the caller: only the
     port and the release); a bad prompts file is refused before it, as the cheap check."""
-    from ckpttools.ops.launch_check import check_launch, check_port_and_release
+    from ckpttools.measuring.launch_check import check_launch, check_port_and_release
 
     prompts_of(req)
     if prechecked:
@@ -527,8 +527,8 @@ def measure_one(
 ) -> VerifyReport:
     """One drafter on one server (running, or launched here and stopped after): the request measured.
 
-    ``checked``: with a launch, the check made before it (:func:`ckpttools.ops.launch_check.check_launch`,
-    or for a further server of a run, :func:`~ckpttools.ops.launch_check.check_port_and_release`)."""
+    ``checked``: with a launch, the check made before it (:func:`ckpttools.measuring.launch_check.check_launch`,
+    or for a further server of a run, :func:`~ckpttools.measuring.launch_check.check_port_and_release`)."""
     from ckpttools.io.net import NetClient
 
     launch, host = req.launch, req.host
@@ -594,7 +594,7 @@ def _start(launch: LaunchSpec, client: Any, checked: LaunchCheck) -> tuple[Any, 
 
 def _read_server_log(rep: VerifyReport, path: str) -> None:
     """The running server's log, read as ``ckpt logs`` reads it; a log of another engine is refused."""
-    from ckpttools.ops.logs import read_logs
+    from ckpttools.measuring.logs import read_logs
 
     lr = read_logs([path])
     if lr.engine is not None and lr.engine != rep.engine:

@@ -19,7 +19,7 @@ per-line reader, in file order:
 Every other line is one the per-line reader passes over. A block where the lines to read alone
 are dense (a vLLM log: ``.py`` in every line) is read line by line. Queued windows join the kept
 list and the sums before any line that could add a window or start a run, and at each file's
-end (:meth:`ckpttools.ops.logs_windows.Kept.add_batch`, exact to the bit).
+end (:meth:`ckpttools.measuring.logs_windows.Kept.add_batch`, exact to the bit).
 
 The reader asks the parser only through :class:`Reader`.
 """
@@ -31,13 +31,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_windows import Batch, State, advance, starts
+from ckpttools.measuring.logs_windows import Batch, State, advance, starts
 
 __all__ = ["RARE", "NEEDLES", "scan", "Queue", "Prefixes", "Reader"]
 
 
 class Reader(Protocol):
-    """What the fast path needs of the per-line reader (``ckpttools.ops.logs``' parser)."""
+    """What the fast path needs of the per-line reader (``ckpttools.measuring.logs``' parser)."""
 
     #: the windows queued by the fast path, not yet added
     fastq: Queue
@@ -242,7 +242,7 @@ class _Scan:
     """One block: the fast windows queued, every other line that matters read one at a time.
 
     A window's line number is counted only where it will be seen: where the window starts a kept
-    entry (:func:`ckpttools.ops.logs_windows.starts` says which do)."""
+    entry (:func:`ckpttools.measuring.logs_windows.starts` says which do)."""
 
     def __init__(self, p: Reader, n0: int, blob: bytes, lo: int, hi: int, cand: list[int], seconds: Any) -> None:
         self.p, self.blob, self.lo, self.hi, self.seconds = p, blob, lo, hi, seconds

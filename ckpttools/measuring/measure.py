@@ -1,7 +1,7 @@
 """``measure(request)``: the one library call behind ``ckpt verify``.
 
-A :class:`~ckpttools.ops.request.MeasureRequest` says what to measure; this runs it: the outputs it
-names are checked before anything starts, then the request goes where its server comes from (the
+A :class:`~ckpttools.measuring.request.MeasureRequest` says what to measure; this runs it: the
+outputs it names are checked before anything starts, then the request goes where its server comes from (the
 offline probe, one server, a sweep of servers, or several drafters on one shared server), and the
 JSON report and the plot are written where asked.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ckpttools.ops.compare import CompareReport, run_compare
-from ckpttools.ops.launch_check import check_launch
-from ckpttools.ops.request import LaunchSpec, MeasureRequest, Offline, RunningHost
-from ckpttools.ops.verify import VerifyReport, measure_one, prompts_of
+from ckpttools.measuring.compare import CompareReport, run_compare
+from ckpttools.measuring.launch_check import check_launch
+from ckpttools.measuring.request import LaunchSpec, MeasureRequest, Offline, RunningHost
+from ckpttools.measuring.verify import VerifyReport, measure_one, prompts_of
 
 __all__ = ["measure", "check_outputs"]
 
@@ -32,8 +32,8 @@ def measure(
         on_note: called with a line as each drafter of several is placed and measured.
 
     Returns:
-        a :class:`~ckpttools.ops.verify.VerifyReport` for one drafter (``sweep`` filled for a
-        sweep), or a :class:`~ckpttools.ops.compare.CompareReport` for several.
+        a :class:`~ckpttools.measuring.verify.VerifyReport` for one drafter (``sweep`` filled for a
+        sweep), or a :class:`~ckpttools.measuring.compare.CompareReport` for several.
 
     Raises:
         CkptError subclasses: an output aimed at an input, a drafter refused before the launch,
@@ -50,7 +50,7 @@ def measure(
 
         write_json(request.output, rep.to_dict())
     if request.plot and isinstance(rep, VerifyReport):
-        from ckpttools.ops.plot import plot_report
+        from ckpttools.measuring.plot import plot_report
 
         plot_report(rep, request.plot)
     return rep
@@ -62,7 +62,7 @@ def _run(
     on_note: Callable[[str], None] | None,
 ) -> VerifyReport | CompareReport:
     if isinstance(req.server, Offline):
-        from ckpttools.ops.probe import measure_offline
+        from ckpttools.measuring.probe import measure_offline
 
         return measure_offline(req)
     checked = None
@@ -72,7 +72,7 @@ def _run(
     if checked is not None and len(req.drafters) > 1:
         return run_compare(req, checked, on_note)
     if checked is not None and req.sweep is not None:
-        from ckpttools.ops.sweep import run_sweep
+        from ckpttools.measuring.sweep import run_sweep
 
         return run_sweep(req, checked)
     return measure_one(req, progress=on_request, checked=checked)

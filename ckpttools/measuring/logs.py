@@ -2,7 +2,7 @@
 
 The line formats, each with the engine source line that writes it, are listed in
 :mod:`ckpttools.engines.logs_formats`. A chunk's SGLang decode lines are read at once, the
-rest line by line (:mod:`ckpttools.ops.logs_fast`); the figures are the same as reading every
+rest line by line (:mod:`ckpttools.measuring.logs_fast`); the figures are the same as reading every
 line alone (``FAST = False``), to the bit.
 
 Conventions, labelled as verify labels them: accept length = tokens per verify step =
@@ -58,11 +58,11 @@ from typing import IO, Any
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.io import figures as FIG
-from ckpttools.ops.verdict import verdict_exit_code
-from ckpttools.ops import logs_fast
+from ckpttools.measuring.verdict import verdict_exit_code
+from ckpttools.measuring import logs_fast
 from ckpttools.engines import logs_formats as F
-from ckpttools.ops.logs_segments import Segments
-from ckpttools.ops.logs_windows import MAX_WINDOWS, Kept, State, Sums
+from ckpttools.measuring.logs_segments import Segments
+from ckpttools.measuring.logs_windows import MAX_WINDOWS, Kept, State, Sums
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "MAX_RUNS", "MAX_EVENTS", "CONVENTIONS"]
 
@@ -77,7 +77,7 @@ PATTERN_BUDGET = 0.1
 #: lines over budget after which --pattern is refused
 PATTERN_STRIKES = 3
 _CHUNK = 4 << 20
-#: read blocks of whole lines the fast way (:mod:`ckpttools.ops.logs_fast`); False: each line alone
+#: read blocks of whole lines the fast way (:mod:`ckpttools.measuring.logs_fast`); False: each line alone
 FAST = True
 CONVENTIONS = ("tokens-per-step", "accepted-per-step")
 LABEL = "tokens per verify step (accepted drafts + 1), the engines' convention"
@@ -117,7 +117,7 @@ class LogsReport:
     run_count: int = 0
     event_counts: dict[str, int] = field(default_factory=dict)
     skipped_lines: int = 0
-    #: the log split at every weight update (:mod:`ckpttools.ops.logs_segments`): one segment where
+    #: the log split at every weight update (:mod:`ckpttools.measuring.logs_segments`): one segment where
     #: there is none; ``segment_count`` counts them all where more than MAX_SEGMENTS are
     segments: list[dict[str, Any]] = field(default_factory=list)
     segment_count: int = 0
@@ -360,8 +360,8 @@ class _Requests:
             self.hist[i] += c
 
     def summary(self) -> tuple[float, list[float] | None, dict[str, Any]]:
-        from ckpttools.ops.verdict import pct as _pct
-        from ckpttools.ops.verdict import t95
+        from ckpttools.measuring.verdict import pct as _pct
+        from ckpttools.measuring.verdict import t95
 
         ci = None
         if self.n >= 2:
