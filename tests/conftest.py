@@ -48,6 +48,23 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """CKPT_TEST_TIMELINE=FILE: one JSON line per test (worker, start, stop, node id), appended by
+    each worker, to see what the two workers ran side by side."""
+    path = os.environ.get("CKPT_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    import time
+
+    t0 = time.time()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(path, "a") as f:
+        f.write(json.dumps({"worker": worker, "start": t0, "stop": time.time(), "test": item.nodeid}) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     path = getattr(config, "_ckpt_ledger", None)
     if path is None:

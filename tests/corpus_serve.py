@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.corpus import Case, both, copy_in
 
 KEY = ["--api-key", "sesame-key"]
+SC = "--engine-arg=--speculative-config="
 
 
 def _swap(name: str, seg: str, drafter: str, code: int, *extra: str, key: bool = True, **has: str) -> Case:
@@ -120,6 +121,58 @@ def serve_cases() -> list[Case]:
         _swap("serve-swap-opt-ignore-eos", "ok", f"{r}/d2", 0, "--ignore-eos", stdout_has="swapped in"),
         _swap("serve-swap-opt-timeout-0", "ok", f"{r}/d2", 2, "--timeout", "0"),
         _serve("serve-opt-engine-arg", 0, *KEY, "--print", "--engine-arg=--max-num-seqs=4", stdout_has="max-num-seqs"),
+        # a --speculative-config among the engine arguments: its keys join ckpttools' own (vLLM)
+        _serve(
+            "serve-spec-config-merged",
+            0,
+            *KEY,
+            "--print",
+            SC + '{"attention_backend": "CPU_MLA"}',
+            stdout_has='"num_speculative_tokens": 3, "attention_backend": "CPU_MLA"',
+        ),
+        _serve(
+            "serve-spec-config-split",
+            0,
+            *KEY,
+            "--print",
+            "--engine-arg=--speculative-config",
+            '--engine-arg={"attention_backend": "CPU_MLA"}',
+            stdout_has='"attention_backend": "CPU_MLA"',
+        ),
+        _serve("serve-spec-config-not-json", 2, *KEY, "--print", SC + "{bad", stderr_has="not valid JSON"),
+        _serve("serve-spec-config-nan", 2, *KEY, "--print", SC + '{"x": NaN}', stderr_has="not valid JSON"),
+        _serve("serve-spec-config-list", 2, *KEY, "--print", SC + "[1]", stderr_has="JSON object expected"),
+        _serve(
+            "serve-spec-config-sets-model", 2, *KEY, "--print", SC + '{"model": "elsewhere"}', stderr_has="sets 'model'"
+        ),
+        _serve(
+            "serve-spec-config-sets-steps",
+            2,
+            *KEY,
+            "--print",
+            SC + '{"num_speculative_tokens": "3"}',
+            stderr_has="sets 'num_speculative_tokens'",
+        ),
+        _serve("serve-spec-config-twice", 2, *KEY, "--print", SC + "{}", SC + "{}", stderr_has="given 2 times"),
+        _serve(
+            "serve-spec-config-no-value",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=--speculative-config",
+            stderr_has="has no value",
+        ),
+        _serve(
+            "serve-spec-config-huge", 2, *KEY, "--print", SC + '{"x": "' + "a" * 70_000 + '"}', stderr_has="longer than"
+        ),
+        _serve(
+            "serve-spec-config-nested",
+            2,
+            *KEY,
+            "--print",
+            SC + '{"x": ' + "[" * 300 + "]" * 300 + "}",
+            stderr_has="nested",
+        ),
         _serve("serve-opt-port", 0, *KEY, "--print", "--port", "31999", stdout_has="31999"),
         _serve("serve-opt-port-0", 2, *KEY, "--print", "--port", "0"),
         _serve("serve-opt-tp-0", 2, *KEY, "--print", "--tp", "0"),

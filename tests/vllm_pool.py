@@ -162,7 +162,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
 #: its AMX backend, which makes neither and empties kv_b_proj (vllm/model_executor/layers/attention/
 #: mla_attention.py:1225-1231); without AMX the pin changes nothing (vllm/platforms/cpu.py:151-176). The
 #: test models' sizes suit the AMX backend too (tests/test_amx_mla.py), for users who do not pin it.
-FAMILY_ARGS: dict[str, tuple[str, ...]] = {"mla": ("--attention-backend=CPU_MLA",)}
+#: The drafter's backend is pinned too, in the speculative config ckpttools merges into its own: vLLM
+#: picks the drafter's anew (v1/spec_decode/llm_base_proposer.py:1283-1291), and on a CPU with AMX the
+#: target on CPU_MLA with the drafter on AMX_MLA share no KV block size and the server exits (seen in the
+#: clean-clone run of 24c987f: "No common block size for 128 (CPU_MLA: [16]; AMX_MLA: [MultipleOf(32)])").
+FAMILY_ARGS: dict[str, tuple[str, ...]] = {
+    "mla": ("--attention-backend=CPU_MLA", '--speculative-config={"attention_backend": "CPU_MLA"}')
+}
 
 
 class VllmPool:

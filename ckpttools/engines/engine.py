@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ckpttools.engines.claims import ENGINE_NAMES
+from ckpttools.errors import CkptError, opt
 
 #: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
 _ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
@@ -350,7 +351,20 @@ class VLLM(Engine):
     missing_tensor_claim: ClassVar[str | None] = "vllm:missing"
 
     def launch_argv(self, s: Any) -> list[str]:
-        spec = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
+        spec: dict[str, Any] = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}
+        given, engine_args = _given_speculative_config(s.engine_args)
+        # the plain target (a baseline without speculation) is launched without the given config
+        if given is not None and s.drafter is not None:
+            clash = sorted(k for k in spec if k in given and given[k] != spec[k])
+            if clash:
+                raise CkptError(
+                    f"--speculative-config in {opt('engine_args')} sets {', '.join(map(repr, clash))}, which "
+                    f"ckpttools sets from the drafter and the steps ({json.dumps({k: spec[k] for k in clash})})",
+                    hint="leave those keys out: give the drafter and the steps as options of their own",
+                )
+            # the user's other keys go with ours, e.g. "attention_backend" (the drafter's own attention
+            # backend: vLLM picks it anew, never the target's --attention-backend; VLLM_CLAIMS "draft_attention")
+            spec |= given
         flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
         if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
             # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
@@ -368,7 +382,7 @@ class VLLM(Engine):
             s.host,
             "--port",
             str(s.port),
-            *s.engine_args,
+            *engine_args,
         ]
 
     def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
@@ -433,3 +447,50 @@ def engine_for(name: str, release: Any = None) -> Engine:
 def other_server_engine(name: str) -> str:
     """The other server engine than ``name`` (SGLang's other is vLLM, and back)."""
     return next(n for n in SERVER_ENGINES if n != name)
+
+
+#: the most bytes of a --speculative-config value read from the engine arguments
+_MAX_SPEC_CONFIG = 64 << 10
+
+
+def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """A ``--speculative-config`` among vLLM engine arguments (``--speculative-config=JSON`` or
+    ``--speculative-config JSON``): its JSON object, and the arguments without it; (None, the
+    arguments) when there is none. vLLM reads the flag as a JSON object (vllm 0.32.0:
+    engine/arg_utils.py:714 and 1828); given twice, argparse keeps the last, so two are refused."""
+    from ckpttools.io.inputs import loads_json
+
+    rest: list[str] = []
+    found: list[str] = []
+    it = iter(range(len(args)))
+    for i in it:
+        a = args[i]
+        if a == "--speculative-config":
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise CkptError(
+                    f"--speculative-config in {opt('engine_args')} has no value",
+                    hint='give it as --engine-arg=\'--speculative-config={"attention_backend": "CPU_MLA"}\'',
+                )
+            found.append(args[i + 1])
+            next(it, None)
+        elif a.startswith("--speculative-config="):
+            found.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+    if not found:
+        return None, list(args)
+    where = f"--speculative-config in {opt('engine_args')}"
+    if len(found) > 1:
+        raise CkptError(
+            f"{where}: given {len(found)} times", hint="give one --speculative-config, with every key in it"
+        )
+    text = found[0]
+    if len(text.encode("utf-8", "surrogatepass")) > _MAX_SPEC_CONFIG:
+        raise CkptError(f"{where}: longer than {_MAX_SPEC_CONFIG} bytes", hint="give a JSON object of a few keys")
+    obj = loads_json(text, where, error=CkptError, hint='give a JSON object, e.g. {"attention_backend": "CPU_MLA"}')
+    if not isinstance(obj, dict):
+        raise CkptError(
+            f"{where}: a JSON object expected, got {type(obj).__name__}",
+            hint='give a JSON object, e.g. {"attention_backend": "CPU_MLA"}',
+        )
+    return obj, rest

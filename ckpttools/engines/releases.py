@@ -912,6 +912,7 @@ VLLM_0_33 = dataclasses.replace(
                 "platforms/cpu.py:167, 176-187",
                 "amx_mla.py:421-423 and 477",
                 "model_executor/layers/attention/mla_attention.py:1071-1083, 1423-1432",
+                "v1/spec_decode/llm_base_proposer.py (0.32.0's lines 1283-1291; not read at 0.33)",
             ),
         },
         "ckpttools.engines.claims.VLLM_CLAIMS, the context rule replaced (" + _V33_ROPE + ")",
