@@ -84,16 +84,22 @@ def test_ckpt_serve_then_three_checked_swaps_one_rolled_back(tmp_path: Path) -> 
         wrong = _ckpt("swap", "--host", url, str(ds["perm"]), "--api-key", "not-the-key")
         out = _ckpt("swap", "--host", url, str(outside), env=key)
     finally:
-        proc.send_signal(signal.SIGINT)  # ckpt serve stops its server on Ctrl-C
+        # ckpt serve stops its server on SIGTERM as on Ctrl-C (the SIGINT a pytest-xdist worker's child
+        # inherits is ignored: at 24c987f this wait ran out its 120 s in CI)
+        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=120)
+            serve_rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            serve_rc = None
+        left = []
         for line in ledger.read_text().splitlines() if ledger.exists() else []:
             try:
                 os.killpg(json.loads(line)["pid"], signal.SIGKILL)  # nothing left behind, whatever happened
+                left.append(json.loads(line)["pid"])
             except ProcessLookupError:
                 pass
+    assert serve_rc == 130 and not left, (serve_rc, left, proc.stderr.read().decode()[-2000:] if proc.stderr else "")
     a, b, c = (json.loads(r.stdout) for r in (first, noise, perm))
     print(
         "\nswaps:", [(Path(r["swap"]["drafter"]).name, r["check"]["accept_length"], r["exit_code"]) for r in (a, b, c)]

@@ -15,7 +15,7 @@ from ckpttools.cli import params as P
 CHECK = P.Bounded(1, 100_000, integer=True)
 
 
-SERVE_EXIT = "Exit codes: 2 bad usage, a refused launch, or the server exited; 130 stopped (Ctrl-C)."
+SERVE_EXIT = "Exit codes: 2 bad usage, a refused launch, or the server exited; 130 stopped (Ctrl-C or SIGTERM)."
 SWAP_EXIT = (
     "Exit codes: 0 swapped and checked (at or above the bar), 1 the drafter does not fit, or below the bar "
     "(rolled back, checked), 2 bad usage, refused by the server, or a failed check."

@@ -172,8 +172,8 @@ def vllm_amx_mla_claims(
         "cpu_mla.amx_hint": (
             "on such a CPU, launch {vllm} with --attention-backend CPU_MLA, its reference MLA backend ("
             + pin
-            + '), and with "attention_backend": "CPU_MLA" in --speculative-config (--engine-arg=\'--speculative-'
-            'config={{"attention_backend": "CPU_MLA"}}\'): the drafter\'s backend is chosen on its own ('
+            + '), and with "attention_backend": "CPU_MLA" in its --speculative-config (ckpttools adds the keys of '
+            "one given among the engine arguments to its own): the drafter's backend is chosen on its own ("
             + draft
             + "), and with the target alone pinned the two have no common KV block size and the server exits; "
             "or give the drafter sizes that are multiples of 32",

@@ -469,7 +469,7 @@ def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | Non
             if i + 1 >= len(args) or args[i + 1].startswith("--"):
                 raise CkptError(
                     f"--speculative-config in {opt('engine_args')} has no value",
-                    hint='give it as --engine-arg=\'--speculative-config={"attention_backend": "CPU_MLA"}\'',
+                    hint='give its JSON object in the same argument: --speculative-config={"attention_backend": "CPU_MLA"}',
                 )
             found.append(args[i + 1])
             next(it, None)

@@ -177,15 +177,28 @@ class RunningServer:
             time.sleep(1.0)
 
     def stop(self, grace: float = 20.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM to the server's process group, SIGKILL after ``grace`` seconds; returns once the
+        server and every process of its group (vLLM's engine core, SGLang's schedulers) are gone."""
+        if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=grace)
-        except ProcessLookupError:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=grace)
+            # the leader is gone; its group's other processes end after it (vLLM's engine core polls its parent)
+            # (bounded: a zombie nobody reaps, as under a PID 1 that reaps none, keeps a group alive)
+            for sig in (signal.SIGKILL, None):
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < grace:
+                    os.killpg(self.proc.pid, 0)  # ProcessLookupError once the group is empty
+                    time.sleep(0.1)
+                if sig is not None:
+                    os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
             pass
 
     def __enter__(self) -> RunningServer:

@@ -479,6 +479,7 @@ def serve(cmd: ServeCommand, *, ready: Any = None) -> int:
 
     check_launch(cmd.spec, [cmd.spec.drafter])  # the port, and validate's errors and warnings, said once
     server = RunningServer(cmd.spec).start()
+    old_term = _stop_on_sigterm()
     try:
         with NetClient(timeout=30.0, connect=5.0, retries=0) as net:
             server.wait_ready(net)
@@ -492,3 +493,24 @@ def serve(cmd: ServeCommand, *, ready: Any = None) -> int:
         )
     finally:
         server.stop()
+        if old_term is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM (a service manager's, a container's or a job's stop; also a parent that ignores SIGINT,
+    as a pytest-xdist worker's children do) stops the server as Ctrl-C does: the handler raises
+    KeyboardInterrupt, so the server is stopped on the way out and the command exits 130. Returns
+    the handler it replaced (None outside the main thread, where none can be installed)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
