@@ -6,7 +6,8 @@ shared server's launch (``compare.shared_launch``: the config guard, the swap ro
 and the swap helpers the shared server's turns call (``server_spec``, ``swappable``), with three real
 tiny drafters on disk and no server. The real ``open_checkpoint``, ``load_config`` and ``read_json``
 run, each wrapped in a counter wherever a module of ckpttools holds it: instrumentation, not a mock.
-The path-taking forms the helpers had still give what they gave.
+The target's config.json is read once too (``formats.conventions.TargetOnce``). The path-taking forms
+the helpers had still give what they gave.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def test_the_pre_launch_check_opens_and_parses_each_drafter_once(three: dict[str
     for d in req.drafters:
         assert (counts.opened(d), counts.parsed(d)) == (1, 1), (d, counts.calls)
         assert isinstance(checked.opened[d], OpenedDrafter) and checked.reports[d].ok
+    assert counts.parsed(three["target"]) == 1, counts.calls  # the target's config too, for all three
     assert why[0] is None and why[1] is not None and "norm_output" in why[1]
     assert json.loads(spec.env["CKPT_SWAP_SPEC"]) == sspec and spec.drafter == req.drafters[0]
 
@@ -119,8 +121,10 @@ def test_the_path_forms_give_what_the_opened_forms_give(three: dict[str, Any]) -
 
 def test_validate_opens_a_drafter_once_and_finds_what_it_found(three: dict[str, Any], counts: Counts) -> None:
     for d in three["drafters"]:
+        before = counts.parsed(three["target"])
         by_path = validate(d, three["target"], engine="sglang==0.5.17", load_plan=True)
         assert (counts.opened(d), counts.parsed(d)) == (1, 1), counts.calls  # its quantization checks included
+        assert counts.parsed(three["target"]) == before + 1  # the target's config read once too
         opened = open_once(d)
         by_opened = validate(opened, three["target"], engine="sglang==0.5.17", load_plan=True)
         assert counts.opened(d) == 2  # open_once here; validate read the opened drafter as it was

@@ -72,11 +72,14 @@ def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None) 
         ServerError: the port is taken. NoWeightsError: a drafter is a config alone.
         CkptError (exit 1): validate found errors in a drafter against the target.
     """
+    from ckpttools.formats.conventions import TargetOnce
+
     out = check_port_and_release(spec, pinned)
     per: dict[str, list[str]] = {}
+    target = TargetOnce(spec.target)  # its config read once, by the first drafter's checks
     for d in dict.fromkeys(drafters):
         out.opened[d] = opened = open_once(d)
-        rep = _validated(spec, d, out.engine, opened)
+        rep = _validated(spec, d, out.engine, opened, target)
         out.reports[d] = rep
         per[d] = [_warning_line(w) for w in rep.findings if w.severity == "warning"]
     out.warnings = _say_once(per)
@@ -95,14 +98,18 @@ def check_port_and_release(spec: LaunchSpec, pinned: Any = None, known: Engine |
     return LaunchCheck(eng, how)
 
 
-def _validated(spec: LaunchSpec, drafter: str, eng: Engine, opened: OpenedDrafter | None = None) -> Any:
+def _validated(
+    spec: LaunchSpec, drafter: str, eng: Engine, opened: OpenedDrafter | None = None, target: Any = None
+) -> Any:
     """``drafter`` validated once against the target, under the release and engine arguments that run
-    (``opened``: the drafter opened already, read as it is)."""
+    (``opened``: the drafter opened already, read as it is; ``target``: the run's TargetOnce, else
+    ``spec.target``)."""
     from ckpttools.errors import NoWeightsError
     from ckpttools.ops.validate import validate
 
     try:
-        rep = validate(opened or drafter, spec.target, engine=eng.spec, engine_args=spec.engine_args)
+        given = target if target is not None else spec.target
+        rep = validate(opened or drafter, given, engine=eng.spec, engine_args=spec.engine_args)
     finally:
         if opened is not None:
             opened.close()  # the maps validate's value checks made: the index stays for the run

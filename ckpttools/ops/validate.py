@@ -23,7 +23,7 @@ from ckpttools.engines.claims import applied, applying
 from ckpttools.formats.config import essentials
 from ckpttools.engines.aux_rules import sglang_default_aux_ids
 from ckpttools.engines.opened import OpenedDrafter, open_once
-from ckpttools.formats.conventions import load_target_config
+from ckpttools.formats.conventions import TargetOnce, load_target_config
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.ops.validate_config import check_config, config_findings
 from ckpttools.ops.validate_report import (
@@ -81,7 +81,7 @@ _open_drafter = open_drafter  # the name callers took before it moved to validat
 # ------------------------------------------------------------------------ entry point
 def validate(
     drafter: str | Path | Checkpoint | OpenedDrafter,
-    target: str | Path | Checkpoint | None = None,
+    target: str | Path | Checkpoint | TargetOnce | None = None,
     *,
     deep: bool = False,
     engine: str = "sglang",
@@ -94,7 +94,9 @@ def validate(
     Args:
         drafter: a drafter checkpoint, a directory with config.json, or a config.json; or a drafter
             opened already (:func:`ckpttools.engines.opened.open_once`), which is not opened again.
-        target: the target's checkpoint, directory, repo id, or config.json.
+        target: the target's checkpoint, directory, repo id, or config.json; or a
+            :class:`~ckpttools.formats.conventions.TargetOnce` (a run's checks of several drafters
+            read its config once).
         deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
         engine: ``sglang`` (default) or ``vllm``, optionally with a release (``NAME==VERSION``,
             :mod:`ckpttools.engines.releases`; without one, the newest known release): whose class
@@ -123,6 +125,8 @@ def validate(
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
     opened = open_once(drafter)  # opened and its config parsed once: every check below reads this
+    if target is not None and not isinstance(target, TargetOnce):
+        target = TargetOnce(target)  # read where first needed, once: the quantization checks read it too
     with applying(release):
         rep, plan = _validate(
             opened,
@@ -170,7 +174,7 @@ def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any =
 
 def _validate(
     drafter: str | Path | Checkpoint | OpenedDrafter,
-    target: str | Path | Checkpoint | None,
+    target: str | Path | Checkpoint | TargetOnce | None,
     *,
     deep: bool,
     engine: str,
