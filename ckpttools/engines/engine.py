@@ -17,10 +17,13 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckpttools.engines.claims import ENGINE_NAMES
 from ckpttools.errors import CkptError, opt
+
+if TYPE_CHECKING:
+    from ckpttools.engines.opened import OpenedDrafter
 
 #: a literal, then a bounded run of one class: linear in the text (tests/test_regex_linear.py)
 _ACCEPT_LEN = re.compile(r"accept len: ([0-9.]{1,40})")
@@ -189,8 +192,11 @@ class Engine:
 
         return swap_route(self.release)
 
-    def swap_in(self, net: Any, url: str, drafter: str | Path, spec: dict[str, Any], ranks: int, timeout: float) -> Any:
-        """Another drafter into the running server, through the mechanism the table records."""
+    def swap_in(
+        self, net: Any, url: str, drafter: str | Path | OpenedDrafter, spec: dict[str, Any], ranks: int, timeout: float
+    ) -> Any:
+        """Another drafter into the running server, through the mechanism the table records (``drafter``:
+        its directory, or the drafter opened already: :class:`ckpttools.engines.opened.OpenedDrafter`)."""
         from ckpttools.engines.swap import swap_in
 
         route = self.swap_route()

@@ -21,6 +21,7 @@ here). :func:`target_digest` digests every target parameter in the server's proc
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -33,10 +34,12 @@ import re
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ckpttools.engines.opened import OpenedDrafter
 from ckpttools.errors import ServerError
 from ckpttools.io.inputs import loads_json
 
@@ -109,12 +112,16 @@ def _server_module() -> Any:
     return mod
 
 
-def server_spec(release: Any, drafter: str | Path) -> dict[str, Any]:
+def server_spec(release: Any, drafter: str | Path | OpenedDrafter) -> dict[str, Any]:
     """What the server-side code reaches inside the engine: the route's facts and the name rules
-    of the loader the drafter's class uses (both from the release table)."""
-    from ckpttools.io.inputs import read_json
+    of the loader the drafter's class uses (both from the release table). ``drafter``: its directory
+    (its config.json read here), or the drafter opened already (its config as parsed then)."""
+    if isinstance(drafter, OpenedDrafter) and drafter.config is not None:
+        cfg = drafter.config
+    else:
+        from ckpttools.io.inputs import read_json
 
-    cfg = read_json(Path(drafter) / "config.json", "config")
+        cfg = read_json(_path(drafter) / "config.json", "config")
     archs = cfg.get("architectures") or [None]
     dc = release.drafter_class(archs[0])
     rules = release.loaders.value.get(dc.loader) if dc is not None else None
@@ -133,25 +140,25 @@ def server_spec(release: Any, drafter: str | Path) -> dict[str, Any]:
     return out
 
 
-def prepare_launch(spec: Any, release: Any) -> Any:
+def prepare_launch(spec: Any, release: Any, drafter: OpenedDrafter | str | None = None) -> Any:
     """The launch spec with the swap route enabled: its flags, its environment, the server-side
-    code on PYTHONPATH, and the facts it needs in CKPT_SWAP_SPEC."""
+    code on PYTHONPATH, and the facts it needs in CKPT_SWAP_SPEC (``drafter``: the spec's drafter
+    opened already, whose config is read as parsed; else its config.json is read)."""
     route = swap_route(release)
     assert route is not None and spec.drafter is not None
     inherited = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # the server's own path stays
     path = os.pathsep.join(p for p in (str(SERVERSIDE), inherited) if p)
     env = {**spec.env, **route.get("env", {}), "PYTHONPATH": path}
-    env["CKPT_SWAP_SPEC"] = json.dumps(server_spec(release, spec.drafter))
+    env["CKPT_SWAP_SPEC"] = json.dumps(server_spec(release, drafter if drafter is not None else spec.drafter))
     flags = [a for k, v in route["flags"].items() for a in ("--" + k, v)]
     return dataclasses.replace(spec, engine_args=[*spec.engine_args, *flags], env=env)
 
 
-def swappable(running: str | Path, other: str | Path) -> str | None:
+def swappable(running: str | Path | OpenedDrafter, other: str | Path | OpenedDrafter) -> str | None:
     """Why ``other`` cannot take ``running``'s place on its server (None: it can): its config
-    or its tensors' names, shapes and dtypes differ, so the running model would not be it."""
-    from ckpttools.io.checkpoint import open_checkpoint
-
-    with open_checkpoint(running) as a, open_checkpoint(other) as b:
+    or its tensors' names, shapes and dtypes differ, so the running model would not be it.
+    Each is a directory (opened here) or a drafter opened already (its index read as it is)."""
+    with _checkpoint(running) as a, _checkpoint(other) as b:
         ca = {k: v for k, v in (a.config or {}).items() if k not in _IGNORED_CONFIG_KEYS}
         cb = {k: v for k, v in (b.config or {}).items() if k not in _IGNORED_CONFIG_KEYS}
         if ca != cb:
@@ -163,6 +170,26 @@ def swappable(running: str | Path, other: str | Path) -> str | None:
             diff = sorted(n for n in {*ta, *tb} if ta.get(n) != tb.get(n))
             return f"its tensors differ from the running drafter's in names, shapes or dtypes ({', '.join(diff[:3])})"
     return None
+
+
+@contextlib.contextmanager
+def _checkpoint(drafter: str | Path | OpenedDrafter) -> Iterator[Any]:
+    """The drafter's checkpoint: one opened already (its maps dropped after), else opened here and closed."""
+    if isinstance(drafter, OpenedDrafter):
+        ck = drafter.require_checkpoint()
+        try:
+            yield ck
+        finally:
+            ck.close()  # the maps a read made; the index stays
+        return
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    with open_checkpoint(drafter) as ck:
+        yield ck
+
+
+def _path(drafter: str | Path | OpenedDrafter) -> Path:
+    return drafter.path if isinstance(drafter, OpenedDrafter) else Path(drafter)
 
 
 def _file_digests(ck: Any, expected: dict[str, list[tuple[str, Any]]]) -> dict[str, tuple[str, str, int]]:
@@ -402,7 +429,7 @@ def swap_in(
     engine: str,
     net: Any,
     url: str,
-    drafter: str | Path,
+    drafter: str | Path | OpenedDrafter,
     spec: dict[str, Any],
     ranks: int = 1,
     *,
@@ -411,10 +438,10 @@ def swap_in(
     """Put ``drafter`` in place of the running one, check it, and reset the caches it leaves stale.
 
     ``ranks`` is the server's tensor-parallel size: exactly that many ranks must answer.
-    ``timeout`` bounds each request of the swap (seconds, the run's ``timeout``)."""
-    from ckpttools.io.checkpoint import open_checkpoint
-
-    drafter = Path(os.path.realpath(drafter))
+    ``timeout`` bounds each request of the swap (seconds, the run's ``timeout``). ``drafter``: its
+    directory, or the drafter opened already (its index is what the answers are held against)."""
+    given = drafter
+    drafter = Path(os.path.realpath(_path(given)))
     t0 = time.monotonic()
     try:
         if spec.get("mechanism", _MECHANISMS.get(engine)) == "worker_extension":  # the table's route
@@ -426,7 +453,8 @@ def swap_in(
     except ServerError as e:
         return SwapResult(False, time.monotonic() - t0, engine, why=str(e), request_failed=True)
     t1 = time.monotonic()
-    with open_checkpoint(drafter) as ck:  # headers, and the bytes the read-back is held against
+    held = given if isinstance(given, OpenedDrafter) else drafter
+    with _checkpoint(held) as ck:  # headers, and the bytes the read-back is held against
         asked = _Asked(ranks, str(drafter), frozenset(ck.tensors), "d2t" in ck.tensors)
         why, checked = _check(answers, ck, spec, asked, file_ranks)
     seconds = time.monotonic() - t0

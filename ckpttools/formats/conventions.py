@@ -11,7 +11,7 @@ from ckpttools.errors import ConfigError
 from ckpttools.io.checkpoint import Checkpoint, hub_config, load_config, open_checkpoint
 from ckpttools.io.refs import REPO_REF, split_ref
 
-__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "load_target_config"]
+__all__ = ["CONFIG_DTYPE", "ST_DTYPE", "TargetOnce", "load_target_config"]
 
 #: safetensors dtype -> the name config.json's torch_dtype uses for it
 CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
@@ -19,8 +19,29 @@ CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16"}
 
 
-def load_target_config(target: str | Path | Checkpoint) -> tuple[dict[str, Any], str]:
-    """A target's config from a config.json, a directory holding one, or a checkpoint/repo id."""
+class TargetOnce:
+    """A target whose config is read once, where it is first needed, and given as read after
+    (:func:`load_target_config` reads it so): one run's checks of several drafters against it."""
+
+    def __init__(self, target: str | Path | Checkpoint) -> None:
+        self.target = target
+        self._read: tuple[dict[str, Any], str] | None = None
+
+    def read(self) -> tuple[dict[str, Any], str]:
+        """(config, the name to report), read on the first call (a call that raised is tried again)."""
+        if self._read is None:
+            self._read = load_target_config(self.target)
+        return self._read
+
+    def __str__(self) -> str:
+        return str(self.target)
+
+
+def load_target_config(target: str | Path | Checkpoint | TargetOnce) -> tuple[dict[str, Any], str]:
+    """A target's config from a config.json, a directory holding one, or a checkpoint/repo id
+    (a :class:`TargetOnce`: as it read it)."""
+    if isinstance(target, TargetOnce):
+        return target.read()
     if isinstance(target, Checkpoint):
         if target.config is None:
             raise ConfigError(f"{target.source}: the target has no config.json", path=target.source)

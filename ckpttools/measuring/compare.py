@@ -180,14 +180,32 @@ def run_compare(
     return out
 
 
-def _guard_configs(drafters: Sequence[str]) -> None:
-    """Each drafter's config through the one config guard: server_spec and swappable read them."""
+def _guard_configs(drafters: Sequence[str], checked: LaunchCheck | None = None) -> None:
+    """Each drafter's config through the one config guard: server_spec and swappable read them
+    (``checked``: the launch check, whose opened drafters are read, not the files again)."""
     from ckpttools.formats.config import require_valid_config
-    from ckpttools.io.checkpoint import open_checkpoint
 
     for d in dict.fromkeys(drafters):
-        with open_checkpoint(d) as ck:
-            require_valid_config(ck.config, d)
+        opened = checked.opened.get(d) if checked is not None else None
+        if opened is None:
+            from ckpttools.io.checkpoint import open_checkpoint
+
+            with open_checkpoint(d) as ck:
+                require_valid_config(ck.config, d)
+        else:
+            require_valid_config(opened.require_checkpoint().config, d)
+
+
+def shared_launch(req: MeasureRequest, checked: LaunchCheck) -> LaunchSpec:
+    """The shared server's launch, before it starts: every drafter's config through the config guard,
+    and the first drafter's launch with the swap route enabled; each drafter as ``checked`` opened it."""
+    from ckpttools.engines.swap import prepare_launch
+
+    launch, drafters = req.launch, list(req.drafters)
+    assert launch is not None
+    _guard_configs(drafters, checked)
+    first = dataclasses.replace(launch, drafter=drafters[0])
+    return prepare_launch(first, checked.engine.release, checked.drafter(drafters[0]))
 
 
 @dataclass
@@ -200,6 +218,8 @@ class _Shared:
     net: Any
     server: Any
     sspec: dict[str, Any]
+    #: the launch check: each drafter as it opened it
+    checked: LaunchCheck
 
 
 def _shared_server(
@@ -214,22 +234,21 @@ def _shared_server(
     A shared server that dies ends the drafter in flight with the death (its exit code and its log's
     last lines, the log kept); the drafters after it go to their own servers."""
     from ckpttools.engines.launch import RunningServer
-    from ckpttools.engines.swap import prepare_launch, server_spec
+    from ckpttools.engines.swap import server_spec
     from ckpttools.io.net import NetClient
 
     launch, drafters, eng = req.launch, list(req.drafters), checked.engine
     assert launch is not None
-    _guard_configs(drafters)
-    spec = prepare_launch(dataclasses.replace(launch, drafter=drafters[0]), eng.release)
+    spec = shared_launch(req, checked)
     checked.announce(spec, len(drafters))
     net = NetClient(timeout=req.timeout, connect=10.0)
     server = RunningServer(spec).start()
     out.server_starts += 1
     try:
         server.wait_ready(net)
-        sspec = server_spec(eng.release, drafters[0])
+        sspec = server_spec(eng.release, checked.drafter(drafters[0]))
         before = _digest(launch, eng, sspec, net, req.timeout)
-        shared = _Shared(req, launch, eng, net, server, sspec)
+        shared = _Shared(req, launch, eng, net, server, sspec, checked)
         own, dead = _turns(shared, entries, progress)
         if dead is not None:
             out.target_check = "not checked: the shared server died before the read after the last swap"
@@ -256,7 +275,7 @@ def _turns(
         if dead is not None:
             own.append((i, dead))
             continue
-        why = swappable(drafters[0], d) if i else None
+        why = swappable(shared.checked.drafter(drafters[0]), shared.checked.drafter(d)) if i else None
         if why is None:
             entry, why = _swap_and_measure(shared, d)
             proc = shared.server.proc
@@ -330,7 +349,7 @@ def _swap_and_measure(shared: _Shared, drafter: str) -> tuple[dict[str, Any] | N
 
     req, launch, eng, server = shared.req, shared.launch, shared.eng, shared.server
     t0 = time.monotonic()
-    res = eng.swap_in(shared.net, launch.url, drafter, shared.sspec, launch.tp, req.timeout)
+    res = eng.swap_in(shared.net, launch.url, shared.checked.drafter(drafter), shared.sspec, launch.tp, req.timeout)
     if not res.ok:
         died = _death(server, res.request_failed, f"the swap of {drafter}")
         if died is None:

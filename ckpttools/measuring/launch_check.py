@@ -2,8 +2,10 @@
 
 The release that will actually run is read once, from the launch's interpreter (``LaunchSpec.python``)
 unless the engine was pinned, and every claim is judged under it and under the engine arguments
-given. Each drafter is opened and validated once, against the target, with its load plan; a port in
-use, a drafter with no weights, and validate's errors are refused. Warnings are said once per run:
+given. Each drafter is opened, its config parsed, and validated once, against the target, with its
+load plan (:class:`~ckpttools.engines.opened.OpenedDrafter`, kept in :attr:`LaunchCheck.opened` for
+the rest of the run: the compare flow and the swap helpers read it, never the files again); a port
+in use, a drafter with no weights, and validate's errors are refused. Warnings are said once per run:
 those every drafter shares once, the others under the drafter's name.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from ckpttools.engines.engine import Engine, engine_for
 from ckpttools.engines.launch import LaunchSpec
+from ckpttools.engines.opened import OpenedDrafter, open_once
 from ckpttools.errors import EXIT_FINDINGS, CkptError
 
 __all__ = ["LaunchCheck", "check_launch", "check_port_and_release", "effective_engine"]
@@ -31,6 +34,12 @@ class LaunchCheck:
     reports: dict[str, Any] = field(default_factory=dict)
     #: the warning lines, as said (shared first, then per drafter)
     warnings: list[str] = field(default_factory=list)
+    #: each drafter as the check opened it, by the name given (the run reads these, not the files)
+    opened: dict[str, OpenedDrafter] = field(default_factory=dict)
+
+    def drafter(self, name: str) -> OpenedDrafter | str:
+        """``name`` as the check opened it, else the name itself (a helper given it opens it)."""
+        return self.opened.get(name, name)
 
     def announce(self, spec: LaunchSpec, drafters: int = 1) -> None:
         """Say that a server starts (only now that one does)."""
@@ -55,17 +64,22 @@ def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None) 
 
     Args:
         spec: the launch (its port, target, interpreter and engine arguments).
-        drafters: every drafter the run measures (each validated once, in order).
+        drafters: every drafter the run measures (each opened and validated once, in order; the
+            opened drafters are in the result's ``opened``).
         pinned: the release the user pinned (``NAME==VERSION``), or None.
 
     Raises:
         ServerError: the port is taken. NoWeightsError: a drafter is a config alone.
         CkptError (exit 1): validate found errors in a drafter against the target.
     """
+    from ckpttools.formats.conventions import TargetOnce
+
     out = check_port_and_release(spec, pinned)
     per: dict[str, list[str]] = {}
+    target = TargetOnce(spec.target)  # its config read once, by the first drafter's checks
     for d in dict.fromkeys(drafters):
-        rep = _validated(spec, d, out.engine)
+        out.opened[d] = opened = open_once(d)
+        rep = _validated(spec, d, out.engine, opened, target)
         out.reports[d] = rep
         per[d] = [_warning_line(w) for w in rep.findings if w.severity == "warning"]
     out.warnings = _say_once(per)
@@ -84,12 +98,21 @@ def check_port_and_release(spec: LaunchSpec, pinned: Any = None, known: Engine |
     return LaunchCheck(eng, how)
 
 
-def _validated(spec: LaunchSpec, drafter: str, eng: Engine) -> Any:
-    """``drafter`` validated once against the target, under the release and engine arguments that run."""
+def _validated(
+    spec: LaunchSpec, drafter: str, eng: Engine, opened: OpenedDrafter | None = None, target: Any = None
+) -> Any:
+    """``drafter`` validated once against the target, under the release and engine arguments that run
+    (``opened``: the drafter opened already, read as it is; ``target``: the run's TargetOnce, else
+    ``spec.target``)."""
     from ckpttools.errors import NoWeightsError
     from ckpttools.ops.validate import validate
 
-    rep = validate(drafter, spec.target, engine=eng.spec, engine_args=spec.engine_args)
+    try:
+        given = target if target is not None else spec.target
+        rep = validate(opened or drafter, given, engine=eng.spec, engine_args=spec.engine_args)
+    finally:
+        if opened is not None:
+            opened.close()  # the maps validate's value checks made: the index stays for the run
     if "tensors" not in rep.checked:
         raise NoWeightsError(
             f"{drafter}: no weights to serve (a config.json alone)",

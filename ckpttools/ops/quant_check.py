@@ -41,14 +41,18 @@ def scheme_of(ck: Any) -> QuantScheme:
 
 
 def add_findings(rep: Any, drafter: Any, target: Any, release: Any, engine_args: Sequence[str]) -> None:
-    """Add the quantization findings to ``rep`` (a ValidationReport), in place."""
-    from ckpttools.ops.validate_report import Finding, open_drafter
+    """Add the quantization findings to ``rep`` (a ValidationReport), in place.
 
-    cfg, ck, _ = open_drafter(drafter)
+    ``drafter``: the drafter validate opened (:class:`~ckpttools.engines.opened.OpenedDrafter`: not
+    opened again), or a path or checkpoint (opened here)."""
+    from ckpttools.engines.opened import open_once
+    from ckpttools.ops.validate_report import Finding
+
+    opened = open_once(drafter)
+    cfg, ck = opened.config, opened.checkpoint
     if cfg is None and ck is None:
         return
-    headers = {n: (list(t.shape), t.dtype) for n, t in ck.tensors.items()} if ck is not None else {}
-    scheme = read_scheme(cfg, headers)
+    scheme = read_scheme(cfg, opened.headers())
     rules = rules_for(release)
     found: list[Any] = [Finding(p.id, p.severity, p.location, p.message, _HINTS.get(p.id)) for p in scheme.problems]
     if ck is not None and scheme.scales:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import ConfigError
-from ckpttools.engines.claims import applying
+from ckpttools.engines.claims import applied, applying
 from ckpttools.formats.config import essentials
 from ckpttools.engines.aux_rules import sglang_default_aux_ids
-from ckpttools.formats.conventions import load_target_config
+from ckpttools.engines.opened import OpenedDrafter, open_once
+from ckpttools.formats.conventions import TargetOnce, load_target_config
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.ops.validate_config import check_config, config_findings
 from ckpttools.ops.validate_report import (
@@ -43,7 +44,7 @@ from ckpttools.ops.validate_target import (
     target_hidden_findings,
     target_vocab_findings,
 )
-from ckpttools.ops.validate_tensors import check_deep, check_tensors, raw_plan, tensor_findings, usable_plan
+from ckpttools.ops.validate_tensors import check_deep, check_tensors, tensor_findings, usable_plan
 from ckpttools.ops import quant_check
 
 __all__ = [
@@ -79,8 +80,8 @@ _open_drafter = open_drafter  # the name callers took before it moved to validat
 
 # ------------------------------------------------------------------------ entry point
 def validate(
-    drafter: str | Path | Checkpoint,
-    target: str | Path | Checkpoint | None = None,
+    drafter: str | Path | Checkpoint | OpenedDrafter,
+    target: str | Path | Checkpoint | TargetOnce | None = None,
     *,
     deep: bool = False,
     engine: str = "sglang",
@@ -91,8 +92,11 @@ def validate(
     """Check a drafter (checkpoint, directory, or bare config.json), optionally against a target.
 
     Args:
-        drafter: a drafter checkpoint, a directory with config.json, or a config.json.
-        target: the target's checkpoint, directory, repo id, or config.json.
+        drafter: a drafter checkpoint, a directory with config.json, or a config.json; or a drafter
+            opened already (:func:`ckpttools.engines.opened.open_once`), which is not opened again.
+        target: the target's checkpoint, directory, repo id, or config.json; or a
+            :class:`~ckpttools.formats.conventions.TargetOnce` (a run's checks of several drafters
+            read its config once).
         deep: also stream every tensor looking for NaN/Inf and zero/constant heads.
         engine: ``sglang`` (default) or ``vllm``, optionally with a release (``NAME==VERSION``,
             :mod:`ckpttools.engines.releases`; without one, the newest known release): whose class
@@ -120,9 +124,12 @@ def validate(
     release = resolve(engine)
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
+    opened = open_once(drafter)  # opened and its config parsed once: every check below reads this
+    if target is not None and not isinstance(target, TargetOnce):
+        target = TargetOnce(target)  # read where first needed, once: the quantization checks read it too
     with applying(release):
         rep, plan = _validate(
-            drafter,
+            opened,
             target,
             deep=deep,
             engine=release.name,
@@ -130,26 +137,25 @@ def validate(
             engine_args=engine_args,
             want_plan=load_plan,
         )
-        quant_check.add_findings(rep, drafter, target, release, tuple(engine_args))
+        quant_check.add_findings(rep, opened, target, release, tuple(engine_args))
         rep.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     rep.engine_release = release.spec
     rep.engine_release_from = "given" if ("==" in engine or "@" in engine) else "the newest known release"
     if load_plan:
-        add_load_plan(rep, drafter, release, plan)
+        add_load_plan(rep, opened, release, plan)
     return rep
 
 
 def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any = None) -> None:
     """The release's load plan of the drafter (``plan``: the one validate made, else made here), and its
     silent outcomes as findings."""
-    from ckpttools.engines.load_plan import load_plan, plan_findings
+    from ckpttools.engines.load_plan import plan_findings
 
-    if plan is None:  # a drafter of another kind, or a caller with none: made here
-        cfg, ck, name = _open_drafter(drafter)
-        if ck is None:
+    if plan is None:  # a drafter of another kind, or a caller with none: made here (once per opened drafter)
+        opened = open_once(drafter)
+        if opened.checkpoint is None:
             return
-        heads = {n: (list(e.shape), e.dtype) for n, e in ck.tensors.items()}
-        plan = load_plan(heads, cfg or {}, release)
+        plan = opened.load_plan(release)
     rep.load_plan = plan.to_dict()
     # validate's own dropped-tensor and dtype findings come from this plan already: one verdict, one severity
     said = {f.location for f in rep.findings if f.id in ("tensors.dropped", "tensors.training_only")}
@@ -167,8 +173,8 @@ def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any =
 
 
 def _validate(
-    drafter: str | Path | Checkpoint,
-    target: str | Path | Checkpoint | None,
+    drafter: str | Path | Checkpoint | OpenedDrafter,
+    target: str | Path | Checkpoint | TargetOnce | None,
     *,
     deep: bool,
     engine: str,
@@ -179,13 +185,14 @@ def _validate(
     """The report, and the drafter's load plan (made once; None: no weights, or another kind of drafter)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
-    cfg, ck, name = _open_drafter(drafter)
+    opened = open_once(drafter)
+    cfg, ck, name = opened.config, opened.checkpoint, opened.source
     other = _other_kind_report(cfg, ck, name, target)
     if other is not None:
         return other, None
-    ess = essentials(cfg)  # the config read once: every check below takes it
+    ess = opened.essentials  # the config read once: every check below takes it
     bad_config = bool(ess.invalid)
-    raw = raw_plan(ck, cfg, engine) if ck is not None and (want_plan or not bad_config) else None
+    raw = opened.load_plan(applied(engine)) if ck is not None and (want_plan or not bad_config) else None
     checked = []
     findings: list[Finding] = []
     if cfg is None:

@@ -12,8 +12,8 @@ from typing import Any
 from pathlib import Path
 
 from ckpttools.engines.claims import applied
-from ckpttools.errors import NoWeightsError
-from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
+from ckpttools.engines.opened import OpenedDrafter, open_once
+from ckpttools.io.checkpoint import Checkpoint
 from ckpttools.schemas import load_schema
 
 __all__ = ["SEVERITIES", "FIX_REPAIRS", "Finding", "ValidationReport", "schema", "fix_repairs", "route_fix_hints"]
@@ -132,17 +132,10 @@ def route_fix_hints(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def open_drafter(drafter: str | Path | Checkpoint) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
-    """(config, checkpoint or None for a config alone, the name to report) of a drafter path or checkpoint."""
-    if isinstance(drafter, Checkpoint):
-        return drafter.config, drafter, str(drafter.source)
-    p = Path(drafter)
-    if p.is_file() and p.suffix == ".json":
-        return load_config(p), None, str(p)
-    try:
-        ck = open_checkpoint(drafter)
-    except NoWeightsError:
-        if p.is_dir() and (p / "config.json").is_file():
-            return load_config(p / "config.json"), None, str(p)
-        raise
-    return ck.config, ck, str(drafter)
+def open_drafter(
+    drafter: str | Path | Checkpoint | OpenedDrafter,
+) -> tuple[dict[str, Any] | None, Checkpoint | None, str]:
+    """(config, checkpoint or None for a config alone, the name to report) of a drafter path, checkpoint,
+    or drafter opened already (:func:`ckpttools.engines.opened.open_once`: not opened again)."""
+    d = open_once(drafter)
+    return d.config, d.checkpoint, d.source
