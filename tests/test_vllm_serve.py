@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .swap_pairs import build
-from .vllm_pool import ARGS, ENV, VLLM_PY
+from .vllm_pool import ARGS, ENV, VLLM_PY, cache_root
 
 pytestmark = [
     pytest.mark.vllm,
@@ -68,7 +68,7 @@ def test_ckpt_serve_then_three_checked_swaps_one_rolled_back(tmp_path: Path) -> 
     url = f"http://127.0.0.1:{port}"
     log, ledger = tmp_path / "served.log", tmp_path / "ledger.jsonl"
     env = {**os.environ, **ENV, "PYTHONPATH": str(REPO), "CKPT_LAUNCH_LEDGER": str(ledger), "CKPT_API_KEY": KEY}
-    env["VLLM_CACHE_ROOT"] = str(tmp_path / "vllm-cache")
+    env["VLLM_CACHE_ROOT"] = cache_root(tmp_path / "vllm-cache")  # the session's: model classes inspected once
     argv = [sys.executable, "-m", "ckpttools", "serve", "--engine", "vllm", "--engine-python", VLLM_PY]
     argv += ["--target", str(tp), "--drafter", str(ds["id"]), "--swap-root", str(root), "--port", str(port)]
     argv += ["--steps", "3", "--log", str(log), *[f"--engine-arg={a}" for a in ARGS]]
