@@ -58,10 +58,10 @@ def test_a_followed_digest_whose_copy_never_reports_still_finishes(tmp_path: Pat
         d.close()
 
 
-def test_export_of_renamed_tensors_follows_one_copy_and_records_the_sources_digest(tmp_path: Path) -> None:
-    """A drafter whose tensors are only renamed: the plan's followed copy is the source's whole data
-    section, and the manifest's digest of the shard is the xxh3-128 of its bytes."""
-    from ckpttools.io.plan import _followed_copies
+def test_export_of_renamed_tensors_is_one_copy_and_records_the_sources_digest(tmp_path: Path) -> None:
+    """A drafter whose tensors are only renamed: the plan copies the source's whole data section in
+    one run, and the manifest's digest of the shard (read beside the copy) is the xxh3-128 of its bytes."""
+    from ckpttools.io.plan import Copy, _copy_runs
     from ckpttools.ops.export import export, plan_export
 
     src = build_drafter(tmp_path / "eagle", "eagle")  # midlayer.* names: every one renamed
@@ -69,8 +69,11 @@ def test_export_of_renamed_tensors_follows_one_copy_and_records_the_sources_dige
     assert shard.exists(), sorted(os.listdir(src))
     h = read_header(shard)
     plan = plan_export(src, tmp_path / "o")
-    followed = _followed_copies(plan.tensors)
-    assert followed.get(str(shard)) == (h.data_start, h.file_size), followed
+    runs = _copy_runs(plan.tensors)
+    assert list(runs.items()) == [(0, len(plan.tensors))], runs
+    first = plan.tensors[0].source
+    assert isinstance(first, Copy) and first.ref.offset == h.data_start
+    assert first.ref.offset + sum(t.nbytes for t in plan.tensors) == h.file_size
     export(src, tmp_path / "o")
     manifest = json.loads((tmp_path / "o" / "ckpttools-manifest.json").read_text())
     digests = {Path(e["path"]).name: e["digest"] for e in manifest["sources"]["drafter"]}

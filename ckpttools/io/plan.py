@@ -23,9 +23,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import clean_stale_temporaries, kill_point, open_regular, rename_noreplace, temp_name
@@ -48,6 +46,9 @@ from ckpttools.io.write_plan import (
     WritePlan,
     side_files,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "TensorRef",
@@ -126,12 +127,10 @@ def _execute_directory(
     by_name = {s.name: s for s in specs}
     shards = [[by_name[n] for n in group] for group in plan.shards] if plan.shards is not None else None
     hashed = [p for ps in (plan.manifest.sources.values() if plan.manifest else ()) for p in ps]
-    follow = _followed_copies(plan.tensors)
-    hashes = (
-        BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed], follow)
-        if plan.manifest
-        else None
-    )
+    # the digests read at their own pace beside the kernel copy, through their own memory maps: paced
+    # to trail the copy (BackgroundDigests' follow), the Kimi-K2-shaped export (3.66 GB) took 4.57 s
+    # against 3.79 s unpaced, median of 8 runs each after `sync`, 2026-12-02 (benchmarks/bench_export.py)
+    hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
     # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
     warm = _Warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
     result = None
@@ -148,8 +147,6 @@ def _execute_directory(
             backup=backup,
         ) as w:
             w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
-            if hashes is not None and follow:
-                w.on_copy = hashes.copied
             _write_tensors(w, plan, progress)
             if hashes is not None:
                 hashes.release()
@@ -211,20 +208,6 @@ def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
             if str(q) not in done:
                 done[str(q)] = file_digest(q)
     return make_manifest(m.operation, m.params, m.sources, hashes=done, extra=m.extra or None)
-
-
-def _followed_copies(tensors: list[PlannedTensor]) -> dict[str, tuple[int, int]]:
-    """Source file -> the byte range one kernel copy reads from it, for each file read by exactly
-    one run of copies (a shard whose data section is copied whole): the manifest's digest of such
-    a file trails that copy (ckpttools.io.manifest.BackgroundDigests)."""
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for i, n in _copy_runs(tensors).items():
-        src = tensors[i].source
-        assert isinstance(src, Copy)
-        spans.setdefault(str(src.ref.path), []).append(
-            (src.ref.offset, src.ref.offset + sum(t.nbytes for t in tensors[i : i + n]))
-        )
-    return {path: runs[0] for path, runs in spans.items() if len(runs) == 1}
 
 
 def _copy_runs(tensors: list[PlannedTensor]) -> dict[int, int]:
@@ -351,6 +334,8 @@ def _np_dtype(st: str) -> np.dtype:
 
 
 def _convert(a: np.ndarray, out_dtype: str) -> np.ndarray:
+    import numpy as np
+
     to = _np_dtype(out_dtype)
     if a.dtype == to:
         return a
@@ -390,6 +375,8 @@ class _Reader:
 
 def _cast_chunks(ref: TensorRef, out_dtype: str) -> Iterator[np.ndarray]:
     """``ref`` in chunks of whole rows, converted."""
+    import numpy as np
+
     src = _np_dtype(ref.dtype)
     reader = _Reader()
     try:
@@ -407,6 +394,8 @@ def _cast_chunks(ref: TensorRef, out_dtype: str) -> Iterator[np.ndarray]:
 
 def _runs(g: Gather) -> Iterator[tuple[int, int]]:
     """Runs [a, b) of output rows from one part with consecutive source rows (or all fill)."""
+    import numpy as np
+
     n = len(g.part)
     if not n:
         return
@@ -419,6 +408,8 @@ def _runs(g: Gather) -> Iterator[tuple[int, int]]:
 
 def _segments(g: Gather, t: PlannedTensor) -> Iterator[Any]:
     """Same dtype in and out: each run of consecutive source rows is one kernel copy, fills come from memory."""
+    import numpy as np
+
     row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
     fill = np.frombuffer(g.fill, dtype=np.uint8)
     max_fill_rows = max(1, _CHUNK_BYTES // max(1, row_bytes))
@@ -434,6 +425,8 @@ def _segments(g: Gather, t: PlannedTensor) -> Iterator[Any]:
 
 def _gathered(g: Gather, t: PlannedTensor) -> Iterator[np.ndarray]:
     """Rows in chunks of about 64 MiB, each part's rows read with coalesced positioned reads and cast."""
+    import numpy as np
+
     row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
     fill = np.frombuffer(g.fill, dtype=np.uint8)
     reader = _Reader()
@@ -455,6 +448,8 @@ def _gathered(g: Gather, t: PlannedTensor) -> Iterator[np.ndarray]:
 
 def _read_rows(reader: _Reader, ref: TensorRef, rows: np.ndarray) -> np.ndarray:
     """Rows of ``ref`` in the given order (elements of its dtype), runs of rows read at once."""
+    import numpy as np
+
     if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= ref.rows):
         bad = int(rows[(rows < 0) | (rows >= ref.rows)][0])
         raise CheckpointFormatError(

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.io.safetensors_header import DTYPE_SIZES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "TensorRef",
@@ -278,6 +279,8 @@ def _remote_side_files(ck: Any) -> list[SideFile]:
 
 def describe_source(src: Source, t: PlannedTensor) -> dict[str, Any]:
     """Where one output tensor's bytes come from, in words a user can check against the source."""
+    import numpy as np
+
     out: dict[str, Any] = {"kind": src.kind}
     if isinstance(src, (Copy, Cast)):
         out |= {"tensor": src.ref.tensor, "file": src.ref.path, "offset": src.ref.offset}

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.engines.config_rules import canonical_shapes, weight_problems
 from ckpttools.formats.config import aux_layer_ids, essentials, require_valid_config
@@ -331,6 +329,8 @@ def _plan_tensors(
     report: ExportReport,
 ) -> list[PlannedTensor]:
     """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
+    import numpy as np
+
     tensors: list[PlannedTensor] = []
     for n, new in names.items():
         dt = {"d2t": "I64", "t2d": "BOOL"}.get(new) or float_dtype(ck.tensors[n].dtype, out_dtype)

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ckpttools.engines.aux_rules import capture_rule, default_boundaries
 from ckpttools.engines.names import QK_NORM, sglang_loads, suggest_rename
 from ckpttools.errors import EXIT_FINDINGS, CkptError, ConfigError, opt
@@ -204,6 +202,8 @@ def without_d2t(
     vocabulary puts lm_head's rows in target order instead (output row t is the row of the slot
     that held token t), so every draft still names the token it was trained to. A d2t that is no
     permutation of the vocabulary, or one with no lm_head to reorder, is refused."""
+    import numpy as np
+
     d2t = next((n for n, canon in names.items() if canon == "d2t"), None)
     if d2t is None:
         return tensors

@@ -35,8 +35,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ckpttools.engines.releases import EngineRelease, resolve
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.engines.aux_rules import LATER_LAYER_NORM, capture_rule, later_layer_norm_names, layout_engine
@@ -322,6 +320,8 @@ def _d2t(
 ) -> PlannedTensor | None:
     """d2t as TensorRT-LLM holds it: offsets (target id = d2t[draft] + draft) in the table's dtype, only
     for a reduced draft vocab; built from t2d when the source has no d2t."""
+    import numpy as np
+
     v, vd = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
     has = {canon: n for n, canon in names.items() if canon in ("d2t", "t2d")}
     if vd == v:

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ckpttools.engines.quant_load import module_treatment
 from ckpttools.engines.quant_rules import draft_quantization, module_kind, rules_for
 from ckpttools.formats.quant import QuantScheme, read_scheme
@@ -84,6 +82,8 @@ _HINTS = {
 
 
 def _value_findings(ck: Any, scheme: QuantScheme, finding: Any) -> list[Any]:
+    import numpy as np
+
     out = []
     for name in scheme.scales:
         t = ck.tensors[name]

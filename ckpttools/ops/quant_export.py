@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ckpttools.engines.quant_load import module_treatment
 from ckpttools.engines.quant_rules import rules_for
 from ckpttools.engines.releases import EngineRelease
@@ -112,6 +110,8 @@ def _dequantized(
     out_dtype: str,
     notes: list[str],
 ) -> list[PlannedTensor]:
+    import numpy as np
+
     bad = next((p for p in scheme.problems if p.severity == "error"), None)
     if bad is not None:
         raise CheckpointFormatError(

@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.engines.claims import applying
 from ckpttools.engines.quant_load import module_treatment
@@ -37,6 +35,9 @@ from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.io.guard import check_output
 from ckpttools.io.plan import Check, Copy, Data, ManifestPlan, PlannedTensor, TensorRef, WritePlan, execute, side_files
 from ckpttools.io.writer import parse_size
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "SCHEMES",
@@ -98,6 +99,7 @@ def quantize_weight(w: np.ndarray, granularity: str) -> tuple[np.ndarray, np.nda
         >>> s.ravel().tolist(), float(q.astype(np.float32)[0, 1])
         ([0.004464285913854837, 1.0], -448.0)
     """
+    import numpy as np
     import ml_dtypes
 
     a = np.asarray(w, np.float32)
@@ -111,6 +113,8 @@ def quantize_weight(w: np.ndarray, granularity: str) -> tuple[np.ndarray, np.nda
 def dequantize_weight(q: np.ndarray, scale: np.ndarray, block: Sequence[int] | None = None) -> np.ndarray:
     """``q x scale`` in float32: a scale of one value, one per row ((out,) or (out, 1)), or one per
     block ((ceil(out/bn), ceil(in/bk)) with ``block`` = [bn, bk]), repeated over its block."""
+    import numpy as np
+
     v = np.asarray(q).astype(np.float32)
     s = np.asarray(scale).astype(np.float32)
     if s.size == 1:
@@ -270,6 +274,8 @@ def plan_quantize(
 
 
 def _tensors(ck: Checkpoint, names: set[str], granularity: str, report: QuantizeReport) -> list[PlannedTensor]:
+    import numpy as np
+
     out: list[PlannedTensor] = []
     for n, t in ck.tensors.items():
         if n not in names:

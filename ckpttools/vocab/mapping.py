@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ckpttools.errors import CheckpointNotFoundError, MappingError, PickleRefusedError
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.formats.names import D2T_ALIASES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckpttools.io.checkpoint import Checkpoint
 
 __all__ = ["VocabMapping", "MappingProblem", "load_mapping", "missing_mapping_message", "MAPPING_FILE_SUFFIXES"]
@@ -74,6 +74,8 @@ class VocabMapping:
     origin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        import numpy as np
+
         v = self.target_vocab_size
         if v is not None and (type(v) is not int or not 0 < v <= MAX_VOCAB_SIZE):
             raise MappingError(
@@ -92,6 +94,8 @@ class VocabMapping:
     # -- constructors -------------------------------------------------------------------
     @classmethod
     def from_d2t(cls, d2t: Any, target_vocab_size: int | None = None, t2d: Any = None, **kw: Any) -> VocabMapping:
+        import numpy as np
+
         d = np.asarray(d2t)
         dtypes = {"d2t": str(d.dtype)}
         if d.ndim != 1:
@@ -111,6 +115,8 @@ class VocabMapping:
 
     @classmethod
     def from_ids(cls, ids: Any, target_vocab_size: int | None = None, **kw: Any) -> VocabMapping:
+        import numpy as np
+
         a = np.asarray(ids)
         if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
             raise MappingError(f"{kw.get('source', 'ids')}: target ids must be a 1-D integer array")
@@ -118,6 +124,8 @@ class VocabMapping:
 
     @classmethod
     def from_t2d(cls, t2d: Any, **kw: Any) -> VocabMapping:
+        import numpy as np
+
         t = cls._check_t2d_dtype(np.asarray(t2d), kw.get("source", "t2d"))
         return cls(
             np.flatnonzero(t).astype(np.int64),
@@ -130,10 +138,14 @@ class VocabMapping:
     @classmethod
     def identity(cls, vocab_size: int, **kw: Any) -> VocabMapping:
         """The full-vocabulary map (Vd == V, d2t all zeros)."""
+        import numpy as np
+
         return cls(np.arange(vocab_size, dtype=np.int64), vocab_size, **kw)
 
     @staticmethod
     def _check_t2d_dtype(t: np.ndarray, source: str) -> np.ndarray:
+        import numpy as np
+
         if t.ndim != 1:
             raise MappingError(f"{source}: t2d must be 1-D, got shape {t.shape}", tensor="t2d")
         if t.dtype == np.bool_:
@@ -191,10 +203,14 @@ class VocabMapping:
 
     @property
     def d2t(self) -> np.ndarray:
+        import numpy as np
+
         return self.ids - np.arange(len(self.ids), dtype=np.int64)
 
     def t2d(self, target_vocab_size: int | None = None) -> np.ndarray:
         """The membership mask over the target vocabulary."""
+        import numpy as np
+
         v = target_vocab_size or self.target_vocab_size or (int(self.ids.max()) + 1 if len(self.ids) else 0)
         mask = np.zeros(v, dtype=bool)
         mask[self.ids[(self.ids >= 0) & (self.ids < v)]] = True
@@ -203,12 +219,16 @@ class VocabMapping:
     @property
     def order(self) -> str:
         """``ascending`` (SpecForge, EAGLE, speculators) or ``unordered`` (e.g. ModelOpt's frequency order)."""
+        import numpy as np
+
         if len(self.ids) < 2 or bool(np.all(np.diff(self.ids) > 0)):
             return "ascending"
         return "unordered"
 
     @property
     def is_identity(self) -> bool:
+        import numpy as np
+
         return (
             self.target_vocab_size is not None
             and self.draft_vocab_size == self.target_vocab_size
@@ -258,6 +278,8 @@ class VocabMapping:
 
     def _id_problems(self) -> list[MappingProblem]:
         """Target ids in range and distinct."""
+        import numpy as np
+
         out: list[MappingProblem] = []
         ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
         if vd and ids.min() < 0:
@@ -287,6 +309,8 @@ class VocabMapping:
 
     def _t2d_problems(self) -> list[MappingProblem]:
         """A given t2d agrees with d2t and with the vocabulary size."""
+        import numpy as np
+
         out: list[MappingProblem] = []
         ids, v, vd = self.ids, self.target_vocab_size, self.draft_vocab_size
         t = self.given_t2d
@@ -340,6 +364,8 @@ class VocabMapping:
 
 def _array(v: Any, source: str, key: str) -> np.ndarray:
     """A JSON or loaded value as a 1-D numeric array, or MappingError."""
+    import numpy as np
+
     if isinstance(v, np.ndarray):
         a = v
     elif isinstance(v, list):
@@ -363,6 +389,8 @@ def _array(v: Any, source: str, key: str) -> np.ndarray:
 
 def _from_obj(obj: Any, source: str, hint_name: str) -> VocabMapping:
     """A mapping from a dict of arrays or a bare array (name hints say which kind)."""
+    import numpy as np
+
     if isinstance(obj, dict):
         keys = {str(k): k for k in obj}
         d2t = next((k for k in _D2T_KEYS if k in keys), None)
@@ -398,6 +426,7 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
     Raises:
         MappingError, CheckpointNotFoundError, CheckpointFormatError.
     """
+    import numpy as np
     from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
     from ckpttools.io.fsutil import ensure_regular
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ckpttools.formats.quant import module_of, read_scheme
 from ckpttools.vocab.mapping import VocabMapping
 
@@ -16,6 +14,8 @@ __all__ = ["lm_head_scale_note"]
 
 def lm_head_scale_note(a: Any, ma: VocabMapping, mb: VocabMapping) -> str | None:
     """One sentence, or None when A is no checkpoint or its lm_head is not FP8."""
+    import numpy as np
+
     if not isinstance(a, (str, Path)) or not Path(str(a)).is_dir():
         return None
     from ckpttools.io.checkpoint import open_checkpoint
