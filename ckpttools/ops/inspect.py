@@ -214,11 +214,15 @@ def _inspect(ck: Checkpoint, tensors: bool, filter: str | None) -> InspectReport
 
 def _quantization(ck: Checkpoint) -> dict[str, Any] | None:
     """The quantization scheme from the config and headers (None: nothing quantized, no quantization_config)."""
+    cfg = ck.config if isinstance(ck.config, dict) else {}
+    if (
+        "quantization_config" not in cfg
+        and not any("F8" in d for h in ck.headers.values() for d in h.dtype_totals())
+        and "scale" not in "\n".join(ck.tensor_names)
+    ):
+        return None  # the common case, read from the headers' columns: no TensorInfo made, no per-tensor pass
     from ckpttools.formats.quant import read_scheme
 
-    cfg = ck.config if isinstance(ck.config, dict) else {}
-    if "quantization_config" not in cfg and not any("scale" in n or "F8" in t.dtype for n, t in ck.tensors.items()):
-        return None  # the common case, read without the scheme's per-tensor pass
     s = read_scheme(ck.config, {n: (list(t.shape), t.dtype) for n, t in ck.tensors.items()})
     if s.format is None and not s.quantized and not s.scales and s.config is None:
         return None
