@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import CheckpointFormatError, ServerError, UnsafePathError, opt
+from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, ServerError, UnsafePathError, opt
 
 __all__ = [
     "HookState",
@@ -73,8 +73,14 @@ def drafter_digest(path: str | Path) -> str:
     path = str(path)
     try:
         names = mod.weight_files(path)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(
+            f"{path}: no such drafter", path=path, hint="give the drafter's directory (it is served from disk)"
+        ) from None
     except OSError as e:
-        raise CheckpointFormatError(f"{path}: cannot be read ({e.strerror})", path=path) from None
+        raise CheckpointFormatError(
+            f"{path}: cannot be read ({e.strerror})", path=path, hint="give a drafter directory this user may read"
+        ) from None
     if not names:
         raise CheckpointFormatError(f"{path}: no .safetensors files", path=path)
     dg = mod.Digest()
