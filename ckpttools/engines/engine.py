@@ -369,7 +369,7 @@ class VLLM(Engine):
                     hint="leave those keys out: give the drafter and the steps as options of their own",
                 )
             # the user's other keys go with ours, e.g. "attention_backend" (the drafter's own attention
-            # backend: vLLM picks it anew, never the target's --attention-backend; VLLM_CLAIMS "draft_attention")
+            # backend: vLLM picks it anew, never the target's --attention-backend; VLLM_CLAIMS "cpu_mla.amx_hint")
             spec |= given
         flags = [] if s.drafter is None else ["--speculative-config", json.dumps(spec)]
         if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
@@ -457,6 +457,8 @@ def other_server_engine(name: str) -> str:
 
 #: the most bytes of a --speculative-config value read from the engine arguments
 _MAX_SPEC_CONFIG = 64 << 10
+#: the example the hints give
+_SPEC_CONFIG_EXAMPLE = '{"attention_backend": "CPU_MLA"}'
 
 
 def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:
@@ -466,26 +468,27 @@ def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | Non
     engine/arg_utils.py:714 and 1828); given twice, argparse keeps the last, so two are refused."""
     from ckpttools.io.inputs import loads_json
 
+    where = f"--speculative-config in {opt('engine_args')}"
     rest: list[str] = []
     found: list[str] = []
-    it = iter(range(len(args)))
-    for i in it:
+    i = 0
+    while i < len(args):
         a = args[i]
         if a == "--speculative-config":
             if i + 1 >= len(args) or args[i + 1].startswith("--"):
                 raise CkptError(
-                    f"--speculative-config in {opt('engine_args')} has no value",
-                    hint='give its JSON object in the same argument: --speculative-config={"attention_backend": "CPU_MLA"}',
+                    f"{where} has no value",
+                    hint=f"give its JSON object in the same argument: --speculative-config={_SPEC_CONFIG_EXAMPLE}",
                 )
             found.append(args[i + 1])
-            next(it, None)
+            i += 1
         elif a.startswith("--speculative-config="):
             found.append(a.split("=", 1)[1])
         else:
             rest.append(a)
+        i += 1
     if not found:
-        return None, list(args)
-    where = f"--speculative-config in {opt('engine_args')}"
+        return None, rest
     if len(found) > 1:
         raise CkptError(
             f"{where}: given {len(found)} times", hint="give one --speculative-config, with every key in it"
@@ -493,10 +496,8 @@ def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | Non
     text = found[0]
     if len(text.encode("utf-8", "surrogatepass")) > _MAX_SPEC_CONFIG:
         raise CkptError(f"{where}: longer than {_MAX_SPEC_CONFIG} bytes", hint="give a JSON object of a few keys")
-    obj = loads_json(text, where, error=CkptError, hint='give a JSON object, e.g. {"attention_backend": "CPU_MLA"}')
+    hint = f"give a JSON object, e.g. {_SPEC_CONFIG_EXAMPLE}"
+    obj = loads_json(text, where, error=CkptError, hint=hint)
     if not isinstance(obj, dict):
-        raise CkptError(
-            f"{where}: a JSON object expected, got {type(obj).__name__}",
-            hint='give a JSON object, e.g. {"attention_backend": "CPU_MLA"}',
-        )
+        raise CkptError(f"{where}: a JSON object expected, got {type(obj).__name__}", hint=hint)
     return obj, rest

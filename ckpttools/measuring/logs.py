@@ -43,7 +43,6 @@ and counted, and after :data:`PATTERN_STRIKES` of them the pattern is refused.
 from __future__ import annotations
 
 import gzip
-import math
 import os
 import re
 import signal
@@ -61,7 +60,7 @@ from ckpttools.io import figures as FIG
 from ckpttools.measuring.verdict import verdict_exit_code
 from ckpttools.measuring import logs_fast
 from ckpttools.engines import logs_formats as F
-from ckpttools.measuring.logs_segments import Segments
+from ckpttools.measuring.logs_segments import RequestPool, Segments
 from ckpttools.measuring.logs_windows import MAX_WINDOWS, Kept, State, Sums
 
 __all__ = ["LogsReport", "read_logs", "MAX_LINE", "MAX_WINDOWS", "MAX_RUNS", "MAX_EVENTS", "CONVENTIONS"]
@@ -326,25 +325,20 @@ def _seconds(stamp: bytes) -> int:
 
 
 # ----------------------------------------------------------------------------- requests
-class _Requests:
-    """Per-request figures (SGLang's request log): pooled counts, Welford mean and variance for
-    the interval, a bounded sample for the percentiles, the acceptance histogram."""
+class _Requests(RequestPool):
+    """Per-request figures (SGLang's request log): the pool's counts, mean, variance and interval,
+    with a bounded sample for the percentiles and the acceptance histogram."""
 
     SAMPLE = 100_000
 
     def __init__(self) -> None:
-        self.n, self.mean, self.m2, self.acc, self.steps = 0, 0.0, 0.0, 0, 0
+        super().__init__()
         self.sample: list[float] = []
         self.hist: list[int] = []
         self.fields: set[str] = set()
 
     def add(self, r: Any) -> None:
-        self.n += 1
-        d = r.accept_length - self.mean
-        self.mean += d / self.n
-        self.m2 += d * (r.accept_length - self.mean)
-        self.acc += r.accepted_drafts or 0
-        self.steps += r.verify_steps or 0
+        super().add(r)
         self.fields.add(r.source)
         if len(self.sample) < self.SAMPLE:
             self.sample.append(r.accept_length)
@@ -361,13 +355,8 @@ class _Requests:
 
     def summary(self) -> tuple[float, list[float] | None, dict[str, Any]]:
         from ckpttools.measuring.verdict import pct as _pct
-        from ckpttools.measuring.verdict import t95
 
-        ci = None
-        if self.n >= 2:
-            t = t95(self.n)
-            h = t * math.sqrt(self.m2 / (self.n - 1)) / math.sqrt(self.n)
-            ci = [self.mean - h, self.mean + h]
+        ci = self.ci95()
         s = self.sample
         per = {"n": self.n, "mean": self.mean, "min": min(s), "p25": _pct(s, 0.25), "median": _pct(s, 0.5)}
         per |= {"p75": _pct(s, 0.75), "max": max(s), "sampled": len(s) < self.n}

@@ -48,8 +48,9 @@ WINDOWED = 64
 MAX_ENDPOINTS = 8
 
 
-class _Pool:
-    """A segment's finished requests: pooled counts (the exact figure) and the mean's interval."""
+class RequestPool:
+    """Finished requests: pooled counts (the exact figure), a Welford mean and variance, and the
+    mean's interval (a segment's; :class:`ckpttools.measuring.logs._Requests` adds its sample)."""
 
     def __init__(self) -> None:
         self.n, self.mean, self.m2, self.acc, self.steps = 0, 0.0, 0.0, 0, 0
@@ -90,7 +91,7 @@ class _Segment:
         self.head: list[dict[str, Any]] = []
         self.tail: deque[dict[str, Any]] = deque(maxlen=SEGMENT_TAIL)
         self.sums = _Sums()
-        self.pool = _Pool()
+        self.pool = RequestPool()
         self.figures = 0  # windows and requests since the segment began (a hook's ranks, an access line)
         self.ranks: set[int] = set()
 
