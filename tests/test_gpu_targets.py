@@ -154,13 +154,15 @@ def _qwen3_target(llama: Path, out: Path) -> Path:
     return out
 
 
-def _verify(target: Path, drafters: list[Path], prompts: Path, name: str) -> tuple[int, dict, str, float]:
+def _verify(
+    target: Path, drafters: list[Path], prompts: Path, name: str, extra: tuple[str, ...] = ()
+) -> tuple[int, dict, str, float]:
     LOGS.mkdir(parents=True, exist_ok=True)
     argv = ["verify", "--launch", "--engine", "sglang", "--target", str(target), *map(str, drafters)]
     argv += ["--steps", "3", "--prompts", str(prompts), "--num-prompts", "6", "--max-new-tokens", "48"]
     argv += ["--concurrency", "6", "--ignore-eos", "--json", "--quiet", "--engine-python", sys.executable]
     argv += ["--log", str(LOGS / f"targets-{name}.log"), "--ready-timeout", "400"]
-    argv += [f"--engine-arg={a}" for a in SGL_ARGS]
+    argv += [f"--engine-arg={a}" for a in (*SGL_ARGS, *extra)]
     t0 = time.monotonic()
     r = CliRunner().invoke(cli, argv)
     seconds = time.monotonic() - t0
@@ -200,18 +202,61 @@ def _honest(rep: dict, code: int, want: list[float]) -> None:
         assert "not compared" not in e["swap"]["checked"] and "equal the file's bytes" in e["swap"]["checked"]
 
 
+#: which runs (CKPT_GPU_TARGETS, comma-separated; all by default): to spend the device's minutes on
+#: the runs a change touches
+RUNS = [r for r in os.environ.get("CKPT_GPU_TARGETS", "kimi-mla,kimi-small,qwen3,llama,tampered").split(",") if r]
+#: the KV-memory advice (validate's target.draft_kv_memory), as launch_check prints it
+KV_ADVICE = "the drafter's KV cache is"
+
+
 def test_the_target_is_proven_unchanged_on_three_target_classes_and_a_write_is_caught(pairs, monkeypatch):
+    from ckpttools.formats.conventions import context_length
+
     prompts = pairs["prompts"]
     kt, kd = pairs["kimi"]
-    code, rep, _, _ = _verify(kt, [kd["id"], kd["swap"], kd["perm"]], prompts, "kimi-mla")
+    ctx = context_length(json.loads((kt / "config.json").read_text()))[0]
+    swaps: list[dict] = []
+    verdicts: list[float] = []
+    if "kimi-mla" in RUNS:
+        # a token cap of two full-length requests: the Llama-layer drafter's KV fits; no advice at all
+        cap = ("--max-total-tokens", str(2 * ctx))
+        code, rep, err, _ = _verify(
+            kt, [kd["id"], kd["swap"], kd["perm"]], prompts, "kimi-mla", (f"{cap[0]}={cap[1]}",)
+        )
+        _kimi_checks(rep, code)
+        assert KV_ADVICE not in err and "--max-total-tokens" not in err, err
+        swaps = [e["swap"] for e in rep["drafters"]]
+        verdicts = [e["seconds"] for e in rep["drafters"][1:]]
+        print(f"kimi-mla (--max-total-tokens {2 * ctx}): no KV advice; swaps {[round(s['seconds'], 3) for s in swaps]} s;"
+              f" further verdicts {verdicts} s")  # fmt: skip
+    if "kimi-small" in RUNS:
+        # half of one full-length request: the advice, once, naming the release that runs
+        code, rep, err, _ = _verify(kt, [kd["id"]], prompts, "kimi-small", (f"--max-total-tokens={ctx // 2}",))
+        assert code == 0 and rep["drafters"][0]["accept_length"] == 4.0, rep
+        said = [line for line in err.splitlines() if KV_ADVICE in line]
+        print(f"kimi-small (--max-total-tokens {ctx // 2}): the advice {len(said)} time(s): {said[:1]}")
+        assert len(said) == 1 and err.count(KV_ADVICE) == 1, err
+        assert f"the --max-total-tokens {ctx // 2:,} given is fewer than one full-length request" in err, err
+        assert "sglang 0.5.17" in said[0] and "0.5.23" not in err, said
+    _others(pairs, prompts, monkeypatch)
+    # the swap seconds and the verdicts, last: the figures are printed above whatever they are
+    if swaps:
+        assert max(s["seconds"] for s in swaps) <= 1.5, swaps
+        assert max(verdicts) <= 5.0, verdicts
+
+
+def _kimi_checks(rep: dict, code: int) -> None:
     _honest(rep, code, [4.0, 1.0, 4.0])
     assert rep["target_compared"]["target_class"] == "DeepseekV3ForCausalLM"
     assert rep["target_compared"]["bytes"] > 8 << 30
     swaps = [e["swap"] for e in rep["drafters"]]
     assert all(s["bytes"] > 2 << 30 for s in swaps)
-    verdicts = [e["seconds"] for e in rep["drafters"][1:]]
-    print(f"kimi-mla: swaps {[round(s['seconds'], 3) for s in swaps]} s; further verdicts {verdicts} s")
+
+
+def _others(pairs: dict, prompts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("qwen3", "llama"):
+        if name not in RUNS:
+            continue
         tgt, ds = pairs[name]
         code, rep, _, _ = _verify(tgt, [ds["id"], ds["swap"], ds["perm"]], prompts, name)
         _honest(rep, code, [4.0, 1.0, 4.0])
@@ -222,6 +267,8 @@ def test_the_target_is_proven_unchanged_on_three_target_classes_and_a_write_is_c
     # the fourth run: a drafter whose swap writes the target, through a test-only loader
     from ckpttools.engines import swap
 
+    if "tampered" not in RUNS:
+        return
     tp, ds = pairs["llama"]
     bad = tp.parent.parent / "sglang-swap-tampering"
     shutil.copytree(ds["swap"], bad)
@@ -238,6 +285,3 @@ def test_the_target_is_proven_unchanged_on_three_target_classes_and_a_write_is_c
     assert code == 1 and rep["target_unchanged"] is False, (code, rep.get("target_check"), err)
     assert rep["target_compared"]["changed"] == ["model.embed_tokens.weight"]
     assert "the target's weights read back differently after the swaps" in err
-    # the swap seconds and the verdicts, last: the figures are printed above whatever they are
-    assert max(s["seconds"] for s in swaps[1:]) <= 1.5, swaps
-    assert max(verdicts) <= 5.0, verdicts

@@ -96,11 +96,8 @@ def drafter_digest(path: str | Path) -> str:
                 what = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "0 bytes" if stat.S_ISREG(st.st_mode) else "special"
                 raise CheckpointFormatError(f"{p}: {what}, not a safetensors file", path=p)
             dg.file(n, st.st_size)
-            got = 0
-            while chunk := f.read(8 << 20):
-                dg.update(chunk)
-                got += len(chunk)
-            if got != st.st_size:
+            got = dg.stream(f, st.st_size)
+            if got != st.st_size or f.read(1):
                 raise CheckpointFormatError(f"{p}: changed while it was read", path=p)
     return str(dg.hexdigest())
 

@@ -475,13 +475,25 @@ def swap_in(
     )
 
 
+#: the ranks' phases as a swap's timings name them: the read (and its own parts: the file's bytes,
+#: the move to the device, the digest's last pieces), the update, the read-back
+_PHASES = (
+    ("read", "read"),
+    ("read_file", "read_file"),
+    ("read_device", "read_device"),
+    ("read_digest", "read_digest"),
+    ("update", "update"),
+    ("check", "read_back"),
+)
+
+
 def _server_timings(answers: list[Any]) -> dict[str, float]:
     """The slowest rank's seconds by phase (the server side of the swap), as the ranks timed them."""
     out: dict[str, float] = {}
     for a in answers:
         t = a.get("timings") if isinstance(a, dict) else None
         if isinstance(t, dict):
-            for k, name in (("read", "read"), ("update", "update"), ("check", "read_back")):
+            for k, name in _PHASES:
                 v = t.get(k)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     out[name] = max(out.get(name, 0.0), float(v))

@@ -30,8 +30,11 @@ prints one line per committed swap::
 
     ckpttools swap: drafter="<path, JSON-escaped>" digest=<16 hex> rank=<r> world=<n> maps=<replaced|none>
 
-The drafter's digest (:func:`drafter_digest`): sha256 over its ``*.safetensors`` files in the
-byte order of their names, each as ``NAME``, a NUL, its size in decimal, a NUL, then its bytes.
+The drafter's digest (:class:`Digest`): sha256 over its ``*.safetensors`` files in the byte
+order of their names, each as ``NAME``, a NUL, its size in decimal, a NUL, then the sha256 (32 raw
+bytes) of each consecutive 64 MiB piece of its bytes (the last one shorter). The pieces are hashed on
+threads while the file is read (hashlib lets go of the GIL), so a 2 GiB drafter's digest costs about
+its read, not a sequential sha256 of it.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ import hmac
 import json
 import os
 import stat
+import struct
 import sys
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 #: the name a swap request carries in place of a tensor's (SGLang's payload)
@@ -86,19 +91,61 @@ def weight_files(path: str) -> list[str]:
     return sorted(n for n in os.listdir(path) if n.endswith(".safetensors") and not n.startswith("."))
 
 
+#: the digest's piece: each is hashed on its own (one thread each), then the pieces' digests in order
+PIECE = 64 << 20
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) - 1)), thread_name_prefix="ckpt-dg")
+    return _POOL
+
+
+def _piece(data: Any) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
 class Digest:
-    """The drafter digest, fed file by file: ``NAME\\0SIZE\\0`` then the file's bytes."""
+    """The drafter digest, fed file by file: ``NAME\\0SIZE\\0`` then the sha256 of each 64 MiB piece of
+    the file's bytes, in order; :meth:`piece` hashes one piece on a thread (its buffer must stay
+    unchanged until :meth:`hexdigest`)."""
 
     def __init__(self) -> None:
         self.h = hashlib.sha256()
+        self.pending: list[Future[bytes] | bytes] = []
 
     def file(self, name: str, size: int) -> None:
-        self.h.update(name.encode() + b"\0" + str(size).encode() + b"\0")
+        self.pending.append(name.encode() + b"\0" + str(size).encode() + b"\0")
 
-    def update(self, data: bytes) -> None:
-        self.h.update(data)
+    def piece(self, data: Any) -> None:
+        self.pending.append(_pool().submit(_piece, data) if len(data) > 1 << 20 else _piece(data))
+
+    def update(self, data: Any) -> None:
+        """A file's bytes, whole: cut into pieces here."""
+        mv = memoryview(data)
+        for at in range(0, len(mv), PIECE):
+            self.piece(mv[at : at + PIECE])
+
+    def stream(self, f: Any, size: int) -> int:
+        """A file's bytes read from ``f`` piece by piece, few pieces held at once (for a reader that
+        keeps no copy); returns how many bytes were read."""
+        got, window = 0, 2 * (_pool()._max_workers or 1)
+        while got < size:
+            data = f.read(min(PIECE, size - got))
+            if not data:
+                break
+            self.piece(data)
+            got += len(data)
+            while sum(isinstance(p, Future) and not p.done() for p in self.pending) > window:
+                next(p for p in self.pending if isinstance(p, Future) and not p.done()).result()
+        return got
 
     def hexdigest(self) -> str:
+        for p in self.pending:
+            self.h.update(p if isinstance(p, bytes) else p.result())
+        self.pending = []
         return self.h.hexdigest()
 
 
@@ -148,11 +195,87 @@ def guarded_files(path: Any, env: Any = None) -> list[tuple[str, str]]:
     return out
 
 
-def _read_one(name: str, rp: str, dg: Digest) -> dict[str, Any]:
-    """One weight file through one descriptor (no blocking open, no link followed at the end):
-    a regular, non-empty file that safetensors parses."""
-    from safetensors.torch import load
+#: safetensors' dtypes as torch names them (safetensors/src/tensor.rs Dtype; torch.uint16/32/64 from 2.3)
+_DTYPES = {
+    "BOOL": ("bool", 1), "U8": ("uint8", 1), "I8": ("int8", 1), "I16": ("int16", 2), "U16": ("uint16", 2),
+    "F16": ("float16", 2), "BF16": ("bfloat16", 2), "I32": ("int32", 4), "U32": ("uint32", 4),
+    "F32": ("float32", 4), "I64": ("int64", 8), "U64": ("uint64", 8), "F64": ("float64", 8),
+    "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1), "C64": ("complex64", 8),
+}  # fmt: skip
+#: the largest header safetensors reads (safetensors/src/tensor.rs MAX_HEADER_SIZE)
+MAX_HEADER = 100_000_000
 
+
+def _entries(raw: memoryview, size: int) -> list[tuple[str, str, list[int], int, int]]:
+    """(name, dtype, shape, start, end) of each tensor, the data offsets made absolute, read from a
+    header that safetensors has accepted (:func:`_safetensors_accepts`; a name given twice: the last,
+    as serde keeps it; fields it does not know: ignored). Checked again here (tensor.rs
+    Metadata::validate: known dtypes, each tensor's byte length its shape's, the data packed from
+    the header's end to the file's end), so a header read wrongly is refused, never viewed wrongly.
+    Raises ValueError saying what is wrong."""
+    if size < 8:
+        raise ValueError(f"{size} bytes, shorter than a header")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > MAX_HEADER or 8 + n > size:
+        raise ValueError(f"header of {n} bytes in a file of {size}")
+    try:
+        head = json.loads(bytes(raw[8 : 8 + n]))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"header is not JSON ({str(e)[:80]})") from None
+    if not isinstance(head, dict):
+        raise ValueError("header is not a JSON object")
+    head.pop("__metadata__", None)
+    out = []
+    for name, entry in head.items():
+        try:
+            dt, shape, (a, b) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"{name}: not a tensor entry") from None
+        ok = isinstance(shape, list) and all(type(x) is int and x >= 0 for x in shape)
+        if not isinstance(dt, str) or dt not in _DTYPES or not ok or type(a) is not int or type(b) is not int:
+            raise ValueError(f"{name}: dtype, shape or data_offsets is not one safetensors has")
+        numel = 1
+        for x in shape:
+            numel *= x
+        if not 0 <= a <= b or numel * _DTYPES[dt][1] != b - a:
+            raise ValueError(f"{name}: {b - a} bytes at {a} for shape {shape} in {dt}")
+        out.append((name, dt, shape, 8 + n + a, 8 + n + b))
+    at = 8 + n
+    for name, _, _, a, b in sorted(out, key=lambda x: (x[3], x[4])):
+        if a != at:
+            raise ValueError(f"{name}: starts at {a - 8 - n}, not where the tensor before it ends")
+        at = b
+    if at != size:
+        raise ValueError(f"the tensors end at byte {at - 8 - n} of the {size - 8 - n} after the header")
+    return out
+
+
+def _safetensors_accepts(fd: int) -> str | None:
+    """Why safetensors itself refuses the open file ``fd`` (None: it reads its header). It reads the
+    header through ``/proc/self/fd``, the very file open here, not a path someone could swap."""
+    where = f"/proc/self/fd/{fd}"
+    if not os.path.exists(where):
+        return None  # no /proc (not Linux): the checks of _entries alone
+    from safetensors import safe_open
+
+    try:
+        with safe_open(where, framework="pt") as f:
+            f.keys()
+    except Exception as e:  # safetensors' own errors: not one of its files
+        return str(e)[:120] or type(e).__name__
+    return None
+
+
+def _read_one(
+    name: str, rp: str, dg: Digest, device: Any = None, times: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """One weight file through one descriptor (no blocking open, no link followed at the end): a
+    regular, non-empty file whose header passes safetensors' checks. Its bytes are read once, into
+    one buffer, each 64 MiB piece hashed on a thread as it arrives; on ``device`` they are moved in
+    one copy and every tensor is a view of that copy (on the CPU, of the buffer)."""
+    import torch
+
+    times = times if times is not None else {}
     try:
         fd = os.open(rp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
@@ -166,30 +289,80 @@ def _read_one(name: str, rp: str, dg: Digest) -> dict[str, Any]:
             raise Refused(f"{name}: 0 bytes, not a safetensors file")
         if st.st_size > MAX_FILE:
             raise Refused(f"{name}: {st.st_size} bytes, more than a swap reads ({MAX_FILE >> 30} GiB)")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(st.st_size + 1)
+        t0 = time.monotonic()
+        buf = bytearray(st.st_size)
+        mv = memoryview(buf)
+        dg.file(name, st.st_size)
+        got = 0
+        with os.fdopen(fd, "rb", closefd=False, buffering=0) as f:
+            while got < st.st_size:
+                n = f.readinto(mv[got : got + PIECE])  # type: ignore[attr-defined]
+                if not n:
+                    break
+                dg.piece(mv[got : got + n])
+                got += n
+            more = f.read(1)
+        after = os.fstat(fd)
+        why = _safetensors_accepts(fd)
     finally:
         os.close(fd)
-    if len(data) != st.st_size:
+    if why is not None:
+        raise Refused(f"{name}: not a safetensors file ({why})")
+    same = (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    if got != st.st_size or more or not same:
         raise Refused(f"{name}: changed while it was read")
-    dg.file(name, len(data))
-    dg.update(data)
+    t1 = time.monotonic()
     try:
-        return load(data)
-    except Exception as e:  # safetensors' own errors: not one of its files
+        entries = _entries(mv, len(mv))
+    except ValueError as e:
         raise Refused(f"{name}: not a safetensors file ({str(e)[:120]})") from None
+    whole = torch.frombuffer(buf, dtype=torch.uint8)
+    if device is not None and str(device) != "cpu":
+        whole = whole.to(device)
+    out = {}
+    for k, dt, shape, a, b in entries:
+        tdt = getattr(torch, _DTYPES[dt][0], None)
+        if tdt is None:
+            raise Refused(f"{name}: {k} is {dt}, which this torch has no dtype for")
+        part = whole[a:b]
+        if a % _DTYPES[dt][1]:  # not aligned to its dtype: viewed from a copy of its own
+            part = part.clone()
+        out[k] = part.view(tdt).view(shape)
+    t2 = time.monotonic()
+    times["file"] = times.get("file", 0.0) + t1 - t0
+    times["device"] = times.get("device", 0.0) + t2 - t1
+    return out
 
 
-def read_guarded(path: Any, env: Any = None) -> tuple[dict[str, Any], str]:
-    """Every tensor of the drafter (on the CPU) and its digest, after the guard; raises Refused."""
+def read_guarded(
+    path: Any, env: Any = None, device: Any = None, times: dict[str, float] | None = None
+) -> tuple[dict[str, Any], str]:
+    """Every tensor of the drafter (on ``device``, or the device a callable gives once the guard has
+    passed; else the CPU) and its digest, after the guard;
+    raises Refused. ``times`` gains the seconds spent reading (``file``), moving and viewing
+    (``device``) and waiting for the digest's last pieces (``digest``)."""
     out: dict[str, Any] = {}
+    times = times if times is not None else {}
     dg = Digest()
-    for name, rp in guarded_files(path, env):
-        for k, t in _read_one(name, rp, dg).items():
+    files = guarded_files(path, env)
+    device = device() if callable(device) else device  # asked only once the guard has passed
+    for name, rp in files:
+        for k, t in _read_one(name, rp, dg, device, times).items():
             if k in out:
                 raise Refused(f"{name}: tensor {k} is in two files")
             out[k] = t
-    return out, dg.hexdigest()
+    t0 = time.monotonic()
+    hexdigest = dg.hexdigest()
+    times["digest"] = time.monotonic() - t0
+    return out, hexdigest
+
+
+def _parts(out: dict[str, Any], parts: dict[str, float]) -> dict[str, Any]:
+    """The read's own phases in the answer's timings (``read_file``, ``read_device``, ``read_digest``):
+    where a swap's read goes."""
+    if isinstance(out.get("timings"), dict):
+        out["timings"].update({f"read_{k}": v for k, v in parts.items()})
+    return out
 
 
 def _initial(env: Any) -> dict[str, Any]:
@@ -366,13 +539,14 @@ class VllmDrafterSwap:
         try:
             check_key(key)
             r0 = time.monotonic()
-            files, dg = read_guarded(path)
+            parts: dict[str, float] = {}
+            files, dg = read_guarded(path, device=lambda: next(self._models()[0].parameters()).device, times=parts)
             read_s = time.monotonic() - r0
         except Refused as e:
             lock.release()
             return json.dumps({**out, "refused": str(e), "skipped": [], "state": state()})
         try:
-            return json.dumps(self._commit(path, files, dg, spec, out, read_s))
+            return json.dumps(_parts(self._commit(path, files, dg, spec, out, read_s), parts))
         except Exception as e:  # the answer says what failed; the worker keeps serving
             return json.dumps(
                 {**out, "refused": f"{type(e).__name__}: {str(e)[:300]}", "skipped": [], "state": state()}
@@ -524,12 +698,14 @@ def _sglang_guarded(model: Any, req: dict[str, Any], spec: dict[str, Any]) -> di
     try:
         check_key(req.get("key", ""))
         r0 = time.monotonic()
-        files, dg = read_guarded(req.get("path"))
+        parts: dict[str, float] = {}
+        files, dg = read_guarded(req.get("path"), device=lambda: next(model.parameters()).device, times=parts)
         read_s = time.monotonic() - r0
         out = _sglang_swap(model, files, spec, lambda maps: commit_state(str(req["path"]), dg, maps))
         out["digest"] = dg
         if "timings" in out:
-            out["timings"]["read"] += read_s  # the file's bytes read and parsed, then moved to the device
+            out["timings"]["read"] += read_s  # the file's bytes read, digested and moved to the device
+            _parts(out, parts)
     except Refused as e:
         out = {"refused": str(e), "skipped": []}
     except Exception as e:  # the answer says what failed; the server keeps running
