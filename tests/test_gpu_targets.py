@@ -210,13 +210,15 @@ KV_ADVICE = "the drafter's KV cache is"
 
 
 def test_the_target_is_proven_unchanged_on_three_target_classes_and_a_write_is_caught(pairs, monkeypatch):
-    from ckpttools.formats.conventions import context_length
+    from ckpttools.engines.config_rules import context_length
 
     prompts = pairs["prompts"]
     kt, kd = pairs["kimi"]
     ctx = context_length(json.loads((kt / "config.json").read_text()))[0]
     swaps: list[dict] = []
     verdicts: list[float] = []
+    mem = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    print(f"memory before the runs: available {mem['MemAvailable'].strip()}, page cache {mem['Cached'].strip()}")
     if "kimi-mla" in RUNS:
         # a token cap of two full-length requests: the Llama-layer drafter's KV fits; no advice at all
         cap = ("--max-total-tokens", str(2 * ctx))
@@ -232,7 +234,7 @@ def test_the_target_is_proven_unchanged_on_three_target_classes_and_a_write_is_c
     if "kimi-small" in RUNS:
         # half of one full-length request: the advice, once, naming the release that runs
         code, rep, err, _ = _verify(kt, [kd["id"]], prompts, "kimi-small", (f"--max-total-tokens={ctx // 2}",))
-        assert code == 0 and rep["drafters"][0]["accept_length"] == 4.0, rep
+        assert code == 0 and rep["accept_length"] == 4.0, rep  # one drafter: a report of its own
         said = [line for line in err.splitlines() if KV_ADVICE in line]
         print(f"kimi-small (--max-total-tokens {ctx // 2}): the advice {len(said)} time(s): {said[:1]}")
         assert len(said) == 1 and err.count(KV_ADVICE) == 1, err

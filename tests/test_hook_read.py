@@ -6,7 +6,7 @@ buffer, the digest's pieces hashed on threads, the header held to safetensors' o
   shapes and bytes, and the hook's whole read (``_read_one``: safetensors' check through
   /proc/self/fd, then the views) accepts exactly what ``safetensors.torch.load`` accepts.
 - The digest is the documented one, for a file of several 64 MiB pieces too, on both sides.
-- A file rewritten while it is read is refused.
+- A file rewritten while it is read is refused, and one that shrinks while it is read.
 """
 
 from __future__ import annotations
@@ -119,12 +119,28 @@ def test_a_file_of_several_pieces_digests_as_documented_on_both_sides(tmp_path: 
 def test_a_file_rewritten_while_it_is_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "model.safetensors"
     save_file({"w": torch.zeros(1024)}, p)
-    real = MOD.Digest.piece
+    real = MOD._read_piece
 
-    def piece_then_touch(self, data):  # the trainer writes the file again mid-read
-        real(self, data)
+    def piece_then_touch(*a):  # the trainer writes the file again mid-read
+        out = real(*a)
         p.write_bytes(p.read_bytes())
+        return out
 
-    monkeypatch.setattr(MOD.Digest, "piece", piece_then_touch)
+    monkeypatch.setattr(MOD, "_read_piece", piece_then_touch)
+    with pytest.raises(MOD.Refused, match="changed while it was read"):
+        MOD._read_one("model.safetensors", str(p), MOD.Digest())
+
+
+def test_a_file_cut_short_while_it_is_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(1024)}, p)
+    real = MOD._read_piece
+
+    def cut_then_read(fd, mv, at, dev, cpu):  # truncated between the check and the read
+        with open(p, "r+b") as f:
+            f.truncate(100)
+        return real(fd, mv, at, dev, cpu)
+
+    monkeypatch.setattr(MOD, "_read_piece", cut_then_read)
     with pytest.raises(MOD.Refused, match="changed while it was read"):
         MOD._read_one("model.safetensors", str(p), MOD.Digest())

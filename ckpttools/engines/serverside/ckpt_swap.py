@@ -119,6 +119,10 @@ class Digest:
     def file(self, name: str, size: int) -> None:
         self.pending.append(name.encode() + b"\0" + str(size).encode() + b"\0")
 
+    def add(self, piece_digest: bytes) -> None:
+        """The next piece's sha256, computed by the caller."""
+        self.pending.append(piece_digest)
+
     def piece(self, data: Any) -> None:
         self.pending.append(_pool().submit(_piece, data) if len(data) > 1 << 20 else _piece(data))
 
@@ -266,13 +270,31 @@ def _safetensors_accepts(fd: int) -> str | None:
     return None
 
 
+def _read_piece(fd: int, mv: memoryview, at: int, dev: Any, cpu: Any) -> bytes:
+    """Bytes ``at`` to ``at + len(mv)`` of the file read into ``mv`` (a short read: the file shrank),
+    then their sha256, then (``dev``) their copy on the device: one piece, on a thread of its own."""
+    got = 0
+    while got < len(mv):
+        n = os.preadv(fd, [mv[got:]], at + got)
+        if n <= 0:
+            raise Refused("changed while it was read")
+        got += n
+    h = hashlib.sha256(mv).digest()
+    if dev is not None:
+        dev[at : at + len(mv)].copy_(cpu[at : at + len(mv)])
+    return h
+
+
 def _read_one(
     name: str, rp: str, dg: Digest, device: Any = None, times: dict[str, float] | None = None
 ) -> dict[str, Any]:
     """One weight file through one descriptor (no blocking open, no link followed at the end): a
-    regular, non-empty file whose header passes safetensors' checks. Its bytes are read once, into
-    one buffer, each 64 MiB piece hashed on a thread as it arrives; on ``device`` they are moved in
-    one copy and every tensor is a view of that copy (on the CPU, of the buffer)."""
+    regular, non-empty file whose header passes safetensors' checks. Its bytes are read once into
+    one buffer, in 64 MiB pieces on threads, each piece hashed and (on ``device``) copied to the
+    device by the thread that read it; every tensor is then a view of the device's copy (on the
+    CPU, of the buffer)."""
+    import mmap
+
     import torch
 
     times = times if times is not None else {}
@@ -289,36 +311,41 @@ def _read_one(
             raise Refused(f"{name}: 0 bytes, not a safetensors file")
         if st.st_size > MAX_FILE:
             raise Refused(f"{name}: {st.st_size} bytes, more than a swap reads ({MAX_FILE >> 30} GiB)")
-        t0 = time.monotonic()
-        buf = bytearray(st.st_size)
-        mv = memoryview(buf)
-        dg.file(name, st.st_size)
-        got = 0
-        with os.fdopen(fd, "rb", closefd=False, buffering=0) as f:
-            while got < st.st_size:
-                n = f.readinto(mv[got : got + PIECE])  # type: ignore[attr-defined]
-                if not n:
-                    break
-                dg.piece(mv[got : got + n])
-                got += n
-            more = f.read(1)
-        after = os.fstat(fd)
         why = _safetensors_accepts(fd)
+        if why is not None:
+            raise Refused(f"{name}: not a safetensors file ({why})")
+        t0 = time.monotonic()
+        size = st.st_size
+        buf = mmap.mmap(-1, size)  # anonymous: its pages are made as the reads fill them, never zeroed first
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            buf.madvise(mmap.MADV_HUGEPAGE)
+        mv = memoryview(buf)
+        cpu = torch.frombuffer(buf, dtype=torch.uint8)
+        dev = None if device is None or str(device) == "cpu" else torch.empty(size, dtype=torch.uint8, device=device)
+        dg.file(name, size)
+        futures = [_pool().submit(_read_piece, fd, mv[at : at + PIECE], at, dev, cpu) for at in range(0, size, PIECE)]
+        try:
+            for f in futures:
+                dg.add(f.result())
+        except Refused:
+            for f in futures:
+                f.cancel()
+            raise Refused(f"{name}: changed while it was read") from None
+        if dev is not None:
+            torch.cuda.synchronize(dev.device)  # the pieces went on the threads' own streams
+        more = os.pread(fd, 1, size)
+        after = os.fstat(fd)
     finally:
         os.close(fd)
-    if why is not None:
-        raise Refused(f"{name}: not a safetensors file ({why})")
     same = (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
-    if got != st.st_size or more or not same:
+    if more or not same:
         raise Refused(f"{name}: changed while it was read")
     t1 = time.monotonic()
     try:
-        entries = _entries(mv, len(mv))
+        entries = _entries(mv, size)
     except ValueError as e:
         raise Refused(f"{name}: not a safetensors file ({str(e)[:120]})") from None
-    whole = torch.frombuffer(buf, dtype=torch.uint8)
-    if device is not None and str(device) != "cpu":
-        whole = whole.to(device)
+    whole = dev if dev is not None else cpu
     out = {}
     for k, dt, shape, a, b in entries:
         tdt = getattr(torch, _DTYPES[dt][0], None)
