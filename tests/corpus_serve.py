@@ -91,6 +91,8 @@ def serve_cases() -> list[Case]:
         _swap("serve-swap-no-hook-vllm", "nohook", f"{r}/d2", 2, stderr_has="no ckpttools swap hook"),
         Case("serve-swap-no-hook-sglang", ["swap", "--host", "{srv}/sg-ok", f"{r}/d2", *KEY], 2),
         _swap("serve-swap-hook-lies", "liar", f"{r}/d2", 2, stderr_has="answered for digest"),
+        # a swap that writes the target too: the target digest before and after catches it
+        _swap("serve-swap-writes-target", "tamper", f"{r}/d2", 1, stdout_has="target CHANGED"),
         _swap("serve-swap-check-zero", "ok", f"{r}/d2", 2, "--check", "0"),
         _swap("serve-swap-check-huge", "ok", f"{r}/d2", 2, "--check", "100001"),
         _swap("serve-swap-check-text", "ok", f"{r}/d2", 2, "--check", "many"),

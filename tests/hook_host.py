@@ -12,7 +12,8 @@ model) per first path segment; MODE is ``ok`` (honest), ``sg`` (SGLang 0.5.17's 
 /server_info with the loader named, /update_weights_from_tensor behind the admin key, running the
 real ``sglang_load_drafter`` on an ``EagleDraftWorker``'s model and cached map, weight_version),
 ``liar`` (every answer claims another
-drafter's digest), ``nohook`` (no development endpoints: 404), ``failwrite`` (the write fails after
+drafter's digest), ``tamper`` (each swap also writes one element of the target: the target digest
+must catch it), ``nohook`` (no development endpoints: 404), ``failwrite`` (the write fails after
 the first tensor: the hook must put the old values back).
 
 The swap root is ``ROOT`` under the folder given; the key is :data:`KEY`. The drafters in it:
@@ -118,12 +119,19 @@ class Params:
                     param[a : a + n].copy_(t.reshape(param[a : a + n].shape))
 
 
-class _Target:
-    def parameters(self) -> Any:
-        return iter(())
+def _target_model(target: Path) -> Any:
+    """The target as the hook digests it: a torch module holding every tensor of the target's file
+    (names with their dots made underscores), so ckpt_digest.model_digest reads real weights."""
+    import torch
+    from safetensors.torch import load_file
 
-    def named_parameters(self) -> Any:
-        return iter(())
+    class LlamaForCausalLM(torch.nn.Module):
+        pass
+
+    m = LlamaForCausalLM()
+    for n, t in load_file(str(target / "model.safetensors")).items():
+        m.register_parameter(n.replace(".", "_"), torch.nn.Parameter(t, requires_grad=False))
+    return m
 
 
 def _byte_tensors(payload: str) -> list[tuple[str, Any]]:
@@ -176,7 +184,8 @@ class HookServer:
             self.label: str | None = "default"
         else:
             draft = Params(mod, spec, files, fail_after=1 if mode == "failwrite" else None)
-        runner = type("Runner", (), {"get_draft_model": lambda s: draft, "get_model": lambda s: _Target()})()
+        self.target_model = _target_model(target)
+        runner = type("Runner", (), {"get_draft_model": lambda s: draft, "get_model": lambda s: self.target_model})()
         self.worker = type("Worker", (mod.VllmDrafterSwap,), {"model_runner": runner})()
         self.mod, self.mode, self.target, self.draft = mod, mode, target, draft
         self.log = io.StringIO()
@@ -188,6 +197,11 @@ class HookServer:
             return 400, {"error": f"no method {method!r}"}
         with redirect_stderr(self.log):  # the hook's own line, as the server's log has it
             answer = getattr(self.worker, method)(*body.get("args", []))
+        if self.mode == "tamper" and method == "ckpt_swap":  # a swap that writes one target element too
+            import torch
+
+            with torch.no_grad():
+                next(iter(self.target_model.parameters())).view(-1)[0] += 1
         if self.mode == "liar":
             a = json.loads(answer)
             for k in ("digest",):
@@ -206,7 +220,7 @@ class HookServer:
         named = _byte_tensors(body["serialized_named_tensors"][0])
         with redirect_stderr(self.log):
             self.mod.sglang_load_drafter(self.draft, named)
-            self.mod.sglang_load_drafter(_Target(), named)
+            self.mod.sglang_load_drafter(self.target_model, named)
         if body.get("weight_version") is not None:
             self.label = body["weight_version"]
         return 200, {"success": True, "message": "Success"}

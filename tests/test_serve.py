@@ -186,7 +186,18 @@ def test_swap_drafter_returns_a_frozen_report_and_rolls_back_below_the_bar(host:
     assert low.exit_code == 1 and low.rolled_back and low.check is not None and low.check.accept_length == 1.0
     assert low.rollback is not None and low.rollback.ok and low.after.digest == rep.after.digest
     assert low.after.generation == 3  # d2, noise, d2 again
-    assert low.target_check == "target digest: not available in this build"
+    # the target (the hook host's: every tensor of the tiny target's file) digested before and after
+    n = len(__import__("safetensors").safe_open(str(host.target / "model.safetensors"), "np").keys())
+    assert low.target_check.startswith(f"target unchanged: {n} parameters, ") and "before the swap" in low.target_check
+    assert rep.target_check.startswith(f"target unchanged: {n} parameters, ")
+
+
+def test_a_swap_that_writes_the_target_fails_the_report(host: HookHost) -> None:
+    from ckpttools.measuring.serve import swap_drafter
+
+    rep = swap_drafter(host.url + "/tamper-target", host.root / "d2", api_key=KEY)
+    assert rep.exit_code == 1 and rep.target_check.startswith("target CHANGED: ")
+    assert "differs in " in rep.target_check and "the TARGET's weights changed" in rep.verdict
 
 
 def test_a_previous_drafter_rewritten_in_place_is_not_rolled_back_to(host: HookHost, tmp_path: Path) -> None:
@@ -248,6 +259,8 @@ def test_sglang_route_end_to_end_key_label_map_and_rollback(host: HookHost) -> N
     dg = drafter_digest(host.root / "sg-d2")
     assert rep.engine == "sglang" and rep.swap.ok and rep.swap.maps_replaced == 1 and rep.label == dg[:16]
     assert srv.label == dg[:16] and rep.after.digest == dg and "read back" in rep.swap.checked
+    # the target digested by the loader on its call for the target model, behind the admin key
+    assert rep.target_check.startswith("target unchanged: ") and "by the hook, on 1 rank" in rep.target_check
     d2t = load_file(host.root / "sg-d2" / "model.safetensors")["d2t"].to(torch.long)
     assert torch.equal(srv.eagle.hot_token_id, d2t + torch.arange(len(d2t)))  # the worker's cached map
     with pytest.raises(ServerError, match="not under the swap root"):

@@ -106,6 +106,10 @@ def test_ckpt_serve_then_three_checked_swaps_one_rolled_back(tmp_path: Path) -> 
     )
     assert a["check"]["accept_length"] == 4.0 and a["swap"]["ok"] and a["swap"]["maps_replaced"] == 1
     assert "read back" in a["swap"]["checked"] and a["before"]["source"] == "launch"
+    # the target digested by the worker extension before and after each swap (its packed layers too)
+    assert all(r["target_check"].startswith("target unchanged: ") for r in (a, b, c)), [
+        r["target_check"] for r in (a, b, c)
+    ]
     assert noise.returncode == 1, noise.stderr
     assert b["check"]["accept_length"] == 1.0 and b["rolled_back"] and b["rollback"]["ok"]
     assert b["after"]["digest"] == drafter_digest(ds["id"]) and "read back" in b["rollback"]["checked"]

@@ -39,6 +39,7 @@ from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, Ser
 __all__ = [
     "HookState",
     "drafter_digest",
+    "guarded_target_digest",
     "guard_env",
     "hook_state",
     "guarded_swap",
@@ -173,6 +174,8 @@ def _vllm_call(
     where = url + route["endpoint"]
     if req["op"] == "state":
         body: dict[str, Any] = {"method": "ckpt_state"}
+    elif req["op"] == "target_digest":
+        body = {"method": "ckpt_target_digest"}
     else:
         body = {"method": "ckpt_swap", "args": [req["path"], key or ""]}
     resp = _post(net, url, route["endpoint"], body, deadline, None)
@@ -285,6 +288,26 @@ def hook_state(
     req = {"op": "state", "path": None}
     answers = _rank_answers(engine, net, url, route, req, key=key, ranks=ranks or 1, deadline=STATE_DEADLINE)
     return _agree(answers, ranks, url)
+
+
+def guarded_target_digest(
+    engine: str, net: Any, url: str, route: dict[str, Any], *, key: str | None, ranks: int, timeout: float
+) -> Any:
+    """Every target parameter digested by the hook where the weights live, on every rank, through a
+    guarded server's route (SGLang's admin key sent): a ``TargetDigest``.
+
+    Raises:
+        ServerError: the request failed, or an answer is not the hook's digest.
+    """
+    from ckpttools.engines.swap import _BadAnswer, digest_of_answers
+
+    req = {"op": "target_digest", "path": None}
+    raw = _rank_answers(engine, net, url, route, req, key=key, ranks=ranks, deadline=timeout)
+    how = f"every target parameter digested on the device by the hook, on {ranks} rank{'s' if ranks != 1 else ''}"
+    try:
+        return digest_of_answers(raw, ranks, url + route["endpoint"], how)
+    except _BadAnswer as e:
+        raise ServerError(str(e), url=url) from None
 
 
 def guarded_swap(

@@ -697,6 +697,12 @@ def target_digest(net: Any, url: str, spec: dict[str, Any], ranks: int = 1, *, t
         how = f"every target parameter digested on the device by the custom loader, on {_ranks(ranks)}"
     else:
         raise _BadAnswer(f"{url}: the swap route {spec.get('mechanism')!r} has no target digest")
+    return digest_of_answers(raw, ranks, where, how)
+
+
+def digest_of_answers(raw: list[Any], ranks: int, where: str, how: str) -> TargetDigest:
+    """The target's digest from every rank's answer (``where``: the endpoint asked, for the errors),
+    each held to what ckpt_digest.model_digest gives; raises _BadAnswer."""
     if len(raw) != ranks:
         raise _BadAnswer(f"{where}: {len(raw)} ranks answered the target digest, but the server has {_ranks(ranks)}")
     got = sorted((_rank_digest(a, ranks, where) for a in raw), key=lambda r: r.rank)

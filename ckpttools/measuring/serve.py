@@ -92,10 +92,31 @@ class SwapReport:
         return dataclasses.asdict(self)
 
 
-def _target_digest_check(server: Any, net: Any, key: str | None) -> str:
-    """The target's digest before and after the swap, through the hook (``target_digest`` in
-    engines/swap.py and the hook's ``ckpt_target_digest`` / ``target_digest`` op): wired at merge."""
-    return "target digest: not available in this build"
+def _target_digest(server: Any, net: Any, key: str | None, timeout: float) -> Any:
+    """The target's digest through the hook (every parameter, where the weights live, on every
+    rank), or the reason it could not be read (a string)."""
+    from ckpttools.engines.guarded import guarded_target_digest
+
+    try:
+        return guarded_target_digest(
+            server.engine, net, server.url, server.route, key=key, ranks=server.ranks or 1, timeout=timeout
+        )
+    except ServerError as e:
+        return str(e)[:300]
+
+
+def _target_words(before: Any, after: Any) -> tuple[str, list[str] | None]:
+    """What the two digests say (the words, and the tensors changed: None where nothing was compared)."""
+    from ckpttools.io.units import human_bytes
+
+    for d, when in ((before, "before the swap"), (after, "after it")):
+        if isinstance(d, str):
+            return f"target digest: not read {when} ({d})", None
+    changed = before.changed(after) or ([] if before.digest == after.digest else ["(the digest)"])
+    size = f"{before.parameters} parameters, {human_bytes(before.bytes)}"
+    if changed:
+        return f"target CHANGED: {size}; {after.how}; differs in {', '.join(changed[:5])}", changed
+    return f"target unchanged: {size}; {after.how}, read before the swap and after the last step", []
 
 
 def _state(server: Any, net: Any, key: str | None) -> LoadedDrafter:
@@ -264,19 +285,23 @@ def swap_drafter(
         before = _state(server, net, key)
         _validate(server, drafter, before)
         digest = drafter_digest(drafter)
+        target_before = _target_digest(server, net, key, timeout)
         step = _send(server, net, drafter, digest, key, timeout)
         if not step.ok:
             raise ServerError(f"{drafter}: {step.why}", url=server.url, hint=_refusal_hint(step.why or ""))
         after = _state(server, net, key)
         _held(after, digest, server.url, "after the swap")
-        target = _target_digest_check(server, net, key)
         kw = {"prompts": prompts, "max_new_tokens": max_new_tokens, "timeout": timeout, "ignore_eos": ignore_eos}
         measured, rollback, after, code = _check_then_roll_back(
             server, net, key, before, after, check, min_accept_len, kw
         )
         rolled = rollback is not None
         label = after.digest[:16] if server.route.get("version_label") and after.digest else None
+        target, changed = _target_words(target_before, _target_digest(server, net, key, timeout))
     verdict = _verdict(step, measured, rolled, after)
+    if changed:  # a swap must never write the target: every figure from this server is suspect
+        code = EXIT_FINDINGS
+        verdict += f"; the TARGET's weights changed ({', '.join(changed[:3])}): restart the server"
     return SwapReport(
         server.url,
         server.engine,
