@@ -270,15 +270,11 @@ def swap_drafter(
         ValueError: ``check`` or ``min_accept_len`` out of range.
     """
     from ckpttools.engines.guarded import connect, drafter_digest
-    from ckpttools.io.checkpoint import open_checkpoint
     from ckpttools.io.net import NetClient
 
     t0 = time.monotonic()
     key = api_key if api_key is not None else os.environ.get("CKPT_API_KEY") or None
-    drafter = os.path.abspath(drafter)
-    _check_args(check, min_accept_len, None)  # bad values before any request
-    with open_checkpoint(drafter):  # a readable drafter with weights, before the network
-        pass
+    drafter = _before_any_request(drafter, check, min_accept_len)
     with NetClient(timeout=timeout, connect=10.0, retries=0) as net:
         server = connect(host, engine, net)
         _check_args(check, min_accept_len, server.steps)
@@ -298,10 +294,8 @@ def swap_drafter(
         rolled = rollback is not None
         label = after.digest[:16] if server.route.get("version_label") and after.digest else None
         target, changed = _target_words(target_before, _target_digest(server, net, key, timeout))
-    verdict = _verdict(step, measured, rolled, after)
-    if changed:  # a swap must never write the target: every figure from this server is suspect
-        code = EXIT_FINDINGS
-        verdict += f"; the TARGET's weights changed ({', '.join(changed[:3])}): restart the server"
+    verdict = _verdict(step, measured, rolled, after, changed)
+    code = EXIT_FINDINGS if changed else code  # a swap must never write the target
     return SwapReport(
         server.url,
         server.engine,
@@ -319,6 +313,18 @@ def swap_drafter(
         code,
         time.monotonic() - t0,
     )
+
+
+def _before_any_request(drafter: str | Path, check: int | None, min_accept_len: float | None) -> str:
+    """The drafter's absolute path, once the bar's values are in range and it is a readable drafter
+    with weights (all before the network)."""
+    from ckpttools.io.checkpoint import open_checkpoint
+
+    _check_args(check, min_accept_len, None)
+    drafter = os.path.abspath(drafter)
+    with open_checkpoint(drafter):
+        pass
+    return drafter
 
 
 def _check_then_roll_back(
@@ -398,7 +404,9 @@ def _refusal_hint(why: str) -> str:
     return "check the server's log: the hook prints one line per swap"
 
 
-def _verdict(step: SwapStep, measured: SwapCheck | None, rolled: bool, after: LoadedDrafter) -> str:
+def _verdict(
+    step: SwapStep, measured: SwapCheck | None, rolled: bool, after: LoadedDrafter, changed: list[str] | None = None
+) -> str:
     words = f"swapped in {step.drafter} ({step.digest[:16]}) on {step.ranks} rank{'s' if step.ranks != 1 else ''}"
     if measured is not None:
         al = "nothing measured" if measured.accept_length is None else f"accept length {measured.accept_length:.4f}"
@@ -406,6 +414,8 @@ def _verdict(step: SwapStep, measured: SwapCheck | None, rolled: bool, after: Lo
         words += f"; {al}{bar}"
     if rolled:
         words += f": BELOW the bar, rolled back to {after.path} ({str(after.digest)[:16]}), checked"
+    if changed:  # every figure from this server is suspect
+        words += f"; the TARGET's weights changed ({', '.join(changed[:3])}): restart the server"
     return words
 
 

@@ -238,9 +238,12 @@ def _entries(raw: memoryview, size: int) -> list[tuple[str, str, list[int], int,
         ok = isinstance(shape, list) and all(type(x) is int and x >= 0 for x in shape)
         if not isinstance(dt, str) or dt not in _DTYPES or not ok or type(a) is not int or type(b) is not int:
             raise ValueError(f"{name}: dtype, shape or data_offsets is not one safetensors has")
-        numel = 1
-        for x in shape:
+        numel, stride = 1, 1
+        for i, x in enumerate(reversed(shape)):
             numel *= x
+            if x >= 1 << 63 or stride >= 1 << 63:  # torch's sizes and strides are int64 (an empty tensor's too)
+                raise ValueError(f"{name}: shape {shape} is past what a tensor can index")
+            stride *= max(x, 1) if i < len(shape) - 1 else 1
         if not 0 <= a <= b or numel * _DTYPES[dt][1] != b - a:
             raise ValueError(f"{name}: {b - a} bytes at {a} for shape {shape} in {dt}")
         out.append((name, dt, shape, 8 + n + a, 8 + n + b))
@@ -341,11 +344,21 @@ def _read_one(
     if more or not same:
         raise Refused(f"{name}: changed while it was read")
     t1 = time.monotonic()
+    out = _views(name, mv, dev if dev is not None else cpu)
+    times["file"] = times.get("file", 0.0) + t1 - t0
+    times["device"] = times.get("device", 0.0) + time.monotonic() - t1
+    return out
+
+
+def _views(name: str, mv: memoryview, whole: Any) -> dict[str, Any]:
+    """Each tensor of the file whose bytes are ``mv`` (the header read from them), a view of ``whole``
+    (those bytes as a uint8 tensor, on the device or the CPU)."""
+    import torch
+
     try:
-        entries = _entries(mv, size)
+        entries = _entries(mv, len(mv))
     except ValueError as e:
         raise Refused(f"{name}: not a safetensors file ({str(e)[:120]})") from None
-    whole = dev if dev is not None else cpu
     out = {}
     for k, dt, shape, a, b in entries:
         tdt = getattr(torch, _DTYPES[dt][0], None)
@@ -355,9 +368,6 @@ def _read_one(
         if a % _DTYPES[dt][1]:  # not aligned to its dtype: viewed from a copy of its own
             part = part.clone()
         out[k] = part.view(tdt).view(shape)
-    t2 = time.monotonic()
-    times["file"] = times.get("file", 0.0) + t1 - t0
-    times["device"] = times.get("device", 0.0) + t2 - t1
     return out
 
 
