@@ -282,3 +282,21 @@ def test_verify_host_on_sglang_names_the_drafter_from_weight_version(host: HookH
     rep = verify(url, engine="sglang", prompts=str(prompts), num_prompts=1, max_new_tokens=8)
     assert rep.server["drafter_loaded"]["digest16"] == drafter_digest(host.root / "sg-d2")[:16]
     assert "weight_version" in rep.server["drafter_loaded"]["from"]
+
+
+def test_ckpt_serve_names_a_relative_target_by_its_absolute_path(host: HookHost, tmp_path: Path, monkeypatch) -> None:
+    """A new user's run: `ckpt serve --target t` from the target's folder, then `ckpt swap` from another
+    folder. The server names its model as it was launched, and ckpt swap validates against that
+    name where it runs: a relative one (found in such a run) is no folder there."""
+    import shutil
+
+    from ckpttools.measuring.serve import serve_command
+
+    shutil.copytree(host.target, tmp_path / "t")
+    shutil.copytree(host.root / "d", tmp_path / "drafters" / "a")
+    monkeypatch.chdir(tmp_path)
+    cmd = serve_command("vllm==0.32.0", "t", "drafters/a", "drafters", api_key=KEY)
+    model = cmd.argv[cmd.argv.index("--model") + 1]
+    assert model == str(tmp_path / "t") and os.path.isabs(model), cmd.argv
+    hub = serve_command("vllm==0.32.0", "org/not-here", "drafters/a", "drafters", api_key=KEY)
+    assert hub.argv[hub.argv.index("--model") + 1] == "org/not-here"  # a Hub id stays one

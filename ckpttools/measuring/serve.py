@@ -413,7 +413,12 @@ def _verdict(
         bar = f" against the bar {measured.min_accept_len:g}" if measured.min_accept_len is not None else ""
         words += f"; {al}{bar}"
     if rolled:
-        words += f": BELOW the bar, rolled back to {after.path} ({str(after.digest)[:16]}), checked"
+        why = (
+            "NOT MEASURED, so not shown to meet the bar"
+            if measured and measured.accept_length is None
+            else "BELOW the bar"
+        )
+        words += f": {why}, rolled back to {after.path} ({str(after.digest)[:16]}), checked"
     if changed:  # every figure from this server is suspect
         words += f"; the TARGET's weights changed ({', '.join(changed[:3])}): restart the server"
     return words
@@ -472,7 +477,9 @@ def serve_command(
     name, pinned = split_engine(engine)
     spec = LaunchSpec(
         engine=name,
-        target=target,
+        # a local target by its absolute path: the server names it so (/v1/models, /server_info), and
+        # ckpt swap, run from any directory, validates the drafter against it there
+        target=os.path.abspath(target) if os.path.lexists(target) else target,
         drafter=os.path.abspath(drafter),
         host=host,
         tp=tp,
