@@ -126,12 +126,6 @@ class Digest:
     def piece(self, data: Any) -> None:
         self.pending.append(_pool().submit(_piece, data) if len(data) > 1 << 20 else _piece(data))
 
-    def update(self, data: Any) -> None:
-        """A file's bytes, whole: cut into pieces here."""
-        mv = memoryview(data)
-        for at in range(0, len(mv), PIECE):
-            self.piece(mv[at : at + PIECE])
-
     def stream(self, f: Any, size: int) -> int:
         """A file's bytes read from ``f`` piece by piece, few pieces held at once (for a reader that
         keeps no copy); returns how many bytes were read."""
