@@ -106,17 +106,14 @@ def _target_digest(server: Any, net: Any, key: str | None, timeout: float) -> An
 
 
 def _target_words(before: Any, after: Any) -> tuple[str, list[str] | None]:
-    """What the two digests say (the words, and the tensors changed: None where nothing was compared)."""
-    from ckpttools.io.units import human_bytes
+    """What the two digests say, in verify's words (measuring.compare.judge_target), and the tensors
+    changed (None where nothing was compared)."""
+    from ckpttools.measuring.compare import judge_target
 
-    for d, when in ((before, "before the swap"), (after, "after it")):
-        if isinstance(d, str):
-            return f"target digest: not read {when} ({d})", None
-    changed = before.changed(after) or ([] if before.digest == after.digest else ["(the digest)"])
-    size = f"{before.parameters} parameters, {human_bytes(before.bytes)}"
-    if changed:
-        return f"target CHANGED: {size}; {after.how}; differs in {', '.join(changed[:5])}", changed
-    return f"target unchanged: {size}; {after.how}, read before the swap and after the last step", []
+    same, words, compared = judge_target(before, after)
+    if same is None:
+        return f"target digest: {words}", None
+    return f"target {words}", [] if same else (compared or {}).get("changed") or ["(the digest)"]
 
 
 def _state(server: Any, net: Any, key: str | None) -> LoadedDrafter:
