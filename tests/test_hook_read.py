@@ -144,3 +144,38 @@ def test_a_file_cut_short_while_it_is_read_is_refused(tmp_path: Path, monkeypatc
     monkeypatch.setattr(MOD, "_read_piece", cut_then_read)
     with pytest.raises(MOD.Refused, match="changed while it was read"):
         MOD._read_one("model.safetensors", str(p), MOD.Digest())
+
+
+def test_a_refused_read_leaves_no_piece_reading_its_closed_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first piece fails; the others must all have ended before the file is closed."""
+    import threading
+    import time as _time
+
+    p = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(3 * (64 << 20) // 4)}, p)  # three pieces
+    real, running, ended = MOD._read_piece, [0], []
+    lock = threading.Lock()
+
+    def slow_or_fail(fd, mv, at, dev, cpu):
+        with lock:
+            running[0] += 1
+        try:
+            if at == 0:
+                raise MOD.Refused("changed while it was read")
+            _time.sleep(0.3)
+            return real(fd, mv, at, dev, cpu)
+        finally:
+            with lock:
+                running[0] -= 1
+                ended.append(at)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(MOD, "_read_piece", slow_or_fail)
+    monkeypatch.setattr(MOD, "_POOL", ThreadPoolExecutor(max_workers=3))  # the pieces at once, as on a server
+    with pytest.raises(MOD.Refused, match="changed while it was read"):
+        MOD._read_one("model.safetensors", str(p), MOD.Digest())
+    assert running[0] == 0, "a piece was still reading when _read_one returned"
+    MOD._POOL.shutdown()

@@ -299,11 +299,11 @@ def guarded_target_digest(
     Raises:
         ServerError: the request failed, or an answer is not the hook's digest.
     """
-    from ckpttools.engines.swap import _BadAnswer, digest_of_answers
+    from ckpttools.engines.swap import _BadAnswer, _ranks, digest_of_answers
 
     req = {"op": "target_digest", "path": None}
     raw = _rank_answers(engine, net, url, route, req, key=key, ranks=ranks, deadline=timeout)
-    how = f"every target parameter digested on the device by the hook, on {ranks} rank{'s' if ranks != 1 else ''}"
+    how = f"every target parameter digested on the device by the hook, on {_ranks(ranks)}"
     try:
         return digest_of_answers(raw, ranks, url + route["endpoint"], how)
     except _BadAnswer as e:

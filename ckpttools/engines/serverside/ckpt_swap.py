@@ -48,7 +48,7 @@ import struct
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 #: the name a swap request carries in place of a tensor's (SGLang's payload)
@@ -325,9 +325,11 @@ def _read_one(
             for f in futures:
                 dg.add(f.result())
         except Refused:
+            raise Refused(f"{name}: changed while it was read") from None
+        finally:  # no piece may still read from fd once it is closed (its number could name another file)
             for f in futures:
                 f.cancel()
-            raise Refused(f"{name}: changed while it was read") from None
+            wait(futures)
         if dev is not None:
             torch.cuda.synchronize(dev.device)  # the pieces went on the threads' own streams
         more = os.pread(fd, 1, size)
