@@ -1,7 +1,9 @@
-"""Corpus cases for MLA drafters whose sizes vLLM's CPU build refuses on a CPU with AMX (its AMX
-MLA backend packs the attention's weights for AMX tiles: engines/claims.py ``cpu_mla.amx``).
-validate warns under ``--engine vllm`` naming the RuntimeError the server would die with, says
-nothing of it for SGLang or for sizes the backend takes, and exits 0 (a warning)."""
+"""Corpus cases for drafters whose sizes vLLM's CPU build refuses: MLA sizes on a CPU with AMX (its AMX
+MLA backend packs the attention's weights for AMX tiles: engines/claims.py ``cpu_mla.amx``), and
+attention head sizes its CPU_ATTN backend has no kernel for, on any CPU (``cpu_attn.head_size``:
+``ckpt example drafter``'s head_dim 16 is one). validate warns under ``--engine vllm`` naming the
+RuntimeError the server would die with, says nothing of it for SGLang or for sizes the backend
+takes, and exits 0 (a warning)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,99 @@ def _served(d: Path, base: Path) -> None:
     tp, dp = build_known_pair(d / "kp", target_arch="deepseek", drafter_flavor="mla", mla_latent=512)
     export(dp, d / "v", format="vllm", target=tp)
     tp.rename(d / "t")
+
+
+def _plain(name: str, **kw: Any) -> Setup:
+    def s(d: Path, base: Path) -> None:
+        from ckpttools.demo.tiny import build_drafter
+
+        build_drafter(d / name, "sglang", **kw)
+
+    return s
+
+
+_REMOVED = object()
+
+
+def _head_dim(value: Any) -> Setup:
+    """``ckpt example drafter``'s drafter (head_dim 16) with head_dim set to ``value`` (or removed)."""
+
+    def edit(c: dict[str, Any]) -> dict[str, Any]:
+        c = {k: v for k, v in c.items() if k != "head_dim"}
+        return c if value is _REMOVED else {**c, "head_dim": value}
+
+    return both(_plain("d"), edit_json("d/config.json", edit))
+
+
+def cpu_attention_cases() -> list[Case]:
+    warned = "its CPU_ATTN backend): head size 16"
+    return [
+        Case(
+            "cpu-attn-head16-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            0,
+            _plain("d"),
+            stdout_has='head size 16 (head_dim) loads, and its engine dies on the first request ("RuntimeError: '
+            'Unsupported CPU attention configuration: head_dim=16 ...")',
+        ),
+        Case(
+            "cpu-attn-head16-validate-vllm032-json",
+            ["validate", "d", "--engine", "vllm==0.32", "--json"],
+            0,
+            _plain("d"),
+            stdout_has='"id": "config.cpu_attention_head_size"',
+        ),
+        Case(
+            "cpu-attn-head16-validate-vllm-hint",
+            ["validate", "d", "--engine", "vllm==0.33"],
+            0,
+            _plain("d"),
+            stdout_has="give it a head size of 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512",
+        ),
+        Case("cpu-attn-head16-validate-sglang", ["validate", "d"], 0, _plain("d"), stdout_has="0 warning(s)"),
+        Case(
+            "cpu-attn-head-from-hidden-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            0,
+            _head_dim(_REMOVED),
+            stdout_has="head size 16 (hidden_size 64 / num_attention_heads 4)",
+        ),
+        Case(
+            "cpu-attn-head-null-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            0,
+            _head_dim(None),
+            stdout_has=warned,
+        ),
+        Case(
+            "cpu-attn-head64-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            0,
+            _plain("d", hidden_size=128, num_heads=2),
+            stdout_has="0 warning(s)",
+        ),
+        Case(
+            "cpu-attn-head-string-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            1,
+            _head_dim("16"),
+            stdout_has="FAILED: 1 error(s), 0 warning(s)",
+        ),
+        Case(
+            "cpu-attn-head-huge-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            1,
+            _head_dim(10**30),
+            stdout_has="FAILED: 1 error(s), 0 warning(s)",
+        ),
+        Case(
+            "cpu-attn-config-only-validate-vllm",
+            ["validate", "d/config.json", "--engine", "vllm"],
+            0,
+            both(_plain("d"), _config_only("d")),
+            stdout_has=warned,
+        ),
+    ]
 
 
 def amx_cases() -> list[Case]:
@@ -96,4 +191,4 @@ def amx_cases() -> list[Case]:
             _served,
             stdout_has="OK: no errors, 0 warning(s)",
         ),
-    ]
+    ] + cpu_attention_cases()

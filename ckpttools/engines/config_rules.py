@@ -27,6 +27,7 @@ __all__ = [
     "weight_problems",
     "canonical_shapes",
     "amx_mla_refusal",
+    "attention_head_size",
 ]
 
 
@@ -155,6 +156,25 @@ def amx_mla_refusal(cfg: dict[str, Any] | None) -> dict[str, Any] | None:
         value, where = sizes[key]
         if value % multiple:
             return {"field": key, "value": value, "where": where, "error": error.format(n=value), "when": when}
+    return None
+
+
+def attention_head_size(cfg: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    """An attention layer's head size as an engine sizes its kernels: ``head_dim`` where the config
+    gives one, else hidden_size / num_attention_heads (transformers' Llama default).
+
+    Returns:
+        (size, its JSON path, how it was read); None where neither gives a positive integer.
+    """
+    n, where = lookup(cfg, "head_dim")
+    if type(n) is int and n > 0 and where is not None:
+        return n, where, "head_dim"
+    if n is not None:
+        return None  # a head_dim that is not a size: the type checks say so
+    hidden, hw = lookup(cfg, "hidden_size")
+    heads, _ = lookup(cfg, "num_attention_heads")
+    if type(hidden) is int and type(heads) is int and hidden > 0 and heads > 0 and hidden % heads == 0 and hw:
+        return hidden // heads, hw, f"hidden_size {hidden} / num_attention_heads {heads}"
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ckpttools.engines.claim_texts import VLLM_CPU_ATTN_HEAD_SIZES
 from ckpttools.engines.claims import ENGINE_NAMES
 from ckpttools.errors import CkptError, opt
 
@@ -84,10 +85,16 @@ class Engine:
     checks_mla_fields: ClassVar[bool] = False
     #: its CPU build refuses some MLA sizes on a CPU with AMX (``cpu_mla.amx``)
     refuses_amx_mla_sizes: ClassVar[bool] = False
+    #: its CPU build serves attention heads of these sizes only (``cpu_attn.head_size``); None: no such rule
+    cpu_attention_head_sizes: ClassVar[tuple[int, ...] | None] = None
     #: ``ckpt fix`` repairs a drafter towards this engine's classes and names
     repaired_by_fix: ClassVar[bool] = False
     #: the claim that says what a missing tensor does (None: validate words it from SGLang's loader)
     missing_tensor_claim: ClassVar[str | None] = None
+
+    def death_hint(self, first_error: str) -> str:
+        """What to do about a launched server that died, given its log's first error line ("" if none)."""
+        return "the first error it logged says why" if first_error else "its log says why"
 
     def sglang_said(self) -> str:
         """What a finding about SGLang's behaviour adds when this engine's reading is another's."""
@@ -354,7 +361,17 @@ class VLLM(Engine):
     wants_own_arch_names: ClassVar[bool] = True
     serves_qk_norm_drafter: ClassVar[bool] = True
     refuses_amx_mla_sizes: ClassVar[bool] = True
+    cpu_attention_head_sizes: ClassVar[tuple[int, ...] | None] = VLLM_CPU_ATTN_HEAD_SIZES
     missing_tensor_claim: ClassVar[str | None] = "vllm:missing"
+
+    def death_hint(self, first_error: str) -> str:
+        """A head size its CPU build has no kernel for (``cpu_attn.head_size``) is named; else the KV
+        space, what a CPU server most often dies of."""
+        if "Unsupported CPU attention configuration" in first_error and self.cpu_attention_head_sizes:
+            from ckpttools.engines.claims import claim
+
+            return claim("vllm:cpu_attn.head_size_hint", sizes=", ".join(map(str, self.cpu_attention_head_sizes)))
+        return "for vLLM's CPU build, a smaller VLLM_CPU_KVCACHE_SPACE may fit"
 
     def launch_argv(self, s: Any) -> list[str]:
         spec: dict[str, Any] = {"method": "eagle3", "model": s.drafter, "num_speculative_tokens": s.steps}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,12 @@ __all__ = [
     "installed_version",
     "free_port",
 ]
+
+
+#: an exception's line in a server log: ``RuntimeError: ...``
+#: at the start of a line, after a process tag "(Worker pid=N) " or an ERROR record's prefix (vLLM's
+#: "(Worker pid=N) ERROR 12-02 12:47:59 [file.py:1063] RuntimeError: ..."); never inside a WARNING's text
+_ERROR_LINE = re.compile(rb"^(?:\([^)]*\) )?(?:ERROR [^\]]*\] )?([A-Z]\w*(?:Error|Exception): \S.*)$")
 
 
 @dataclass
@@ -139,6 +146,15 @@ class RunningServer:
         except OSError:
             return ""
         return "\n".join(ln.removesuffix("\r") for ln in text.rstrip("\n").split("\n")[-n:])
+
+    def first_error(self) -> str | None:
+        """The first ``SomethingError: text`` line of the log's last 256 KiB (a worker's root cause,
+        printed before the traces that follow it), its logging prefix dropped; None if there is none."""
+        for ln in self.log_tail(4000).splitlines():
+            m = _ERROR_LINE.match(ln.encode())
+            if m:
+                return m.group(1).decode()[:300]
+        return None
 
     def wait_ready(self, client: Any) -> float:
         """Poll /health until 200; raise ServerError with the log's tail if it dies or times out.

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from ckpttools.errors import ConfigError, opt
 from ckpttools.engines import aux_rules, names
-from ckpttools.engines.claim_texts import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims
+from ckpttools.engines.claim_texts import SGLANG_CLAIMS, VLLM_CLAIMS, vllm_amx_mla_claims, vllm_cpu_attn_claims
 
 __all__ = [
     "Cited",
@@ -905,6 +905,8 @@ VLLM_0_33 = dataclasses.replace(
                 "{dctx:,} tokens per request, not the target's context",
                 _V33_ROPE,
             ),
+            # CPU_ATTN's head sizes at 0.33's lines (the same list), read from the vllm 0.33.0 PyPI wheel
+            **vllm_cpu_attn_claims("77-79", "the same list as 0.32.0's; its C++ dispatch unread at 0.33"),
             # the AMX MLA backend at 0.33's lines (amx_mla.py identical to 0.32's to line 313); its C++
             # checks are 0.32's, unread: there is no vllm-cpu 0.33.0 wheel on PyPI to read them from
             **vllm_amx_mla_claims(

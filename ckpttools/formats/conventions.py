@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import ConfigError
-from ckpttools.io.checkpoint import Checkpoint, hub_config, load_config, open_checkpoint
+from ckpttools.errors import CheckpointNotFoundError, ConfigError, HubError
+from ckpttools.io.checkpoint import Checkpoint, hub_config, load_config, local_typo, open_checkpoint
 from ckpttools.io.refs import REPO_REF, split_ref
 
 __all__ = ["CONFIG_DTYPE", "ST_DTYPE", "TargetOnce", "load_target_config"]
@@ -54,7 +54,10 @@ def load_target_config(target: str | Path | Checkpoint | TargetOnce) -> tuple[di
     if not os.path.lexists(p) and REPO_REF.match(str(target)):  # a Hub repo: its config.json, nothing more
         from ckpttools.io.hub import HubRepo
 
-        repo = HubRepo.resolve(*split_ref(str(target)))
+        try:
+            repo = HubRepo.resolve(*split_ref(str(target)))
+        except (HubError, CheckpointNotFoundError) as e:
+            raise local_typo(str(target), e) or e
         if "config.json" not in repo.files:
             raise ConfigError(f"{target}: the target repo has no config.json", path=str(target))
         return hub_config(repo), f"{target} (commit {repo.commit})"

@@ -619,16 +619,40 @@ def open_checkpoint(source: str | Path, revision: str | None = None, *, download
             raise NoWeightsError(f"{p}: a config.json alone holds no weights", path=p)
         return Checkpoint(text, p.parent, [(p.name, p)], None, None)
     if REPO_REF.match(text) and not text.startswith((".", "/", "~")):
-        from ckpttools.io.refs import split_ref
+        from ckpttools.errors import HubError
 
-        repo_id, rev = split_ref(text, revision)
-        offline_snap = _offline_snapshot(repo_id, rev)
-        if offline_snap is not None:  # HF_HUB_OFFLINE=1 and the weights are in huggingface_hub's cache
-            return _open_dir(text, offline_snap, offline_snap.name)
-        if not download:
-            return _open_hub(text, repo_id, rev)
-        snap, repo = _hub_snapshot(repo_id, rev)
-        ck = _open_dir(text, snap, repo.commit)
-        ck.hub = repo
-        return ck
+        try:
+            return _open_ref(text, revision, download)
+        except (HubError, CheckpointNotFoundError) as e:
+            raise local_typo(text, e) or e
     raise CheckpointNotFoundError(f"{text}: no such file or directory", path=text)
+
+
+def _open_ref(text: str, revision: str | None, download: bool) -> Checkpoint:
+    from ckpttools.io.refs import split_ref
+
+    repo_id, rev = split_ref(text, revision)
+    offline_snap = _offline_snapshot(repo_id, rev)
+    if offline_snap is not None:  # HF_HUB_OFFLINE=1 and the weights are in huggingface_hub's cache
+        return _open_dir(text, offline_snap, offline_snap.name)
+    if not download:
+        return _open_hub(text, repo_id, rev)
+    snap, repo = _hub_snapshot(repo_id, rev)
+    ck = _open_dir(text, snap, repo.commit)
+    ck.hub = repo
+    return ck
+
+
+def local_typo(text: str, err: Exception) -> CheckpointNotFoundError | None:
+    """A repo-id-shaped path that failed as a Hub repo id while its first part is a directory here
+    (``ckpt inspect drafters/v2`` with drafters/ present, v2 misspelt): said as the missing local
+    path it most likely is, the Hub's answer after it. None for any other."""
+    first = text.split("/", 1)[0]
+    if not os.path.isdir(first):
+        return None
+    why = str(err).removeprefix(f"{text}: ")
+    return CheckpointNotFoundError(
+        f"{text}: no such file or directory ({first}/ is a directory here; as a Hub repo id: {why})",
+        path=text,
+        hint=f"check the path (see what {first}/ holds); ./{text} names a local path only",
+    )

@@ -624,10 +624,12 @@ def _check_alive(server: Any, failures: bool, during: str = "the run") -> None:
     code = server.proc.returncode
     why = " (killed: out of memory?)" if code in (-9, 137) else ""
     tail = " | ".join(ln.strip() for ln in server.log_tail(4).splitlines() if ln.strip())
+    first = server.first_error()
+    said = f"its log's first error: {first}; " if first else ""
     raise ServerError(
-        f"the {server.spec.engine} server died during {during}, exit code {code}{why}; "
+        f"the {server.spec.engine} server died during {during}, exit code {code}{why}; {said}"
         f"its log {server.log_path} ends: {tail[-600:]}",
-        hint=f"read {server.log_path} (kept); for vLLM's CPU build, a smaller VLLM_CPU_KVCACHE_SPACE may fit",
+        hint=f"read {server.log_path} (kept); " + engine_for(server.spec.engine).death_hint(first or ""),
     )
 
 

@@ -10,7 +10,7 @@ from ckpttools.engines.claims import claim
 from ckpttools.engines.engine import engine_for
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
-from ckpttools.engines.config_rules import amx_mla_refusal
+from ckpttools.engines.config_rules import amx_mla_refusal, attention_head_size
 from ckpttools.engines.flavor import MLA_ARCHS, SPECULATORS_ARCHS, fixable_kind
 from ckpttools.formats.config import config_problems, default_num_layers, essentials, lookup
 from ckpttools.engines.aux_rules import LATER_LAYER_NORM
@@ -208,6 +208,27 @@ def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     return [Finding("config.mla_amx_sizes", "warning", got["where"], msg, claim("vllm:cpu_mla.amx_hint"))]
 
 
+def _cpu_attention_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
+    """A (non-MLA) drafter whose head size the engine's CPU build does not serve (engines/claims.py:
+    ``cpu_attn.head_size``): a warning, since its GPU builds take it."""
+    sizes = engine_for(engine).cpu_attention_head_sizes
+    got = attention_head_size(cfg) if sizes is not None and not _is_mla(cfg) else None
+    if got is None or sizes is None or got[0] in sizes:
+        return []
+    n, where, how = got
+    listed = ", ".join(map(str, sizes))
+    msg = claim(f"{engine}:cpu_attn.head_size", sizes=listed, n=n, how=how)
+    return [
+        Finding(
+            "config.cpu_attention_head_size",
+            "warning",
+            where,
+            msg,
+            claim(f"{engine}:cpu_attn.head_size_hint", sizes=listed),
+        )
+    ]
+
+
 def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
     out: list[Finding] = []
@@ -254,7 +275,7 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                 "set it to the number of decoder layers in the weights (usually 1)",
             )
         )
-    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine)
+    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine) + _cpu_attention_findings(cfg, engine)
     act, where = lookup(cfg, "hidden_act")
     if where and act != "silu" and isinstance(act, str):
         out.append(
