@@ -21,6 +21,7 @@ wrong bytes); a server that ignores Range is read only as far as needed, up to a
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -172,6 +173,22 @@ def failure_detail(err: BaseException) -> tuple[str, bool]:
     return f"{err.__class__.__name__}: {str(err)[:200]}", True
 
 
+#: one TLS context per process and CA setting: httpx builds one for each client, loading the CA bundle
+#: (~27 ms here), and a measuring run makes several clients, nearly all for plain-HTTP local servers
+_SSL_CONTEXTS: dict[tuple[str | None, str | None], Any] = {}
+
+
+def _ssl_context() -> Any:
+    """httpx's own default context (certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR as httpx reads
+    them), made once per value of those variables."""
+    import httpx
+
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    if key not in _SSL_CONTEXTS:
+        _SSL_CONTEXTS[key] = httpx.create_ssl_context(trust_env=True)
+    return _SSL_CONTEXTS[key]
+
+
 class NetClient:
     """One HTTP client with deadlines, caps, bounded retries and one error per failure.
 
@@ -196,7 +213,9 @@ class NetClient:
         self.max_bytes, self.retries = max_bytes, retries
         self.wording = wording or Wording()
         self._noted = False
-        self._client = httpx.Client(follow_redirects=False, timeout=httpx.Timeout(self.timeout, connect=connect))
+        self._client = httpx.Client(
+            follow_redirects=False, timeout=httpx.Timeout(self.timeout, connect=connect), verify=_ssl_context()
+        )
 
     def close(self) -> None:
         self._client.close()
