@@ -55,6 +55,17 @@ def _plain(name: str, **kw: Any) -> Setup:
 _REMOVED = object()
 
 
+def _example_target(name: str) -> Setup:
+    """``ckpt example target``'s Llama target: 4 heads of 16."""
+
+    def s(d: Path, base: Path) -> None:
+        from ckpttools.demo.tiny import build_target
+
+        build_target(d / name)
+
+    return s
+
+
 def _head_dim(value: Any) -> Setup:
     """``ckpt example drafter``'s drafter (head_dim 16) with head_dim set to ``value`` (or removed)."""
 
@@ -125,6 +136,13 @@ def cpu_attention_cases() -> list[Case]:
             1,
             _head_dim(10**30),
             stdout_has="FAILED: 1 error(s), 0 warning(s)",
+        ),
+        Case(
+            "cpu-attn-target-head16-validate-vllm-json",
+            ["validate", "w", "--target", "t", "--engine", "vllm", "--json"],
+            0,
+            both(_plain("w", num_heads=2), _example_target("t")),
+            stdout_has='"id": "target.cpu_attention_head_size"',
         ),
         Case(
             "cpu-attn-config-only-validate-vllm",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpttools.demo.tiny import build_drafter, build_known_pair
+from ckpttools.demo.tiny import build_drafter, build_known_pair, build_target
 from ckpttools.engines.claim_texts import VLLM_CPU_ATTN_HEAD_SIZES
 from ckpttools.engines.config_rules import attention_head_size
 from ckpttools.engines.releases import resolve
@@ -49,6 +49,11 @@ def test_validate_names_the_head_size_for_vllm_only(tmp_path):
         )
         assert lines in resolve(engine).claims.value["cpu_attn.head_size"][1], engine
     assert not _finding(d, "sglang")
+    t = build_target(tmp_path / "t")  # ckpt example target: 4 heads of 16, the same warning for the target
+    found = [f for f in validate(d, target=t, engine="vllm").findings if f.id.endswith("cpu_attention_head_size")]
+    assert [f.id for f in found] == ["config.cpu_attention_head_size", "target.cpu_attention_head_size"]
+    assert found[1].message.startswith("the target: vLLM 0.33's CPU build")
+    assert not [f for f in validate(d, target=t, engine="sglang").findings if "cpu_attention" in f.id]
     wide = build_drafter(tmp_path / "w", "sglang", hidden_size=128, num_heads=2)
     assert not _finding(wide, "vllm")
     mla = build_drafter(tmp_path / "m", "mla", hidden_size=64, num_heads=2, num_kv_heads=2)

@@ -208,9 +208,9 @@ def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     return [Finding("config.mla_amx_sizes", "warning", got["where"], msg, claim("vllm:cpu_mla.amx_hint"))]
 
 
-def _cpu_attention_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
-    """A (non-MLA) drafter whose head size the engine's CPU build does not serve (engines/claims.py:
-    ``cpu_attn.head_size``): a warning, since its GPU builds take it."""
+def cpu_attention_findings(cfg: dict[str, Any], engine: str, whose: str = "") -> list[Finding]:
+    """A (non-MLA) drafter, or target (``whose="target"``), whose head size the engine's CPU build does
+    not serve (engines/claims.py: ``cpu_attn.head_size``): a warning, since its GPU builds take it."""
     sizes = engine_for(engine).cpu_attention_head_sizes
     got = attention_head_size(cfg) if sizes is not None and not _is_mla(cfg) else None
     if got is None or sizes is None or got[0] in sizes:
@@ -220,10 +220,10 @@ def _cpu_attention_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     msg = claim(f"{engine}:cpu_attn.head_size", sizes=listed, n=n, how=how)
     return [
         Finding(
-            "config.cpu_attention_head_size",
+            f"{whose or 'config'}.cpu_attention_head_size",
             "warning",
             where,
-            msg,
+            f"the target: {msg}" if whose else msg,
             claim(f"{engine}:cpu_attn.head_size_hint", sizes=listed),
         )
     ]
@@ -275,7 +275,7 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                 "set it to the number of decoder layers in the weights (usually 1)",
             )
         )
-    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine) + _cpu_attention_findings(cfg, engine)
+    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine) + cpu_attention_findings(cfg, engine)
     act, where = lookup(cfg, "hidden_act")
     if where and act != "silu" and isinstance(act, str):
         out.append(

@@ -15,7 +15,7 @@ from ckpttools.engines.flavor import LLAMA_TARGET
 from ckpttools.formats.config import aux_layer_ids, essentials, lookup
 from ckpttools.engines.aux_rules import capture_rule, default_boundaries
 from ckpttools.io.checkpoint import Checkpoint
-from ckpttools.ops.validate_config import schema_findings, sglang_said, type_findings
+from ckpttools.ops.validate_config import cpu_attention_findings, schema_findings, sglang_said, type_findings
 from ckpttools.ops.validate_report import Finding
 
 __all__ = ["check_target", "target_vocab_findings", "target_hidden_findings", "draft_kv_estimate", "kv_pool_sources"]
@@ -54,7 +54,7 @@ def target_findings(
     out += _target_dtype_findings(d, t, engine)
     out += _target_context_findings(cfg, tcfg, d, t, engine)
     out += _draft_kv_findings(cfg, tcfg, d, t, engine, engine_args)
-    return out
+    return out + cpu_attention_findings(tcfg, engine, "target")
 
 
 _TARGET_FIX = "give the target's own config.json"
