@@ -120,3 +120,7 @@ def test_a_server_that_died_of_it_is_said_to_have_with_the_engines_hint(tmp_path
     assert engine_for("sglang").death_hint(first) == "the first error it logged says why"
     log.write_text("(APIServer pid=1) WARNING [x.py:1] errors like `OSError: [Errno 24] Too many open files`\n")
     assert s.first_error() is None
+    log.write_text(
+        "\x1b[1;36m(Worker pid=2)\x1b[0;0m \x1b[31mERROR\x1b[0m 12-02 12:47:59 [x.py:1] RuntimeError: boom\n"
+    )
+    assert s.first_error() == "RuntimeError: boom"  # the colour codes of a coloured log dropped

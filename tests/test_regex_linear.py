@@ -100,6 +100,7 @@ PATTERNS: list[tuple[str, Callable[[bytes], Any], bytes]] = [
         launch._ERROR_LINE.match,
         b"(Worker pid=1) ERROR 12-02 12:47:59 [multiproc_executor.py:1063] RuntimeError: Unsupported CPU attention",
     ),
+    ("launch-colour", launch._COLOUR.search, b"\x1b[1;36m(Worker pid=1)\x1b[0;0m ERROR"),
     ("figure-decimal", figures._DECIMAL.fullmatch, b"-12.50"),
     ("figure-integer", figures._INTEGER.fullmatch, b"1250"),
     ("figure-read", lambda b: _quiet(figures.read, b, "throughput"), b"12.50"),

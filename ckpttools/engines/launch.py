@@ -29,6 +29,8 @@ __all__ = [
 #: an exception's line in a server log: ``RuntimeError: ...``
 #: at the start of a line, after a process tag "(Worker pid=N) " or an ERROR record's prefix (vLLM's
 #: "(Worker pid=N) ERROR 12-02 12:47:59 [file.py:1063] RuntimeError: ..."); never inside a WARNING's text
+#: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
+_COLOUR = re.compile(rb"\x1b\[[0-9;]{0,16}m")
 _ERROR_LINE = re.compile(rb"^(?:\([^)]*\) )?(?:ERROR [^\]]*\] )?([A-Z]\w*(?:Error|Exception): \S.*)$")
 
 
@@ -151,7 +153,7 @@ class RunningServer:
         """The first ``SomethingError: text`` line of the log's last 256 KiB (a worker's root cause,
         printed before the traces that follow it), its logging prefix dropped; None if there is none."""
         for ln in self.log_tail(4000).splitlines():
-            m = _ERROR_LINE.match(ln.encode())
+            m = _ERROR_LINE.match(_COLOUR.sub(b"", ln.encode()))
             if m:
                 return m.group(1).decode()[:300]
         return None
