@@ -26,11 +26,13 @@ __all__ = [
 ]
 
 
-#: an exception's line in a server log: ``RuntimeError: ...``
-#: at the start of a line, after a process tag "(Worker pid=N) " or an ERROR record's prefix (vLLM's
-#: "(Worker pid=N) ERROR 12-02 12:47:59 [file.py:1063] RuntimeError: ..."); never inside a WARNING's text
 #: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
 _COLOUR = re.compile(rb"\x1b\[[0-9;]{0,16}m")
+#: an exception's line in a server log: ``RuntimeError: ...`` at the start of a line, after a process
+#: tag "(Worker pid=N) " or an ERROR record's prefix (vLLM's "(Worker pid=N) ERROR 12-02 12:47:59
+#: [file.py:1063] RuntimeError: ..."); never inside a WARNING's text. Narrower than ckpt logs'
+#: logs_formats.EXC_LINE (undotted names with their text only): with that pattern the death message
+#: would also name a "torch.OutOfMemoryError: ..." line, which it now leaves to the log's tail it quotes
 _ERROR_LINE = re.compile(rb"^(?:\([^)]*\) )?(?:ERROR [^\]]*\] )?([A-Z]\w*(?:Error|Exception): \S.*)$")
 
 
