@@ -114,7 +114,7 @@ def _local_typo_cases(env: dict[str, str]) -> list[Case]:
             2,
             lambda d, b: (d / "org").write_text("x"),
             env=env,
-            stderr_has="org/d-nope: ",
+            stderr_has="ckpt: error: org/d-nope: no such repo on the Hub",
         ),
         Case("hub-local-dir-and-hub-repo", ["inspect", "org/d"], 0, org, env=env, stdout_has="tensors"),
     ]
