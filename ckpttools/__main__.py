@@ -1,3 +1,3 @@
-from ckpttools.cli.entry import main
+from ckpttools.cli.entry import console
 
-main()
+console()

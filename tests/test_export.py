@@ -273,3 +273,35 @@ def test_a_multi_layer_drafter_trades_its_later_norms_between_the_engines(tmp_pa
     with open_checkpoint(back.output) as ck:
         assert np.array_equal(np.asarray(ck.read("layers.1.hidden_norm.weight")), norm)
     assert validate(back.output).ok
+
+
+def test_the_d2t_check_during_the_copy_judges_as_the_check_before_it(tmp_path, target8):
+    """export checks d2t/t2d on a thread while the tensors are copied (WritePlan.during) where
+    the plan needs no mapping: its note lands where planning puts it, and its error leaves
+    nothing at OUT, with the same line and exit code as --dry-run, which checks before."""
+    from ckpttools.ops.export import _plan, _settings, plan_export
+
+    def swapped(d2t: np.ndarray) -> np.ndarray:  # two slots' target ids traded: frequency order
+        ids = d2t + np.arange(len(d2t))
+        ids[[0, 1]] = ids[[1, 0]]
+        return ids - np.arange(len(d2t))
+
+    src = rewrite(build_drafter(tmp_path / "s0"), tmp_path / "src", replace={"d2t": swapped})  # t2d kept
+    with open_checkpoint(src, download=True) as ck:
+        settings = _settings("sglang", target8, "auto")
+        plan = _plan(ck, src, tmp_path / "o", "sglang", target8, settings[0], "auto", settings[1], None, True)
+        assert len(plan.during) == 1 and not any("frequency order" in n for n in plan.report["notes"])
+    rep = export(src, tmp_path / "out", target=target8)
+    assert rep.notes == plan_export(src, tmp_path / "o", target=target8).report["notes"]
+    assert any("frequency order" in n for n in rep.notes)
+
+    def beyond(d2t: np.ndarray) -> np.ndarray:
+        d2t[-1] = 2**40  # a target id past any vocabulary: damaged
+        return d2t
+
+    bad = rewrite(src, tmp_path / "bad", replace={"d2t": beyond})
+    dry = CliRunner().invoke(cli, ["export", str(bad), "-o", str(tmp_path / "o2"), "--dry-run"])
+    real = CliRunner().invoke(cli, ["export", str(bad), "-o", str(tmp_path / "o2")])
+    assert dry.exit_code == real.exit_code == 2, (dry.output, real.output)
+    assert real.stderr == dry.stderr and "d2t" in real.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out", "s0", "src"]  # no OUT, no temporary

@@ -108,6 +108,8 @@ def execute(
     """
     dest = preflight(plan, out, force=force, in_place=in_place)
     if plan.layout == "file":
+        for c in plan.during:  # a small file: nothing to check beside
+            c()
         return _execute_file(plan, dest, force)
     return _execute_directory(plan, dest, force, fsync, progress, in_place, backup)
 
@@ -133,6 +135,7 @@ def _execute_directory(
     hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
     # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
     warm = _Warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
+    during = _During(plan.during)
     result = None
     try:
         with CheckpointWriter(
@@ -147,9 +150,11 @@ def _execute_directory(
             backup=backup,
         ) as w:
             w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
+            w.before_copy = during.start
             _write_tensors(w, plan, progress)
             if hashes is not None:
                 hashes.release()
+            during.result()
             warm.join()
             if plan.config is not None:
                 w.add_json("config.json", plan.config)
@@ -164,10 +169,50 @@ def _execute_directory(
             if plan.check is not None:
                 result = plan.check.run(w.seal())
     finally:
+        during.join()
         warm.join()
         if hashes is not None:
             hashes.close()
     return Written(dest, plan.bytes_total, result)
+
+
+class _During:
+    """A plan's :attr:`~ckpttools.io.write_plan.WritePlan.during` checks, on a thread of their own
+    started as the first kernel copy begins (:meth:`start`, the writer's ``before_copy``): started
+    earlier, the thread would take the interpreter from the work before the copy. :meth:`result`
+    starts them if no copy did, waits, and raises the first one's error."""
+
+    def __init__(self, checks: list[Callable[[], None]]) -> None:
+        self._checks = checks
+        self._thread: Any = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is not None or not self._checks:
+            return
+        import contextvars
+        import threading
+
+        def run() -> None:
+            try:
+                for c in self._checks:
+                    c()
+            except BaseException as e:  # noqa: BLE001 - raised again on the writing thread
+                self._error = e
+
+        ctx = contextvars.copy_context()  # the caller's context (the CLI's note handler)
+        self._thread = threading.Thread(target=ctx.run, args=(run,), name="ckpt-during-write", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> None:
+        self.start()
+        self.join()
+        if self._error is not None:
+            raise self._error
 
 
 class _Warm:

@@ -199,6 +199,9 @@ class WritePlan:
     metadata: dict[str, str] | None = None  # a file layout's safetensors __metadata__
     reads: list[str] = field(default_factory=list)  # what planning read beyond headers and d2t/t2d
     report: dict[str, Any] = field(default_factory=dict)  # the operation's own figures, for its report
+    # checks run on a thread while the tensors are written (the kernel copy leaves the interpreter
+    # free): each reads only its inputs, and one that raises aborts the write before the seal
+    during: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     @property
     def bytes_total(self) -> int:

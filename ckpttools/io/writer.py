@@ -203,6 +203,8 @@ class SafetensorsFileWriter:
         #: told (source, offset reached) after each step of a copy, which then moves in steps of
         #: ckpttools.io.manifest.FOLLOW_CHUNK (a digest of the source trails it: BackgroundDigests)
         self.on_copy: Callable[[str, int], None] | None = None
+        #: called once, just before the first copy in the kernel (which leaves the interpreter free)
+        self.before_copy: Callable[[], None] | None = None
         if page_offset is not None and not (0 <= page_offset < PAGE and page_offset % 8 == 0):
             raise ValueError(f"page_offset {page_offset}: a multiple of 8 in [0, {PAGE}) expected")
         self._f = open_new(self.path)
@@ -263,6 +265,9 @@ class SafetensorsFileWriter:
         told = self.on_copy
         step = _KERNEL_COPY_MAX if told is None else FOLLOW_CHUNK
         if hasattr(os, "copy_file_range") and self._kernel_copy:
+            if self.before_copy is not None:
+                self.before_copy()
+                self.before_copy = None
             try:
                 while left:
                     n = os.copy_file_range(fd, dfd, min(left, step), pos)
@@ -401,8 +406,9 @@ class CheckpointWriter:
         self.page_offsets: dict[int, int] = {}
         self._cur: SafetensorsFileWriter | None = None
         self._cur_i = -1
-        #: given to each shard's writer (SafetensorsFileWriter.on_copy)
+        #: given to each shard's writer (SafetensorsFileWriter.on_copy, .before_copy)
         self.on_copy: Callable[[str, int], None] | None = None
+        self.before_copy: Callable[[], None] | None = None
         self._sealed = False
 
     def _writer_for(self, name: str) -> SafetensorsFileWriter:
@@ -423,6 +429,7 @@ class CheckpointWriter:
                     page_offset=self.page_offsets.get(self._cur_i),
                 )
                 self._cur.on_copy = self.on_copy
+                self._cur.before_copy, self.before_copy = self.before_copy, None  # once in all
         assert self._cur is not None
         return self._cur
 

@@ -167,6 +167,13 @@ def plan_export(
     """What :func:`export` would write, as a :class:`~ckpttools.io.plan.WritePlan`: headers and
     d2t/t2d are read, nothing is written. Its check validates the written tree before the rename.
     ``download=False`` (``--dry-run``) reads a Hub drafter's headers without downloading it."""
+    target_cfg, out_dtype = _settings(format, target, dtype)
+    with open_checkpoint(src, download=download) as ck:
+        return _plan(ck, src, out, format, target, target_cfg, dtype, out_dtype, max_shard_size)
+
+
+def _settings(format: str, target: str | Path | None, dtype: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The format and dtype checked, and the target's config with the output dtype it implies."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     if dtype not in DTYPES:
@@ -176,34 +183,66 @@ def plan_export(
     out_dtype = DTYPES[dtype]
     if dtype == "auto" and target_cfg is not None:
         out_dtype = ST_DTYPE.get(essentials(target_cfg).torch_dtype or "")
-    with open_checkpoint(src, download=download) as ck:
-        require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
-        check_output(out, [ck.root, *([target] if target is not None else [])])
-        if format == "trtllm":
-            quant_export.refuse_quantized(ck, "export to TensorRT-LLM")
-            return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
-        flavor = _eagle3_flavor(ck, str(src), format)
-        shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
-        report = ExportReport(None, str(src), flavor, format, shown_dtype)
-        names = _later_norms(plan_names(ck, report), flavor, format, report)
-        cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
-        keeps_d2t = holds_d2t(cfg, resolve(format)) is not False  # vLLM: only for a reduced draft vocab
-        mapping = _checked_mapping(ck, names, report, keeps_d2t)
-        v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
-        tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
-        tensors = quant_export.adjust(ck, names, tensors, cfg, dtype, resolve(format), report)  # FP8 weights
-        if not keeps_d2t:
-            tensors = without_d2t(ck, names, tensors, resolve(format).spec, report)
-        return export_write_plan(
-            ck,
-            out,
-            tensors,
-            cfg,
-            report,
-            {"format": format, "target": target, "dtype": dtype, "max_shard_size": max_shard_size},
-            side_files(ck),
-            lambda fields: _validation(Path(out), target, format, fields),
-        )
+    return target_cfg, out_dtype
+
+
+def _plan(
+    ck: Checkpoint,
+    src: str | Path,
+    out: str | Path,
+    format: str,
+    target: str | Path | None,
+    target_cfg: dict[str, Any] | None,
+    dtype: str,
+    out_dtype: str | None,
+    max_shard_size: int | str | None,
+    during_write: bool = False,
+) -> WritePlan:
+    """plan_export's work on the open drafter ``ck``. ``during_write``: where the plan needs no
+    vocabulary mapping (its d2t and t2d are copied as they are), d2t/t2d are checked on a thread
+    while the tensors are written (:attr:`WritePlan.during`), not before: the check, numpy's
+    import with it, then costs no wall time beside the kernel copy, and its error still leaves
+    nothing at the output. ``ck`` must stay open until the plan is executed."""
+    require_valid_config(ck.config, str(src), weight_problems(ck.config, canonical_shapes(ck.config, ck.tensors)))
+    check_output(out, [ck.root, *([target] if target is not None else [])])
+    if format == "trtllm":
+        quant_export.refuse_quantized(ck, "export to TensorRT-LLM")
+        return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
+    flavor = _eagle3_flavor(ck, str(src), format)
+    shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
+    report = ExportReport(None, str(src), flavor, format, shown_dtype)
+    names = _later_norms(plan_names(ck, report), flavor, format, report)
+    cfg, report.config_changes = _plan_config(ck, flavor, format, out_dtype, names, target_cfg, report.notes)
+    keeps_d2t = holds_d2t(cfg, resolve(format)) is not False  # vLLM: only for a reduced draft vocab
+    # the mapping decides the plan only where t2d is built from it or d2t is dropped
+    later = during_write and keeps_d2t and {"d2t", "t2d"} <= set(names.values())
+    at = len(report.notes)
+    mapping = None if later else _checked_mapping(ck, names, report, keeps_d2t)
+    v = essentials(ck.config).vocab_size or (essentials(target_cfg).vocab_size if target_cfg else None)
+    tensors = _plan_tensors(ck, names, out_dtype, mapping, v, report)
+    tensors = quant_export.adjust(ck, names, tensors, cfg, dtype, resolve(format), report)  # FP8 weights
+    if not keeps_d2t:
+        tensors = without_d2t(ck, names, tensors, resolve(format).spec, report)
+    plan = export_write_plan(
+        ck,
+        out,
+        tensors,
+        cfg,
+        report,
+        {"format": format, "target": target, "dtype": dtype, "max_shard_size": max_shard_size},
+        side_files(ck),
+        lambda fields: _validation(Path(out), target, format, fields),
+    )
+    if later:
+        plan.during.append(lambda: _mapping_during_write(ck, names, plan.report["notes"], at))
+    return plan
+
+
+def _mapping_during_write(ck: Checkpoint, names: dict[str, str], notes: list[str], at: int) -> None:
+    """_checked_mapping on the execute's thread: its note goes where planning would have put it."""
+    report = ExportReport(None, str(ck.source), "", "", "")
+    _checked_mapping(ck, names, report)
+    notes[at:at] = report.notes
 
 
 def export(
@@ -244,8 +283,10 @@ def export(
         >>> export("./eagle-official", "./for-sglang", target="./llama-3.1-8b")  # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    plan = plan_export(src, out, format=format, target=target, dtype=dtype, max_shard_size=max_shard_size)
-    written = execute(plan, force=force, fsync=fsync, progress=progress)
+    target_cfg, out_dtype = _settings(format, target, dtype)
+    with open_checkpoint(src, download=True) as ck:  # open while it is written: d2t/t2d are checked then
+        plan = _plan(ck, src, out, format, target, target_cfg, dtype, out_dtype, max_shard_size, during_write=True)
+        written = execute(plan, force=force, fsync=fsync, progress=progress)
     report = ExportReport(**plan.report)
     report.output = str(out)
     report.validation = written.check_result
@@ -329,13 +370,13 @@ def _plan_tensors(
     report: ExportReport,
 ) -> list[PlannedTensor]:
     """The output's tensors: int64 d2t, bool t2d (built when missing), floats in the output dtype."""
-    import numpy as np
-
     tensors: list[PlannedTensor] = []
     for n, new in names.items():
         dt = {"d2t": "I64", "t2d": "BOOL"}.get(new) or float_dtype(ck.tensors[n].dtype, out_dtype)
         tensors.append(copy_or_cast(ck, n, new, dt, report))
     if mapping is not None and "t2d" not in names.values():
+        import numpy as np
+
         vt = int(vocab_size) if isinstance(vocab_size, int) else int(mapping.ids.max()) + 1
         tensors.append(PlannedTensor("t2d", "BOOL", (vt,), Data(np.asarray(mapping.t2d(vt), bool))))
         report.built.append(f"t2d: built from d2t over a vocabulary of {vt}")
