@@ -23,6 +23,8 @@ from safetensors import safe_open  # noqa: E402
 
 DTYPES = sorted(DTYPE_BITS) + ["Q9", "f32", ""]
 AGREEMENT = {"accept": 0, "refuse": 0, "fast": 0}
+#: test_agreement_counts reads what the property tests counted in this process: one worker, file order
+pytestmark = pytest.mark.xdist_group("header-property")
 
 dims = st.one_of(st.integers(0, 5), st.integers(-2, -1), st.just(True), st.just(1.0), st.just(1 << 62))
 
