@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,8 +135,8 @@ def _execute_directory(
     # against 3.79 s unpaced, median of 8 runs each after `sync`, 2026-12-02 (benchmarks/bench_export.py)
     hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
     # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
-    warm = _Warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
-    during = _During(plan.during)
+    warm = _warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
+    during = _Beside(plan.during, "ckpt-during-write")
     result = None
     try:
         with CheckpointWriter(
@@ -176,32 +177,33 @@ def _execute_directory(
     return Written(dest, plan.bytes_total, result)
 
 
-class _During:
-    """A plan's :attr:`~ckpttools.io.write_plan.WritePlan.during` checks, on a thread of their own
-    started as the first kernel copy begins (:meth:`start`, the writer's ``before_copy``): started
-    earlier, the thread would take the interpreter from the work before the copy. :meth:`result`
-    starts them if no copy did, waits, and raises the first one's error."""
+class _Beside:
+    """Work on a thread of its own beside the tensor copy: the kernel copy and the hashing release
+    the interpreter, so the work costs no wall time there. :meth:`start` starts it once (the
+    writer's ``before_copy`` does, as the first kernel copy begins: started earlier, the thread
+    takes the interpreter from the work before the copy); :meth:`result` starts it if nothing
+    did, waits, and raises the first task's error."""
 
-    def __init__(self, checks: list[Callable[[], None]]) -> None:
-        self._checks = checks
+    def __init__(self, tasks: list[Callable[[], None]], name: str) -> None:
+        self._tasks, self._name = tasks, name
         self._thread: Any = None
         self._error: BaseException | None = None
 
     def start(self) -> None:
-        if self._thread is not None or not self._checks:
+        if self._thread is not None or not self._tasks:
             return
         import contextvars
         import threading
 
         def run() -> None:
             try:
-                for c in self._checks:
-                    c()
+                for t in self._tasks:
+                    t()
             except BaseException as e:  # noqa: BLE001 - raised again on the writing thread
                 self._error = e
 
         ctx = contextvars.copy_context()  # the caller's context (the CLI's note handler)
-        self._thread = threading.Thread(target=ctx.run, args=(run,), name="ckpt-during-write", daemon=True)
+        self._thread = threading.Thread(target=ctx.run, args=(run,), name=self._name, daemon=True)
         self._thread.start()
 
     def join(self) -> None:
@@ -215,33 +217,22 @@ class _During:
             raise self._error
 
 
-class _Warm:
-    """Modules imported on a thread of their own while the tensors are written: the kernel copy
-    and the hashing release the interpreter, so what comes after the copy (the manifest, the
-    check) costs no import time there. A module that fails here is left for the import that
-    needs it to raise."""
+def _warm(modules: tuple[str, ...]) -> _Beside:
+    """What comes after the copy (the manifest, the check) imports ``modules``: imported beside
+    the copy, from the start, they cost no import time there. A module that fails here is left
+    for the import that needs it to raise."""
 
-    def __init__(self, modules: tuple[str, ...]) -> None:
-        self._thread = None
-        if modules:
-            import threading
-
-            self._thread = threading.Thread(target=self._run, args=(modules,), name="ckpt-warm-imports", daemon=True)
-            self._thread.start()
-
-    @staticmethod
-    def _run(modules: tuple[str, ...]) -> None:
+    def load(m: str) -> None:
         import importlib
 
-        for m in modules:
-            try:
-                importlib.import_module(m)
-            except Exception:  # noqa: BLE001 - the import that needs it raises it again, where it belongs
-                pass
+        try:
+            importlib.import_module(m)
+        except Exception:  # noqa: BLE001 - the import that needs it raises it again, where it belongs
+            pass
 
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+    warm = _Beside([partial(load, m) for m in modules], "ckpt-warm-imports")
+    warm.start()
+    return warm
 
 
 def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
