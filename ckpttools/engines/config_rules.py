@@ -7,20 +7,26 @@ lines for their context rule.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ckpttools.engines.flavor import detect_flavor
+from ckpttools.engines.flavor import MLA_ARCHS, detect_flavor
 from ckpttools.formats.config import (
     DEEPSEEK_V3_TYPES,
     INT_BOUNDS,
     SUBCONFIG_KEYS,
+    ConfigEssentials,
+    aux_layer_ids,
     bad_rope_scaling,
     config_problems,
+    essentials,
     lookup,
 )
 from ckpttools.formats.names import canonical_name, layer_index
 
 __all__ = [
+    "ConfigFacts",
+    "config_facts",
     "CONTEXT_LENGTH_KEYS",
     "context_length",
     "default_context",
@@ -28,7 +34,88 @@ __all__ = [
     "canonical_shapes",
     "amx_mla_refusal",
     "attention_head_size",
+    "is_mla",
+    "kv_bytes_per_layer",
 ]
+
+
+@dataclass(frozen=True)
+class ConfigFacts:
+    """One config as every check reads it, read once (:func:`config_facts`): the dict, its typed
+    essentials, and what the engines derive from it. The checks of validate take this, not the dict:
+    none of them looks a field up again."""
+
+    #: the config.json as parsed ({} for none)
+    config: dict[str, Any]
+    #: its typed fields (:func:`ckpttools.formats.config.essentials`)
+    e: ConfigEssentials
+    #: the context length SGLang derives, and how (:func:`context_length`)
+    context: tuple[int | None, str]
+    #: an attention head's size, its JSON path and how it was read (:func:`attention_head_size`)
+    head_size: tuple[int, str, str] | None
+    #: an MLA model: an MLA class by name, or MLA attention fields (:func:`is_mla`)
+    mla: bool
+    #: SGLang's KV bytes per token per layer, and how (:func:`kv_bytes_per_layer`)
+    kv_per_layer: tuple[int, str] | None
+    #: the first size vLLM's AMX MLA backend refuses (:func:`amx_mla_refusal`; None: not MLA, or none)
+    amx_refusal: dict[str, Any] | None
+    #: (value, JSON path) of the fields read as they are written, wrong types included
+    num_hidden_layers: tuple[Any, str | None]
+    q_lora_rank: tuple[Any, str | None]
+    hidden_act: tuple[Any, str | None]
+    #: the aux layer ids as written, and where (:func:`ckpttools.formats.config.aux_layer_ids`)
+    aux_ids: tuple[Any, str | None]
+
+    @property
+    def arch(self) -> Any:
+        """``architectures[0]`` as written (None: absent or not a non-empty list)."""
+        archs = self.config.get("architectures")
+        return archs[0] if isinstance(archs, list) and archs else None
+
+
+def config_facts(cfg: dict[str, Any] | None, e: ConfigEssentials | None = None) -> ConfigFacts:
+    """Every fact the checks read of ``cfg``, read now (``e``: its essentials, made already)."""
+    cfg = cfg or {}
+    e = e if e is not None else essentials(cfg)
+    mla = is_mla(cfg)
+    return ConfigFacts(
+        config=cfg,
+        e=e,
+        context=context_length(cfg),
+        head_size=attention_head_size(cfg),
+        mla=mla,
+        kv_per_layer=kv_bytes_per_layer(cfg, e),
+        amx_refusal=amx_mla_refusal(cfg) if mla else None,
+        num_hidden_layers=lookup(cfg, "num_hidden_layers"),
+        q_lora_rank=lookup(cfg, "q_lora_rank"),
+        hidden_act=lookup(cfg, "hidden_act"),
+        aux_ids=aux_layer_ids(cfg),
+    )
+
+
+def is_mla(cfg: dict[str, Any]) -> bool:
+    """An MLA model: an MLA drafter class by name, or a config with MLA attention fields."""
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs[:1] and archs[0] in MLA_ARCHS:
+        return True
+    return "kv_lora_rank" in cfg and "qk_rope_head_dim" in cfg
+
+
+#: --kv-cache-dtype auto: the model's bf16/fp16
+KV_BYTES = 2
+
+
+def kv_bytes_per_layer(cfg: dict[str, Any], e: ConfigEssentials) -> tuple[int, str] | None:
+    """Bytes of KV cache per token per layer as SGLang allocates them, and how."""
+    kv, rope = lookup(cfg, "kv_lora_rank")[0], lookup(cfg, "qk_rope_head_dim")[0]
+    if type(kv) is int and type(rope) is int:
+        return (kv + rope) * KV_BYTES, f"MLA: kv_lora_rank {kv} + qk_rope_head_dim {rope}, x {KV_BYTES} bytes"
+    heads, H = e.num_attention_heads, e.hidden_size
+    kvh = e.num_key_value_heads or heads
+    hd = e.head_dim or (H // heads if isinstance(heads, int) and isinstance(H, int) and heads else None)
+    if not (isinstance(kvh, int) and isinstance(hd, int)):
+        return None
+    return kvh * 2 * hd * KV_BYTES, f"{kvh} KV heads x head_dim {hd} x 2 (K and V) x {KV_BYTES} bytes"
 
 
 #: the keys SGLang 0.5.17 reads, in order (utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS)

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import NoWeightsError
+from ckpttools.engines.config_rules import ConfigFacts, config_facts
 from ckpttools.formats.config import ConfigEssentials, essentials
+from ckpttools.formats.conventions import TargetOnce
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
 
-__all__ = ["OpenedDrafter", "open_once"]
+__all__ = ["OpenedDrafter", "OpenedTarget", "open_once", "open_target"]
 
 
 @dataclass(eq=False)
@@ -34,6 +36,7 @@ class OpenedDrafter:
     #: its tensor index (None: a config.json alone)
     checkpoint: Checkpoint | None
     _essentials: ConfigEssentials | None = field(default=None, repr=False)
+    _facts: ConfigFacts | None = field(default=None, repr=False)
     _plans: dict[int, tuple[Any, Any]] = field(default_factory=dict, repr=False)
 
     @property
@@ -47,6 +50,14 @@ class OpenedDrafter:
         if self._essentials is None:
             self._essentials = essentials(self.config)
         return self._essentials
+
+    @property
+    def facts(self) -> ConfigFacts:
+        """Every fact validate's checks read of the config (:func:`ckpttools.engines.config_rules.config_facts`),
+        made once."""
+        if self._facts is None:
+            self._facts = config_facts(self.config, self.essentials)
+        return self._facts
 
     def headers(self) -> dict[str, tuple[list[int], str]]:
         """{tensor name: (shape, safetensors dtype)} (empty: a config.json alone)."""
@@ -96,3 +107,29 @@ def open_once(drafter: str | Path | Checkpoint | OpenedDrafter) -> OpenedDrafter
             return OpenedDrafter(str(p), load_config(p / "config.json"), None)
         raise
     return OpenedDrafter(str(drafter), ck.config, ck)
+
+
+class OpenedTarget(TargetOnce):
+    """A target as one run reads it: its config read once, where first needed, and its facts
+    (:func:`ckpttools.engines.config_rules.config_facts`) derived once from it."""
+
+    _facts: ConfigFacts | None = None
+
+    @property
+    def facts(self) -> ConfigFacts:
+        """The target config's facts, made on first use."""
+        if self._facts is None:
+            self._facts = config_facts(self.read()[0])
+        return self._facts
+
+
+def open_target(target: str | Path | Checkpoint | TargetOnce) -> OpenedTarget:
+    """``target`` as an :class:`OpenedTarget` (one given already: as it is; a :class:`TargetOnce`: with
+    what it has read kept). Nothing is read here."""
+    if isinstance(target, OpenedTarget):
+        return target
+    if isinstance(target, TargetOnce):
+        opened = OpenedTarget(target.target)
+        opened._read = target._read
+        return opened
+    return OpenedTarget(target)

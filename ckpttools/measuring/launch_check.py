@@ -72,11 +72,11 @@ def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None) 
         ServerError: the port is taken. NoWeightsError: a drafter is a config alone.
         CkptError (exit 1): validate found errors in a drafter against the target.
     """
-    from ckpttools.formats.conventions import TargetOnce
+    from ckpttools.engines.opened import open_target
 
     out = check_port_and_release(spec, pinned)
     per: dict[str, list[str]] = {}
-    target = TargetOnce(spec.target)  # its config read once, by the first drafter's checks
+    target = open_target(spec.target)  # its config read once, by the first drafter's checks
     for d in dict.fromkeys(drafters):
         out.opened[d] = opened = open_once(d)
         rep = _validated(spec, d, out.engine, opened, target)
@@ -102,7 +102,7 @@ def _validated(
     spec: LaunchSpec, drafter: str, eng: Engine, opened: OpenedDrafter | None = None, target: Any = None
 ) -> Any:
     """``drafter`` validated once against the target, under the release and engine arguments that run
-    (``opened``: the drafter opened already, read as it is; ``target``: the run's TargetOnce, else
+    (``opened``: the drafter opened already, read as it is; ``target``: the run's OpenedTarget, else
     ``spec.target``)."""
     from ckpttools.errors import NoWeightsError
     from ckpttools.ops.validate import validate

@@ -237,9 +237,9 @@ def _dropped_scale_findings(scheme: QuantScheme, rules: Any, spec: str, finding:
 def _target_method(target: Any) -> str | None:
     if target is None:
         return None
-    from ckpttools.formats.conventions import load_target_config
+    from ckpttools.engines.opened import open_target
 
-    tcfg, _ = load_target_config(target)
+    tcfg = open_target(target).read()[0]
     qc = tcfg.get("quantization_config") if isinstance(tcfg, dict) else None
     m = qc.get("quant_method") if isinstance(qc, dict) else None
     return m if isinstance(m, str) else None

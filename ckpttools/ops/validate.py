@@ -22,7 +22,7 @@ from ckpttools.errors import ConfigError
 from ckpttools.engines.claims import applied, applying
 from ckpttools.formats.config import essentials
 from ckpttools.engines.aux_rules import sglang_default_aux_ids
-from ckpttools.engines.opened import OpenedDrafter, open_once
+from ckpttools.engines.opened import OpenedDrafter, OpenedTarget, open_once, open_target
 from ckpttools.formats.conventions import TargetOnce, load_target_config
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
 from ckpttools.ops.validate_config import check_config, config_findings
@@ -125,8 +125,8 @@ def validate(
     if release.name not in ENGINES:
         raise ConfigError(f"{release.spec}: validate checks SGLang's or vLLM's reading", hint="give sglang or vllm")
     opened = open_once(drafter)  # opened and its config parsed once: every check below reads this
-    if target is not None and not isinstance(target, TargetOnce):
-        target = TargetOnce(target)  # read where first needed, once: the quantization checks read it too
+    if target is not None:
+        target = open_target(target)  # read where first needed, once: the quantization checks read it too
     with applying(release):
         rep, plan = _validate(
             opened,
@@ -174,7 +174,7 @@ def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any =
 
 def _validate(
     drafter: str | Path | Checkpoint | OpenedDrafter,
-    target: str | Path | Checkpoint | TargetOnce | None,
+    target: OpenedTarget | None,
     *,
     deep: bool,
     engine: str,
@@ -207,7 +207,7 @@ def _validate(
         )
     else:
         checked.append("config")
-        findings += config_findings(cfg, ess, engine)
+        findings += config_findings(opened.facts, engine)
     if ck is not None:
         checked.append("tensors")
         findings += tensor_findings(cfg, ess, ck, engine, None if bad_config else usable_plan(raw))
@@ -215,9 +215,9 @@ def _validate(
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None
     if target is not None and cfg is not None:
-        tcfg, tname = load_target_config(target)
+        tname = target.read()[1]
         checked.append("target")
-        findings += target_findings(cfg, ess, tcfg, essentials(tcfg), ck, engine, engine_args)
+        findings += target_findings(opened.facts, target.facts, ck, engine, engine_args)
     if deep and ck is not None:
         checked.append("deep")
         ck = _local_for_deep(ck, max_download)
@@ -231,7 +231,7 @@ def _validate(
 
 
 def _other_kind_report(
-    cfg: dict[str, Any] | None, ck: Checkpoint | None, name: str, target: Any
+    cfg: dict[str, Any] | None, ck: Checkpoint | None, name: str, target: OpenedTarget | None
 ) -> ValidationReport | None:
     """A drafter kind that is not EAGLE-3 (MTP, DFlash, ...): the EAGLE-3 checks do not apply;
     what does is that it fits the target (vocabulary and hidden size)."""
@@ -246,9 +246,9 @@ def _other_kind_report(
     ]
     checked, tname = ["kind"], None
     if target is not None and cfg is not None:
-        tcfg, tname = load_target_config(target)
+        tname = target.read()[1]
         checked.append("target")
-        d, t = essentials(cfg), essentials(tcfg)
+        d, t = essentials(cfg), target.facts.e
         findings += target_vocab_findings(d, t, None)
         findings += target_hidden_findings(d, t)
     rep = ValidationReport(name, tname, checked, findings)

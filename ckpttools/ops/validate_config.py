@@ -10,9 +10,9 @@ from ckpttools.engines.claims import claim
 from ckpttools.engines.engine import engine_for
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
-from ckpttools.engines.config_rules import amx_mla_refusal, attention_head_size
-from ckpttools.engines.flavor import MLA_ARCHS, SPECULATORS_ARCHS, fixable_kind
-from ckpttools.formats.config import config_problems, default_num_layers, essentials, lookup
+from ckpttools.engines.config_rules import ConfigFacts, config_facts
+from ckpttools.engines.flavor import SPECULATORS_ARCHS, fixable_kind
+from ckpttools.formats.config import config_problems, default_num_layers
 from ckpttools.engines.aux_rules import LATER_LAYER_NORM
 from ckpttools.ops.validate_report import Finding, schema
 
@@ -45,17 +45,18 @@ def type_findings(cfg: dict[str, Any], fid: str, prefix: str, seen: set[str]) ->
 
 def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
     """The drafter's config.json on its own: schema, types, the class, and the fields engines read."""
-    return config_findings(cfg, essentials(cfg), engine)
+    return config_findings(config_facts(cfg), engine)
 
 
-def config_findings(cfg: dict[str, Any], ess: Any, engine: str) -> list[Finding]:
-    """:func:`check_config` with the config's essentials read once by the caller (``ess``)."""
+def config_findings(f: ConfigFacts, engine: str) -> list[Finding]:
+    """:func:`check_config` of a config read once by the caller (:func:`~ckpttools.engines.config_rules.config_facts`)."""
+    cfg = f.config
     out = schema_findings(cfg, "eagle3-drafter-config.schema.json", "config.schema", "", _CONFIG_SCHEMA_FIX)
-    out += type_findings(cfg, "config.type", "", {f.location for f in out})
-    out += _draft_vocab_finding(ess)
-    out += _architecture_findings(cfg, engine)
-    out += _field_findings(cfg, engine)
-    out += _dtype_findings(ess, engine)
+    out += type_findings(cfg, "config.type", "", {x.location for x in out})
+    out += _draft_vocab_finding(f.e)
+    out += _architecture_findings(f, engine)
+    out += _field_findings(f, engine)
+    out += _dtype_findings(f.e, engine)
     return out
 
 
@@ -109,9 +110,8 @@ def _draft_vocab_finding(ess: Any) -> list[Finding]:
     return []
 
 
-def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
-    archs = cfg.get("architectures")
-    arch = archs[0] if isinstance(archs, list) and archs else None
+def _architecture_findings(f: ConfigFacts, engine: str) -> list[Finding]:
+    arch = f.arch
     if arch is None:
         return []
     where = "$.architectures[0]"
@@ -125,11 +125,11 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     msg = _arch_message(arch)
     fix = "ckpt validate --fix" if fixable_kind(arch) else "ckpt export"
     want = llama = engine_arch("sglang", "sglang_llama")
-    n = lookup(cfg, "num_hidden_layers")[0]
+    n = f.num_hidden_layers[0]
     if fixable_kind(arch) == "vllm_name" and type(n) is int and n > 1:
         msg += claim("sglang:norms.vllm_later", source=LATER_LAYER_NORM["sglang"][1])
         fix = "ckpt export"
-    if _is_mla(cfg):  # a training-side name for an MLA drafter (e.g. TorchSpec's)
+    if f.mla:  # a training-side name for an MLA drafter (e.g. TorchSpec's)
         msg += claim("sglang:arch.mla_fields")
         want = engine_arch("sglang", "sglang_mla")
         fix = "the tensor names must then be SGLang's; ckpt inspect lists them"
@@ -146,23 +146,15 @@ def _architecture_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     ]
 
 
-def _is_mla(cfg: dict[str, Any]) -> bool:
-    """An MLA drafter: an MLA drafter class by name, or a config with MLA attention fields."""
-    archs = cfg.get("architectures")
-    if isinstance(archs, list) and archs[:1] and archs[0] in MLA_ARCHS:
-        return True
-    return "kv_lora_rank" in cfg and "qk_rope_head_dim" in cfg
-
-
-def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
+def _mla_findings(f: ConfigFacts, engine: str) -> list[Finding]:
     """What SGLang's MLA drafter class refuses at load (engines/claims.py: ``mla.*``)."""
-    archs = cfg.get("architectures")
+    archs = f.config.get("architectures")
     if not engine_for(engine).checks_mla_fields or not (
         isinstance(archs, list) and archs[:1] == [engine_arch("sglang", "sglang_mla")]
     ):
         return []
     out: list[Finding] = []
-    q, where = lookup(cfg, "q_lora_rank")
+    q, where = f.q_lora_rank
     if where is not None and q is None:
         out.append(
             Finding(
@@ -184,7 +176,7 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
                 "write q_lora_rank explicitly",
             )
         )
-    n, where = lookup(cfg, "num_hidden_layers")
+    n, where = f.num_hidden_layers
     if type(n) is int and n != 1:
         out.append(
             Finding(
@@ -198,21 +190,21 @@ def _mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
     return out
 
 
-def _amx_mla_findings(cfg: dict[str, Any], engine: str) -> list[Finding]:
+def _amx_mla_findings(f: ConfigFacts, engine: str) -> list[Finding]:
     """An MLA drafter whose sizes vLLM's CPU build refuses on a CPU with AMX (engines/claims.py:
     ``cpu_mla.amx``): a warning, since the same drafter loads on any other CPU."""
-    got = amx_mla_refusal(cfg) if engine_for(engine).refuses_amx_mla_sizes and _is_mla(cfg) else None
+    got = f.amx_refusal if engine_for(engine).refuses_amx_mla_sizes else None
     if got is None:
         return []
     msg = claim("vllm:cpu_mla.amx", field=got["field"], value=got["value"], error=got["error"], when=got["when"])
     return [Finding("config.mla_amx_sizes", "warning", got["where"], msg, claim("vllm:cpu_mla.amx_hint"))]
 
 
-def cpu_attention_findings(cfg: dict[str, Any], engine: str, whose: str = "") -> list[Finding]:
+def cpu_attention_findings(f: ConfigFacts, engine: str, whose: str = "") -> list[Finding]:
     """A (non-MLA) drafter, or target (``whose="target"``), whose head size the engine's CPU build does
     not serve (engines/claims.py: ``cpu_attn.head_size``): a warning, since its GPU builds take it."""
     sizes = engine_for(engine).cpu_attention_head_sizes
-    got = attention_head_size(cfg) if sizes is not None and not _is_mla(cfg) else None
+    got = f.head_size if sizes is not None and not f.mla else None
     if got is None or sizes is None or got[0] in sizes:
         return []
     n, where, how = got
@@ -229,11 +221,12 @@ def cpu_attention_findings(cfg: dict[str, Any], engine: str, whose: str = "") ->
     ]
 
 
-def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
+def _field_findings(f: ConfigFacts, engine: str = "sglang") -> list[Finding]:
     """draft_vocab_size, num_hidden_layers and hidden_act: what engines read, and what their defaults do."""
+    cfg = f.config
     out: list[Finding] = []
     if cfg.get("speculators_config") is None:  # the speculators format nests these; export flattens it
-        if "draft_vocab_size" not in cfg and _is_mla(cfg):
+        if "draft_vocab_size" not in cfg and f.mla:
             out.append(
                 Finding(
                     "config.draft_vocab_size",
@@ -262,7 +255,7 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                     + sglang_said(engine),
                 )
             )
-    if lookup(cfg, "num_hidden_layers")[1] is None:
+    if f.num_hidden_layers[1] is None:
         n = default_num_layers(cfg)
         out.append(
             Finding(
@@ -271,12 +264,12 @@ def _field_findings(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding
                 "$.num_hidden_layers",
                 f"num_hidden_layers is missing: transformers' default ({n}, for model_type "
                 f"{cfg.get('model_type')!r}) makes SGLang build {n} layers, {n - 1} of them untrained"
-                + (" (its MLA drafter refuses any count but 1: kimi_k25_eagle3.py:242-243)" if _is_mla(cfg) else ""),
+                + (" (its MLA drafter refuses any count but 1: kimi_k25_eagle3.py:242-243)" if f.mla else ""),
                 "set it to the number of decoder layers in the weights (usually 1)",
             )
         )
-    out += _mla_findings(cfg, engine) + _amx_mla_findings(cfg, engine) + cpu_attention_findings(cfg, engine)
-    act, where = lookup(cfg, "hidden_act")
+    out += _mla_findings(f, engine) + _amx_mla_findings(f, engine) + cpu_attention_findings(f, engine)
+    act, where = f.hidden_act
     if where and act != "silu" and isinstance(act, str):
         out.append(
             Finding(

@@ -9,10 +9,9 @@ from typing import Any
 
 from ckpttools.errors import MappingError
 from ckpttools.engines.claims import applied, claim
-from ckpttools.engines.config_rules import context_length
+from ckpttools.engines.config_rules import ConfigFacts, config_facts
 from ckpttools.engines.engine import engine_for
 from ckpttools.engines.flavor import LLAMA_TARGET
-from ckpttools.formats.config import aux_layer_ids, essentials, lookup
 from ckpttools.engines.aux_rules import capture_rule, default_boundaries
 from ckpttools.io.checkpoint import Checkpoint
 from ckpttools.ops.validate_config import cpu_attention_findings, schema_findings, sglang_said, type_findings
@@ -31,30 +30,30 @@ def check_target(
 ) -> list[Finding]:
     """The drafter against its target's config: vocabulary, hidden size, aux layers, dtype, context, rope;
     the KV advice under the engine arguments given (``engine_args``)."""
-    return target_findings(cfg, essentials(cfg), tcfg, essentials(tcfg), ck, engine, engine_args)
+    return target_findings(config_facts(cfg), config_facts(tcfg), ck, engine, engine_args)
 
 
 def target_findings(
-    cfg: dict[str, Any],
-    d: Any,
-    tcfg: dict[str, Any],
-    t: Any,
+    d: ConfigFacts,
+    t: ConfigFacts,
     ck: Checkpoint | None,
     engine: str,
     engine_args: Sequence[str] = (),
 ) -> list[Finding]:
-    """:func:`check_target` with both configs' essentials (``d``, ``t``) read once by the caller."""
+    """:func:`check_target` of both configs read once by the caller
+    (:func:`~ckpttools.engines.config_rules.config_facts`: ``d`` the drafter's, ``t`` the target's)."""
+    tcfg = t.config
     out = schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})
     if out:
         return out
-    out += target_vocab_findings(d, t, ck)
-    out += target_hidden_findings(d, t)
-    out += _aux_id_findings(cfg, t, engine)
-    out += _target_dtype_findings(d, t, engine)
-    out += _target_context_findings(cfg, tcfg, d, t, engine)
-    out += _draft_kv_findings(cfg, tcfg, d, t, engine, engine_args)
-    return out + cpu_attention_findings(tcfg, engine, "target")
+    out += target_vocab_findings(d.e, t.e, ck)
+    out += target_hidden_findings(d.e, t.e)
+    out += _aux_id_findings(d, t, engine)
+    out += _target_dtype_findings(d.e, t.e, engine)
+    out += _target_context_findings(d, t, engine)
+    out += _draft_kv_findings(d, t, engine, engine_args)
+    return out + cpu_attention_findings(t, engine, "target")
 
 
 _TARGET_FIX = "give the target's own config.json"
@@ -114,13 +113,14 @@ def target_hidden_findings(d: Any, t: Any) -> list[Finding]:
     return out
 
 
-def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
+def _aux_id_findings(d: ConfigFacts, tf: ConfigFacts, engine: str) -> list[Finding]:
     """Aux layer ids against the target, read the way the engine reads them for the target's class
     (engines/aux_rules.py holds each rule with the source lines it was read from)."""
+    t = tf.e
     L = t.num_hidden_layers
     if not isinstance(L, int):  # the target schema requires it; a bad value was reported before
         return []
-    arch = (t.architectures or [None])[0]
+    arch = t.architectures[0] if t.architectures else None
     rule, exact = capture_rule(engine, arch)
     out: list[Finding] = []
     if not exact:
@@ -133,7 +133,7 @@ def _aux_id_findings(cfg: dict[str, Any], t: Any, engine: str) -> list[Finding]:
                 f"({rule.describe()})",
             )
         )
-    ids, where = aux_layer_ids(cfg)
+    ids, where = d.aux_ids
     if ids is None:
         default = default_boundaries(L)
         sg = capture_rule("sglang", arch)[0].ids_for(default, L)
@@ -262,13 +262,12 @@ def _context_finding(dctx: int, dhow: str, tctx: int, thow: str, engine: str, ro
     )
 
 
-def _target_context_findings(
-    cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str = "sglang"
-) -> list[Finding]:
+def _target_context_findings(df: ConfigFacts, tf: ConfigFacts, engine: str = "sglang") -> list[Finding]:
     """Context length and rope against the target's."""
     out: list[Finding] = []
-    dctx, dhow = context_length(cfg)
-    tctx, thow = context_length(tcfg)
+    d, t = df.e, tf.e
+    dctx, dhow = df.context
+    tctx, thow = tf.context
     if dctx is not None and tctx is not None and dctx < tctx:
         rope = d.rope_scaling.get("rope_type", d.rope_scaling.get("type")) if isinstance(d.rope_scaling, dict) else None
         out.append(_context_finding(dctx, dhow, tctx, thow, engine, rope if isinstance(rope, str) else "default"))
@@ -301,22 +300,6 @@ def kv_pool_sources() -> str:
     return applied("sglang").claims.value["kv_pool"][1]
 
 
-_KV_BYTES = 2  # --kv-cache-dtype auto: the model's bf16/fp16
-
-
-def _kv_per_layer(cfg: dict[str, Any], e: Any) -> tuple[int, str] | None:
-    """Bytes of KV cache per token per layer as SGLang allocates them, and how."""
-    kv, rope = lookup(cfg, "kv_lora_rank")[0], lookup(cfg, "qk_rope_head_dim")[0]
-    if type(kv) is int and type(rope) is int:
-        return (kv + rope) * _KV_BYTES, f"MLA: kv_lora_rank {kv} + qk_rope_head_dim {rope}, x {_KV_BYTES} bytes"
-    heads, H = e.num_attention_heads, e.hidden_size
-    kvh = e.num_key_value_heads or heads
-    hd = e.head_dim or (H // heads if isinstance(heads, int) and isinstance(H, int) and heads else None)
-    if not (isinstance(kvh, int) and isinstance(hd, int)):
-        return None
-    return kvh * 2 * hd * _KV_BYTES, f"{kvh} KV heads x head_dim {hd} x 2 (K and V) x {_KV_BYTES} bytes"
-
-
 def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, Any] | None:
     """How SGLang sizes the draft KV pool behind this target (:func:`kv_pool_sources`).
 
@@ -328,12 +311,13 @@ def draft_kv_estimate(cfg: dict[str, Any], tcfg: dict[str, Any]) -> dict[str, An
     Returns:
         the figures, or None when a size is unknown.
     """
-    return _kv_estimate(cfg, essentials(cfg), tcfg, essentials(tcfg))
+    return _kv_estimate(config_facts(cfg), config_facts(tcfg))
 
 
-def _kv_estimate(cfg: dict[str, Any], d: Any, tcfg: dict[str, Any], t: Any) -> dict[str, Any] | None:
-    """:func:`draft_kv_estimate` with both configs' essentials read once by the caller."""
-    dk, tk = _kv_per_layer(cfg, d), _kv_per_layer(tcfg, t)
+def _kv_estimate(df: ConfigFacts, tf: ConfigFacts) -> dict[str, Any] | None:
+    """:func:`draft_kv_estimate` of both configs read once by the caller."""
+    dk, tk = df.kv_per_layer, tf.kv_per_layer
+    d, t = df.e, tf.e
     Lt, Ld = t.num_hidden_layers, d.num_hidden_layers if isinstance(d.num_hidden_layers, int) else 1
     if dk is None or tk is None or not isinstance(Lt, int):
         return None
@@ -351,18 +335,16 @@ def _kv_estimate(cfg: dict[str, Any], d: Any, tcfg: dict[str, Any], t: Any) -> d
     }
 
 
-def _draft_kv_findings(
-    cfg: dict[str, Any], tcfg: dict[str, Any], d: Any, t: Any, engine: str, engine_args: Sequence[str] = ()
-) -> list[Finding]:
+def _draft_kv_findings(d: ConfigFacts, t: ConfigFacts, engine: str, engine_args: Sequence[str] = ()) -> list[Finding]:
     """A drafter whose per-layer KV outgrows the target's (a Llama layer behind an MLA target): SGLang's
     draft pool is then sized for the target's KV and allocates past its budget at load. A token cap the
     engine arguments give already, of one full-length request or more, leaves nothing to advise."""
     eng = engine_for(engine)
-    est = _kv_estimate(cfg, d, tcfg, t) if eng.shares_kv_token_count else None
+    est = _kv_estimate(d, t) if eng.shares_kv_token_count else None
     if est is None or est["factor"] <= 1.05:
         return []
     gib = 1 << 30
-    ctx = context_length(tcfg)[0] or 4096
+    ctx = t.context[0] or 4096
     cap = eng.kv_token_cap(engine_args)
     if cap is not None and cap >= ctx:
         return []
