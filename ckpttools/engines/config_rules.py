@@ -31,6 +31,7 @@ __all__ = [
     "context_length",
     "default_context",
     "weight_problems",
+    "facts_weight_problems",
     "canonical_shapes",
     "amx_mla_refusal",
     "attention_head_size",
@@ -65,6 +66,8 @@ class ConfigFacts:
     hidden_act: tuple[Any, str | None]
     #: the aux layer ids as written, and where (:func:`ckpttools.formats.config.aux_layer_ids`)
     aux_ids: tuple[Any, str | None]
+    #: how each engine sizes and normalises fc (:func:`ckpttools.engines.aux_rules.fc_options`), by name
+    fc: dict[str, Any]
 
     @property
     def arch(self) -> Any:
@@ -75,6 +78,8 @@ class ConfigFacts:
 
 def config_facts(cfg: dict[str, Any] | None, e: ConfigEssentials | None = None) -> ConfigFacts:
     """Every fact the checks read of ``cfg``, read now (``e``: its essentials, made already)."""
+    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
+
     cfg = cfg or {}
     e = e if e is not None else essentials(cfg)
     mla = is_mla(cfg)
@@ -90,6 +95,7 @@ def config_facts(cfg: dict[str, Any] | None, e: ConfigEssentials | None = None) 
         q_lora_rank=lookup(cfg, "q_lora_rank"),
         hidden_act=lookup(cfg, "hidden_act"),
         aux_ids=aux_layer_ids(cfg),
+        fc={name: fc_options(cfg, name) for name in ("sglang", "vllm")},
     )
 
 
@@ -189,23 +195,29 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
     Returns:
         {JSON path: what is wrong}; empty when the weights agree (or a field is absent or unusable).
     """
-    out: dict[str, str] = {}
     if not cfg or not shapes or config_problems(cfg):
+        return {}
+    return facts_weight_problems(config_facts(cfg), shapes)
+
+
+def facts_weight_problems(f: ConfigFacts, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """:func:`weight_problems` of a config read once (:func:`config_facts`)."""
+    out: dict[str, str] = {}
+    cfg = f.config
+    if not cfg or not shapes or f.e.invalid:
         return out
     layers = sorted({i for i in map(layer_index, shapes) if i is not None})
-    n_layers, where = lookup(cfg, "num_hidden_layers")
+    n_layers, where = f.num_hidden_layers
     if where and layers and n_layers != layers[-1] + 1:
         out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
     n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
-    ht = lookup(cfg, "target_hidden_size")[0] or lookup(cfg, "hidden_size")[0]
+    ht = f.e.target_hidden_size or f.e.hidden_size
     if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
         out["$.num_aux_hidden_states"] = (
             f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
         )
-    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
-
     flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
-    num = fc_options(cfg, "sglang").num_aux
+    num = f.fc["sglang"].num_aux
     want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
     have = {k for k in shapes if k.startswith("fc_norm.")}
     if want != have:

@@ -210,7 +210,9 @@ def _validate(
         findings += config_findings(opened.facts, engine)
     if ck is not None:
         checked.append("tensors")
-        findings += tensor_findings(cfg, ess, ck, engine, None if bad_config else usable_plan(raw))
+        findings += tensor_findings(
+            opened.facts if cfg is not None else None, ck, engine, None if bad_config else usable_plan(raw)
+        )
     else:
         findings.append(Finding("input.no_weights", "info", name, "no weights given: config checks only"))
     tname = None

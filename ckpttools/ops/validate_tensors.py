@@ -9,10 +9,10 @@ from typing import Any
 from ckpttools.errors import MappingError
 from ckpttools.engines.claims import applied, claim
 from ckpttools.engines.engine import engine_for
-from ckpttools.engines.config_rules import weight_problems
+from ckpttools.engines.config_rules import ConfigFacts, config_facts, facts_weight_problems
 from ckpttools.engines.flavor import MLA_ARCHS
-from ckpttools.formats.config import aux_layer_ids, config_problems, essentials
-from ckpttools.engines.aux_rules import FC_OPTION_SOURCES, LATER_LAYER_NORM, fc_options
+from ckpttools.formats.config import config_problems
+from ckpttools.engines.aux_rules import FC_OPTION_SOURCES, LATER_LAYER_NORM
 from ckpttools.engines.names import QK_NORM, QWEN3_DRAFTER_ARCH, sglang_loads, suggest_rename
 from ckpttools.formats.names import canonical_name, is_training_only
 from ckpttools.io.checkpoint import Checkpoint
@@ -21,14 +21,15 @@ from ckpttools.ops.validate_report import Finding
 __all__ = ["check_tensors", "check_deep"]
 
 
-def _expected_shapes(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
-    if config_problems(cfg):  # the one config guard: a size is read only from a usable config (validate says why)
+def _expected_shapes(f: ConfigFacts, canon: dict[str, Any], engine: str) -> dict[str, tuple[int, ...]]:
+    ess = f.e
+    if ess.invalid:  # the one config guard: a size is read only from a usable config (validate says why)
         return {}
     H, V = ess.hidden_size, ess.vocab_size
     if not isinstance(H, int):
         return {}
     Ht = ess.target_hidden_size or H
-    opts = fc_options(cfg, engine)
+    opts = f.fc[engine]
     n = opts.num_aux
     heads, kv = ess.num_attention_heads, ess.num_key_value_heads or ess.num_attention_heads
     hd = ess.head_dim or (H // heads if isinstance(heads, int) and heads else None)
@@ -45,7 +46,7 @@ def _expected_shapes(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engin
     if "embed_tokens.weight" in canon and isinstance(V, int):
         exp["embed_tokens.weight"] = (V, H)
     if (ess.architectures or [""])[0] in MLA_ARCHS:
-        return exp | _mla_shapes(cfg, H, heads, inter)
+        return exp | _mla_shapes(f.config, H, heads, inter)
     # layer 0 attends over [norm(embedding); norm(hidden)] (2H) with input_layernorm and
     # hidden_norm; later layers take H and fuse the residual into one norm, which differs by
     # engine (LATER_LAYER_NORM)
@@ -98,20 +99,21 @@ def _mla_shapes(cfg: dict[str, Any], H: int, heads: Any, inter: Any) -> dict[str
 def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sglang") -> list[Finding]:
     """Names SGLang loads, the dtype each parameter takes, shapes the config implies, and the vocabulary mapping."""
     plan = _plan(ck, cfg, engine)
-    return tensor_findings(cfg, essentials(cfg) if cfg is not None else None, ck, engine, plan)
+    return tensor_findings(config_facts(cfg) if cfg is not None else None, ck, engine, plan)
 
 
-def tensor_findings(cfg: dict[str, Any] | None, ess: Any, ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
-    """:func:`check_tensors` with the essentials (``ess``) and the load plan (:func:`usable_plan`) made
-    once by the caller."""
-    out, canon = _name_findings(ck, engine, cfg, plan)
+def tensor_findings(f: ConfigFacts | None, ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
+    """:func:`check_tensors` of a config read once by the caller (``f``,
+    :func:`~ckpttools.engines.config_rules.config_facts`; None: no config), with the load plan
+    (:func:`usable_plan`) made once by the caller."""
+    out, canon = _name_findings(ck, engine, f.config if f is not None else None, plan)
     out += _tensor_dtype_findings(ck, engine, plan)
-    if cfg is None:
+    if f is None:
         return out
-    shapes = _shape_findings(cfg, ess, canon, engine)
-    options = _option_findings(cfg, canon, engine)
-    fields = _weight_field_findings(cfg, canon, {f.id for f in options})
-    return out + shapes + options + fields + _mapping_findings(cfg, ess, canon, ck)
+    shapes = _shape_findings(f, canon, engine)
+    options = _option_findings(f, canon, engine)
+    fields = _weight_field_findings(f, canon, {x.id for x in options})
+    return out + shapes + options + fields + _mapping_findings(f.e, canon, ck)
 
 
 def _plan(ck: Checkpoint, cfg: dict[str, Any] | None, engine: str) -> Any:
@@ -254,9 +256,10 @@ def _qk_norm_findings(qk: list[str], engine: str, cfg: dict[str, Any] | None) ->
     return [Finding("tensors.qk_norm", "error", qk[0], msg, fix)]
 
 
-def _shape_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], engine: str) -> list[Finding]:
+def _shape_findings(f: ConfigFacts, canon: dict[str, Any], engine: str) -> list[Finding]:
     out: list[Finding] = []
-    for name, shape in _expected_shapes(cfg, ess, canon, engine).items():
+    ess = f.e
+    for name, shape in _expected_shapes(f, canon, engine).items():
         got = canon.get(name)
         if got is None and name.startswith(("input_norm.", "fc_norm.")):
             continue  # _option_findings says what a missing option weight means
@@ -310,11 +313,11 @@ def _sglang_missing(name: str) -> str:
     return claim("sglang:missing.other")
 
 
-def _weight_field_findings(cfg: dict[str, Any], canon: dict[str, Any], seen: set[str]) -> list[Finding]:
+def _weight_field_findings(f: ConfigFacts, canon: dict[str, Any], seen: set[str]) -> list[Finding]:
     """Config fields the weights contradict (engines/config_rules.py weight_problems); not those already said."""
     shapes = {n: tuple(t.shape) for n, t in canon.items()}
     out = []
-    for where, why in weight_problems(cfg, shapes).items():
+    for where, why in facts_weight_problems(f, shapes).items():
         field_ = where.rsplit(".", 1)[-1]
         fid = {"fc_norm": "config.fc_norm", "use_aux_norm": "config.fc_norm"}.get(field_, f"config.{field_}")
         fid = "config.layers_present" if field_ == "num_hidden_layers" else fid
@@ -332,12 +335,12 @@ def _weight_field_findings(cfg: dict[str, Any], canon: dict[str, Any], seen: set
     return out
 
 
-def _option_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) -> list[Finding]:
+def _option_findings(f: ConfigFacts, canon: dict[str, Any], engine: str) -> list[Finding]:
     """EAGLE-3.1 options against the weights, both ways, and the aux count against the captures."""
-    o = fc_options(cfg, engine)
+    o = f.fc[engine]
     src = f"read from {FC_OPTION_SOURCES[engine]}"
     out: list[Finding] = []
-    ids, where = aux_layer_ids(cfg)
+    ids, where = f.aux_ids
     if ids and len(set(ids)) != o.num_aux:
         out.append(
             Finding(
@@ -349,7 +352,7 @@ def _option_findings(cfg: dict[str, Any], canon: dict[str, Any], engine: str) ->
                 f"set num_aux_hidden_states to {len(set(ids))} ({src})",
             )
         )
-    out += _norm_flag_findings(cfg, canon, o, engine, src)
+    out += _norm_flag_findings(f.config, canon, o, engine, src)
     if o.norm_output:
         out.append(
             Finding(
@@ -403,7 +406,7 @@ def _norm_flag_findings(cfg: dict[str, Any], canon: dict[str, Any], o: Any, engi
     return out
 
 
-def _mapping_findings(cfg: dict[str, Any], ess: Any, canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
+def _mapping_findings(ess: Any, canon: dict[str, Any], ck: Checkpoint) -> list[Finding]:
     """d2t/t2d read and checked; or missing where the head is reduced."""
     out: list[Finding] = []
     vd, v = ess.draft_vocab_size, ess.vocab_size
