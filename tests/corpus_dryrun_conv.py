@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tests.corpus import Case, Setup, both, copy_in, write
-from tests.corpus_net import HUB_ENV
+from tests.corpus_net import CALM_ENV
 
 REMAP = ["remap", "d", "--to", "m.safetensors"]
 BUILD = ["vocab", "build", "--frequencies", "freq.npy", "--draft-vocab-size", "16"]
@@ -191,7 +191,7 @@ def _fs_cases() -> list[Case]:
 
 #: the hostile Hub's environment, with the Hugging Face home (and so ckpttools' cache) inside the case:
 #: anything a dry run wrote there would change the input tree
-HUB_HERE = {**HUB_ENV, "HF_HOME": "hfhome"}
+HUB_HERE = {**CALM_ENV, "HF_HOME": "hfhome"}
 
 
 def _hub_cases() -> list[Case]:
@@ -224,7 +224,7 @@ def _hub_cases() -> list[Case]:
             0,
             None,
             out="out",
-            env={**HUB_ENV, "HF_HOME": "hfhome"},  # no hfhome at all: a dry run makes none
+            env={**CALM_ENV, "HF_HOME": "hfhome"},  # no hfhome at all: a dry run makes none
             stdout_has="nothing was written",
         ),
         Case(

@@ -118,6 +118,8 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         k = o.how.removeprefix("process: ").split(":")[0]
         why[k] = why.get(k, 0) + 1
     print("how they ran:", why)
+    reruns = [f"{o.case.name}: {o.how}" for o in res if o.how.startswith("process: rerun")]
+    print("in-process anomalies re-run in a process:", reruns or "none")
     for o in res:
         if o.problems:
             print(f"unclean: {o.case.name} ({o.how}): {o.problems}\n  stderr: {o.stderr[-800:]!r}")
