@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -47,6 +48,29 @@ STEPS = 3
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 #: every pool server's settings beyond ARGS and SERVER_ENV: a log window per second (ckpt logs reads them)
 ENV = {"VLLM_LOG_STATS_INTERVAL": "1", **SERVER_ENV}
+
+
+_PACKS_PROBE = """
+import torch
+from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+m = torch.nn.Linear(256, 512, bias=False).to(torch.bfloat16)
+dispatch_cpu_unquantized_gemm(m, True)
+print("packed" if m.weight.numel() == 0 else "kept")
+"""
+
+
+@functools.cache
+def vllm_packs_linears() -> bool:
+    """Whether vLLM's CPU build, on this CPU, replaces a bf16 linear layer's weight with a kernel
+    format (the pool's servers run ``--dtype=bfloat16``), asked of vLLM's own dispatch
+    (vllm/model_executor/layers/utils.py:470-608 in 0.32.0): sgl-kernel's packed weight where the CPU
+    has AMX tiles (:560, ``check_cpu_sgl_kernel`` :439-446), else oneDNN where it builds a bf16
+    matmul (:581-600); where neither does (an AMD EPYC without AVX-512 here: oneDNN "could not create
+    a primitive descriptor"), the weight stays a parameter, the torch fallback (:602-608)."""
+    import subprocess
+
+    got = subprocess.run([VLLM_PY, "-c", _PACKS_PROBE], capture_output=True, text=True, timeout=300, check=True)
+    return got.stdout.strip().splitlines()[-1] == "packed"
 
 
 def cache_root(fallback: Path) -> str:
