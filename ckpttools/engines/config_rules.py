@@ -7,7 +7,6 @@ lines for their context rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ckpttools.engines.flavor import MLA_ARCHS, detect_flavor
@@ -16,87 +15,23 @@ from ckpttools.formats.config import (
     INT_BOUNDS,
     SUBCONFIG_KEYS,
     ConfigEssentials,
-    aux_layer_ids,
     bad_rope_scaling,
     config_problems,
-    essentials,
     lookup,
 )
-from ckpttools.formats.names import canonical_name, layer_index
+from ckpttools.formats.names import canonical_name
 
 __all__ = [
-    "ConfigFacts",
-    "config_facts",
     "CONTEXT_LENGTH_KEYS",
     "context_length",
     "default_context",
     "weight_problems",
-    "facts_weight_problems",
     "canonical_shapes",
     "amx_mla_refusal",
     "attention_head_size",
     "is_mla",
     "kv_bytes_per_layer",
 ]
-
-
-@dataclass(frozen=True)
-class ConfigFacts:
-    """One config as every check reads it, read once (:func:`config_facts`): the dict, its typed
-    essentials, and what the engines derive from it. The checks of validate take this, not the dict:
-    none of them looks a field up again."""
-
-    #: the config.json as parsed ({} for none)
-    config: dict[str, Any]
-    #: its typed fields (:func:`ckpttools.formats.config.essentials`)
-    e: ConfigEssentials
-    #: the context length SGLang derives, and how (:func:`context_length`)
-    context: tuple[int | None, str]
-    #: an attention head's size, its JSON path and how it was read (:func:`attention_head_size`)
-    head_size: tuple[int, str, str] | None
-    #: an MLA model: an MLA class by name, or MLA attention fields (:func:`is_mla`)
-    mla: bool
-    #: SGLang's KV bytes per token per layer, and how (:func:`kv_bytes_per_layer`)
-    kv_per_layer: tuple[int, str] | None
-    #: the first size vLLM's AMX MLA backend refuses (:func:`amx_mla_refusal`; None: not MLA, or none)
-    amx_refusal: dict[str, Any] | None
-    #: (value, JSON path) of the fields read as they are written, wrong types included
-    num_hidden_layers: tuple[Any, str | None]
-    q_lora_rank: tuple[Any, str | None]
-    hidden_act: tuple[Any, str | None]
-    #: the aux layer ids as written, and where (:func:`ckpttools.formats.config.aux_layer_ids`)
-    aux_ids: tuple[Any, str | None]
-    #: how each engine sizes and normalises fc (:func:`ckpttools.engines.aux_rules.fc_options`), by name
-    fc: dict[str, Any]
-
-    @property
-    def arch(self) -> Any:
-        """``architectures[0]`` as written (None: absent or not a non-empty list)."""
-        archs = self.config.get("architectures")
-        return archs[0] if isinstance(archs, list) and archs else None
-
-
-def config_facts(cfg: dict[str, Any] | None, e: ConfigEssentials | None = None) -> ConfigFacts:
-    """Every fact the checks read of ``cfg``, read now (``e``: its essentials, made already)."""
-    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
-
-    cfg = cfg or {}
-    e = e if e is not None else essentials(cfg)
-    mla = is_mla(cfg)
-    return ConfigFacts(
-        config=cfg,
-        e=e,
-        context=context_length(cfg),
-        head_size=attention_head_size(cfg),
-        mla=mla,
-        kv_per_layer=kv_bytes_per_layer(cfg, e),
-        amx_refusal=amx_mla_refusal(cfg) if mla else None,
-        num_hidden_layers=lookup(cfg, "num_hidden_layers"),
-        q_lora_rank=lookup(cfg, "q_lora_rank"),
-        hidden_act=lookup(cfg, "hidden_act"),
-        aux_ids=aux_layer_ids(cfg),
-        fc={name: fc_options(cfg, name) for name in ("sglang", "vllm")},
-    )
 
 
 def is_mla(cfg: dict[str, Any]) -> bool:
@@ -197,34 +132,9 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
     """
     if not cfg or not shapes or config_problems(cfg):
         return {}
+    from ckpttools.engines.config_facts import config_facts, facts_weight_problems
+
     return facts_weight_problems(config_facts(cfg), shapes)
-
-
-def facts_weight_problems(f: ConfigFacts, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
-    """:func:`weight_problems` of a config read once (:func:`config_facts`)."""
-    out: dict[str, str] = {}
-    cfg = f.config
-    if not cfg or not shapes or f.e.invalid:
-        return out
-    layers = sorted({i for i in map(layer_index, shapes) if i is not None})
-    n_layers, where = f.num_hidden_layers
-    if where and layers and n_layers != layers[-1] + 1:
-        out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
-    n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
-    ht = f.e.target_hidden_size or f.e.hidden_size
-    if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
-        out["$.num_aux_hidden_states"] = (
-            f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
-        )
-    flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
-    num = f.fc["sglang"].num_aux
-    want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
-    have = {k for k in shapes if k.startswith("fc_norm.")}
-    if want != have:
-        extra, missing = sorted(have - want), sorted(want - have)
-        what = f"the weights lack {', '.join(missing)}" if missing else f"the weights have {', '.join(extra)}"
-        out[f"$.{flag}"] = f"is {bool(cfg.get(flag))} for {num} aux states but {what}"
-    return out
 
 
 def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -275,11 +185,3 @@ def attention_head_size(cfg: dict[str, Any] | None) -> tuple[int, str, str] | No
     if type(hidden) is int and type(heads) is int and hidden > 0 and heads > 0 and hidden % heads == 0 and hw:
         return hidden // heads, hw, f"hidden_size {hidden} / num_attention_heads {heads}"
     return None
-
-
-def _span(ids: list[int]) -> str:
-    """``0..5`` for consecutive ids (sorted, distinct), else the list (at most 8 shown): never a range
-    as long as the largest id, which a name such as ``layers.10000000000000000000.`` makes huge."""
-    if len(ids) > 1 and ids[-1] - ids[0] + 1 == len(ids):
-        return f"{ids[0]}..{ids[-1]}"
-    return str(ids) if len(ids) <= 8 else f"{ids[:4]} ... {ids[-2:]} ({len(ids)} ids)"

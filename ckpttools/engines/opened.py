@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import NoWeightsError
-from ckpttools.engines.config_rules import ConfigFacts, config_facts
+from ckpttools.engines.config_facts import ConfigFacts, config_facts
 from ckpttools.formats.config import ConfigEssentials, essentials
 from ckpttools.formats.conventions import TargetOnce
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
@@ -53,7 +53,7 @@ class OpenedDrafter:
 
     @property
     def facts(self) -> ConfigFacts:
-        """Every fact validate's checks read of the config (:func:`ckpttools.engines.config_rules.config_facts`),
+        """Every fact validate's checks read of the config (:func:`ckpttools.engines.config_facts.config_facts`),
         made once."""
         if self._facts is None:
             self._facts = config_facts(self.config, self.essentials)
@@ -111,7 +111,7 @@ def open_once(drafter: str | Path | Checkpoint | OpenedDrafter) -> OpenedDrafter
 
 class OpenedTarget(TargetOnce):
     """A target as one run reads it: its config read once, where first needed, and its facts
-    (:func:`ckpttools.engines.config_rules.config_facts`) derived once from it."""
+    (:func:`ckpttools.engines.config_facts.config_facts`) derived once from it."""
 
     _facts: ConfigFacts | None = None
 

@@ -10,7 +10,7 @@ from ckpttools.engines.claims import claim
 from ckpttools.engines.engine import engine_for
 from ckpttools.engines.claims import arch as engine_arch
 from ckpttools.engines.claims import archs as served_archs
-from ckpttools.engines.config_rules import ConfigFacts, config_facts
+from ckpttools.engines.config_facts import ConfigFacts, config_facts
 from ckpttools.engines.flavor import SPECULATORS_ARCHS, fixable_kind
 from ckpttools.formats.config import config_problems, default_num_layers
 from ckpttools.engines.aux_rules import LATER_LAYER_NORM
@@ -49,7 +49,7 @@ def check_config(cfg: dict[str, Any], engine: str = "sglang") -> list[Finding]:
 
 
 def config_findings(f: ConfigFacts, engine: str) -> list[Finding]:
-    """:func:`check_config` of a config read once by the caller (:func:`~ckpttools.engines.config_rules.config_facts`)."""
+    """:func:`check_config` of a config read once by the caller (:func:`~ckpttools.engines.config_facts.config_facts`)."""
     cfg = f.config
     out = schema_findings(cfg, "eagle3-drafter-config.schema.json", "config.schema", "", _CONFIG_SCHEMA_FIX)
     out += type_findings(cfg, "config.type", "", {x.location for x in out})

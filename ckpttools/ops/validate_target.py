@@ -9,7 +9,7 @@ from typing import Any
 
 from ckpttools.errors import MappingError
 from ckpttools.engines.claims import applied, claim
-from ckpttools.engines.config_rules import ConfigFacts, config_facts
+from ckpttools.engines.config_facts import ConfigFacts, config_facts
 from ckpttools.engines.engine import engine_for
 from ckpttools.engines.flavor import LLAMA_TARGET
 from ckpttools.engines.aux_rules import capture_rule, default_boundaries
@@ -41,7 +41,7 @@ def target_findings(
     engine_args: Sequence[str] = (),
 ) -> list[Finding]:
     """:func:`check_target` of both configs read once by the caller
-    (:func:`~ckpttools.engines.config_rules.config_facts`: ``d`` the drafter's, ``t`` the target's)."""
+    (:func:`~ckpttools.engines.config_facts.config_facts`: ``d`` the drafter's, ``t`` the target's)."""
     tcfg = t.config
     out = schema_findings(tcfg, "target-config.schema.json", "target.schema", "target config: ", _TARGET_FIX)
     out += type_findings(tcfg, "target.type", "target config: ", {f.location for f in out})

@@ -9,7 +9,7 @@ from typing import Any
 from ckpttools.errors import MappingError
 from ckpttools.engines.claims import applied, claim
 from ckpttools.engines.engine import engine_for
-from ckpttools.engines.config_rules import ConfigFacts, config_facts, facts_weight_problems
+from ckpttools.engines.config_facts import ConfigFacts, config_facts, facts_weight_problems
 from ckpttools.engines.flavor import MLA_ARCHS
 from ckpttools.formats.config import config_problems
 from ckpttools.engines.aux_rules import FC_OPTION_SOURCES, LATER_LAYER_NORM
@@ -104,7 +104,7 @@ def check_tensors(cfg: dict[str, Any] | None, ck: Checkpoint, engine: str = "sgl
 
 def tensor_findings(f: ConfigFacts | None, ck: Checkpoint, engine: str, plan: Any) -> list[Finding]:
     """:func:`check_tensors` of a config read once by the caller (``f``,
-    :func:`~ckpttools.engines.config_rules.config_facts`; None: no config), with the load plan
+    :func:`~ckpttools.engines.config_facts.config_facts`; None: no config), with the load plan
     (:func:`usable_plan`) made once by the caller."""
     out, canon = _name_findings(ck, engine, f.config if f is not None else None, plan)
     out += _tensor_dtype_findings(ck, engine, plan)
