@@ -14,9 +14,9 @@ from ckpttools.engines.config_rules import (
     context_length,
     is_mla,
     kv_bytes_per_layer,
+    weight_contradictions,
 )
 from ckpttools.formats.config import ConfigEssentials, aux_layer_ids, essentials, lookup
-from ckpttools.formats.names import layer_index
 
 __all__ = ["ConfigFacts", "config_facts", "facts_weight_problems"]
 
@@ -82,34 +82,6 @@ def config_facts(cfg: dict[str, Any] | None, e: ConfigEssentials | None = None) 
 
 def facts_weight_problems(f: ConfigFacts, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
     """:func:`ckpttools.engines.config_rules.weight_problems` of a config read once (:func:`config_facts`)."""
-    out: dict[str, str] = {}
-    cfg = f.config
-    if not cfg or not shapes or f.e.invalid:
-        return out
-    layers = sorted({i for i in map(layer_index, shapes) if i is not None})
-    n_layers, where = f.num_hidden_layers
-    if where and layers and n_layers != layers[-1] + 1:
-        out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
-    n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
-    ht = f.e.target_hidden_size or f.e.hidden_size
-    if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
-        out["$.num_aux_hidden_states"] = (
-            f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
-        )
-    flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
-    num = f.fc["sglang"].num_aux
-    want = {f"fc_norm.{j}.weight" for j in range(num)} if cfg.get(flag) else set()
-    have = {k for k in shapes if k.startswith("fc_norm.")}
-    if want != have:
-        extra, missing = sorted(have - want), sorted(want - have)
-        what = f"the weights lack {', '.join(missing)}" if missing else f"the weights have {', '.join(extra)}"
-        out[f"$.{flag}"] = f"is {bool(cfg.get(flag))} for {num} aux states but {what}"
-    return out
-
-
-def _span(ids: list[int]) -> str:
-    """``0..5`` for consecutive ids (sorted, distinct), else the list (at most 8 shown): never a range
-    as long as the largest id, which a name such as ``layers.10000000000000000000.`` makes huge."""
-    if len(ids) > 1 and ids[-1] - ids[0] + 1 == len(ids):
-        return f"{ids[0]}..{ids[-1]}"
-    return str(ids) if len(ids) <= 8 else f"{ids[:4]} ... {ids[-2:]} ({len(ids)} ids)"
+    if not f.config or not shapes or f.e.invalid:
+        return {}
+    return weight_contradictions(f.config, f.e, f.num_hidden_layers, f.fc["sglang"].num_aux, shapes)

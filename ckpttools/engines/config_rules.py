@@ -17,15 +17,17 @@ from ckpttools.formats.config import (
     ConfigEssentials,
     bad_rope_scaling,
     config_problems,
+    essentials,
     lookup,
 )
-from ckpttools.formats.names import canonical_name
+from ckpttools.formats.names import canonical_name, layer_index
 
 __all__ = [
     "CONTEXT_LENGTH_KEYS",
     "context_length",
     "default_context",
     "weight_problems",
+    "weight_contradictions",
     "canonical_shapes",
     "amx_mla_refusal",
     "attention_head_size",
@@ -132,9 +134,49 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
     """
     if not cfg or not shapes or config_problems(cfg):
         return {}
-    from ckpttools.engines.config_facts import config_facts, facts_weight_problems
+    from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
 
-    return facts_weight_problems(config_facts(cfg), shapes)
+    num_aux = fc_options(cfg, "sglang").num_aux
+    return weight_contradictions(cfg, essentials(cfg), lookup(cfg, "num_hidden_layers"), num_aux, shapes)
+
+
+def weight_contradictions(
+    cfg: dict[str, Any],
+    e: ConfigEssentials,
+    num_hidden_layers: tuple[Any, str | None],
+    num_aux: int,
+    shapes: dict[str, tuple[int, ...]],
+) -> dict[str, str]:
+    """:func:`weight_problems` of a usable config (no :func:`config_problems`) whose fields are read
+    already: its essentials ``e``, ``num_hidden_layers`` as written (value, JSON path), and the aux
+    states SGLang sizes fc for (``num_aux``, :func:`ckpttools.engines.aux_rules.fc_options`)."""
+    out: dict[str, str] = {}
+    layers = sorted({i for i in map(layer_index, shapes) if i is not None})
+    n_layers, where = num_hidden_layers
+    if where and layers and n_layers != layers[-1] + 1:
+        out[where] = f"is {n_layers} but the weights hold decoder layers {_span(layers)} ({layers[-1] + 1})"
+    n, fc = cfg.get("num_aux_hidden_states"), shapes.get("fc.weight")
+    ht = e.target_hidden_size or e.hidden_size
+    if type(n) is int and fc is not None and len(fc) == 2 and type(ht) is int and fc[1] != n * ht:
+        out["$.num_aux_hidden_states"] = (
+            f"is {n} but fc.weight takes {fc[1]} inputs, not {n} x {ht} (target hidden size): {fc[1] / ht:g} aux states"
+        )
+    flag = "fc_norm" if cfg.get("fc_norm") or not cfg.get("use_aux_norm") else "use_aux_norm"
+    want = {f"fc_norm.{j}.weight" for j in range(num_aux)} if cfg.get(flag) else set()
+    have = {k for k in shapes if k.startswith("fc_norm.")}
+    if want != have:
+        extra, missing = sorted(have - want), sorted(want - have)
+        what = f"the weights lack {', '.join(missing)}" if missing else f"the weights have {', '.join(extra)}"
+        out[f"$.{flag}"] = f"is {bool(cfg.get(flag))} for {num_aux} aux states but {what}"
+    return out
+
+
+def _span(ids: list[int]) -> str:
+    """``0..5`` for consecutive ids (sorted, distinct), else the list (at most 8 shown): never a range
+    as long as the largest id, which a name such as ``layers.10000000000000000000.`` makes huge."""
+    if len(ids) > 1 and ids[-1] - ids[0] + 1 == len(ids):
+        return f"{ids[0]}..{ids[-1]}"
+    return str(ids) if len(ids) <= 8 else f"{ids[:4]} ... {ids[-2:]} ({len(ids)} ids)"
 
 
 def canonical_shapes(cfg: dict[str, Any] | None, tensors: dict[str, Any]) -> dict[str, tuple[int, ...]]:
