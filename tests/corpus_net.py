@@ -61,9 +61,9 @@ def hub_repos(base: Path) -> dict:
 
 
 def _hub_cases() -> list[Case]:
-    env = dict(HUB_ENV)
+    env, calm = dict(HUB_ENV), dict(CALM_ENV)
     out = [
-        Case(f"hub-inspect-{m}", ["inspect", f"org/d-{m}"], code, env=CALM_ENV if code == 0 else env)
+        Case(f"hub-inspect-{m}", ["inspect", f"org/d-{m}"], code, env=calm if code == 0 else env)
         for m, code in INSPECT_MODES.items()
     ]
     for m in ("listing-html", "listing-malformed", "listing-trickle", "listing-redirect-loop"):
@@ -85,7 +85,6 @@ def _hub_cases() -> list[Case]:
         out.append(
             Case(f"hub-remap-fill-{m}", ["remap", "org/d", *fill, "--target", f"org/t-{m}"], code, mapping, "out", env)
         )
-    calm = dict(CALM_ENV)
     out.append(Case("hub-remap-fill-ok", ["remap", "org/d", *fill, "--target", "org/t"], 0, mapping, "out", calm))
     out.append(Case("hub-diff-vocab-ok", ["diff-vocab", "org/d", "m.safetensors"], 0, mapping, env=calm))
     return out + _local_typo_cases(calm)

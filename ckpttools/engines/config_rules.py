@@ -16,7 +16,6 @@ from ckpttools.formats.config import (
     SUBCONFIG_KEYS,
     ConfigEssentials,
     bad_rope_scaling,
-    config_problems,
     essentials,
     lookup,
 )
@@ -132,12 +131,15 @@ def weight_problems(cfg: dict[str, Any] | None, shapes: dict[str, tuple[int, ...
     Returns:
         {JSON path: what is wrong}; empty when the weights agree (or a field is absent or unusable).
     """
-    if not cfg or not shapes or config_problems(cfg):
+    if not cfg or not shapes:
+        return {}
+    e = essentials(cfg)  # its invalid: config_problems(cfg)
+    if e.invalid:
         return {}
     from ckpttools.engines.aux_rules import fc_options  # the aux rules: not for inspect's context length
 
     num_aux = fc_options(cfg, "sglang").num_aux
-    return weight_contradictions(cfg, essentials(cfg), lookup(cfg, "num_hidden_layers"), num_aux, shapes)
+    return weight_contradictions(cfg, e, lookup(cfg, "num_hidden_layers"), num_aux, shapes)
 
 
 def weight_contradictions(
