@@ -18,7 +18,7 @@ from typing import Any
 
 from ckpttools.engines.engine import Engine, engine_for
 from ckpttools.engines.launch import LaunchSpec
-from ckpttools.engines.opened import OpenedDrafter, open_once
+from ckpttools.engines.opened import OpenedDrafter, OpenedTarget, open_once
 from ckpttools.errors import EXIT_FINDINGS, CkptError
 
 __all__ = ["LaunchCheck", "check_launch", "check_port_and_release", "effective_engine"]
@@ -36,6 +36,8 @@ class LaunchCheck:
     warnings: list[str] = field(default_factory=list)
     #: each drafter as the check opened it, by the name given (the run reads these, not the files)
     opened: dict[str, OpenedDrafter] = field(default_factory=dict)
+    #: the target as the check read it (None: a check of the port and the release only)
+    target: OpenedTarget | None = None
 
     def drafter(self, name: str) -> OpenedDrafter | str:
         """``name`` as the check opened it, else the name itself (a helper given it opens it)."""
@@ -76,7 +78,7 @@ def check_launch(spec: LaunchSpec, drafters: Sequence[str], pinned: Any = None) 
 
     out = check_port_and_release(spec, pinned)
     per: dict[str, list[str]] = {}
-    target = open_target(spec.target)  # its config read once, by the first drafter's checks
+    out.target = target = open_target(spec.target)  # its config read once, by the first drafter's checks
     for d in dict.fromkeys(drafters):
         out.opened[d] = opened = open_once(d)
         rep = _validated(spec, d, out.engine, opened, target)

@@ -541,7 +541,7 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
     check_device(off.device)
-    _validate_first(target, drafter)
+    configs = _validate_first(target, drafter)
     spec = TorchSpeculator(target, drafter, steps, off.device, off.dtype)
     rep = VerifyReport(
         engine="torch", url=None, num_prompts=len(plist), min_accept_len=req.min_accept_len, repeat=req.repeat
@@ -560,7 +560,7 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
     _run_into(rep, spec, plist, req.max_new_tokens, steps)
     if req.context_lengths:
         bins = list(req.context_lengths)
-        _context_bins(rep, spec, plist, (str(target), str(drafter)), bins, req.max_new_tokens, steps)
+        _context_bins(rep, spec, plist, configs, bins, req.max_new_tokens, steps)
     if req.min_accept_len is not None:
         rep.passed = rep.accept_length is not None and rep.accept_length >= req.min_accept_len
     if spec.drafter.rope_note:
@@ -569,18 +569,25 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
     return rep
 
 
-def _validate_first(target: str | Path, drafter: str | Path) -> None:
+def _validate_first(target: str | Path, drafter: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Refuse, as ``verify --launch`` does, a drafter that validate rejects against the target
-    (read the way the engine its layout follows reads it), before torch loads either model."""
+    (read the way the engine its layout follows reads it), before torch loads either model. Each is
+    opened and its config parsed once, for both engines' checks; returns (the target's config, the
+    drafter's), as read."""
+    from ckpttools.engines.opened import open_once, open_target
     from ckpttools.errors import EXIT_FINDINGS
     from ckpttools.ops.validate import validate
 
-    with open_checkpoint(drafter) as ck:
-        engine = layout_engine(detect_flavor(ck.config, ck.tensors.keys()).kind)
-    rep = validate(drafter, target, engine=engine)
-    if rep.errors:  # a drafter the other engine serves as it is (a Qwen3 drafter in vLLM's class) is measured
-        other = validate(drafter, target, engine=other_server_engine(engine))
-        rep = rep if other.errors else other
+    opened, t = open_once(drafter), open_target(target)
+    try:
+        ck = opened.require_checkpoint()
+        engine = layout_engine(detect_flavor(opened.config, ck.tensors.keys()).kind)
+        rep = validate(opened, t, engine=engine)
+        if rep.errors:  # a drafter the other engine serves as it is (a Qwen3 drafter in vLLM's class) is measured
+            other = validate(opened, t, engine=other_server_engine(engine))
+            rep = rep if other.errors else other
+    finally:
+        opened.close()
     if rep.errors:
         first = rep.errors[0]
         err = CkptError(
@@ -591,6 +598,10 @@ def _validate_first(target: str | Path, drafter: str | Path) -> None:
         )
         err.exit_code = EXIT_FINDINGS
         raise err
+    try:
+        return t.read()[0], opened.config  # validate read the target: kept
+    except CkptError:
+        return None, opened.config
 
 
 def _run_into(rep: VerifyReport, spec: TorchSpeculator, plist: list[Any], max_new_tokens: int, steps: int) -> None:
@@ -606,12 +617,13 @@ def _context_bins(
     rep: VerifyReport,
     spec: TorchSpeculator,
     plist: list[Any],
-    pair: tuple[str, str],
+    configs: tuple[dict[str, Any] | None, dict[str, Any] | None],
     lengths: list[int],
     max_new_tokens: int,
     steps: int,
 ) -> None:
-    """Acceptance with prompts built to each length (as verify builds them for a server)."""
+    """Acceptance with prompts built to each length (as verify builds them for a server); ``configs``:
+    the target's and the drafter's, as the check before the run read them."""
     from ckpttools.measuring.traffic import context_bins, context_limits, context_prompts
 
     def measure(built: list[Any]) -> VerifyReport:
@@ -620,4 +632,4 @@ def _context_bins(
         return sub
 
     built = {n: context_prompts(plist, n, max_new_tokens) for n in lengths if n > max_new_tokens}
-    rep.context = context_bins(lengths, built, context_limits(pair[0], pair[1], []), max_new_tokens, measure)
+    rep.context = context_bins(lengths, built, context_limits(*configs, []), max_new_tokens, measure)

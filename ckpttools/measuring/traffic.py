@@ -85,7 +85,9 @@ def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> 
     return out
 
 
-def _read_config(path: str | None) -> dict[str, Any] | None:
+def config_at(path: str | None) -> dict[str, Any] | None:
+    """The config.json of a local checkpoint directory that the run has not opened (a drafter
+    measured on a running server), read for the context axis; None where there is none to read."""
     if path is None or not (Path(path) / "config.json").is_file():
         return None
     from ckpttools.io.inputs import read_json
@@ -106,13 +108,12 @@ def _arg_value(args: list[str], *names: str) -> int | None:
     return None
 
 
-def context_limits(target: str | None, drafter: str | None, engine_args: list[str]) -> dict[str, Any]:
-    """The lengths a context axis marks: the target's context (an engine's --context-length or
-    --max-model-len first), the drafter's max_position_embeddings and its rope scaling's
-    original length and factor."""
+def context_limits(tcfg: dict[str, Any] | None, dcfg: dict[str, Any] | None, engine_args: list[str]) -> dict[str, Any]:
+    """The lengths a context axis marks, from the target's and the drafter's configs as the run read
+    them (None: not read): the target's context (an engine's --context-length or --max-model-len
+    first), the drafter's max_position_embeddings and its rope scaling's original length and factor."""
     from ckpttools.engines.config_rules import context_length
 
-    tcfg, dcfg = _read_config(target), _read_config(drafter)
     target_ctx = _arg_value(engine_args, "--context-length", "--max-model-len") or context_length(tcfg)[0]
     out: dict[str, Any] = {"target_context": target_ctx, "drafter_max_position_embeddings": None, "drafter_rope": None}
     if dcfg:

@@ -20,7 +20,7 @@ from typing import Any
 from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
 from ckpttools.engines.http import Prompt, RequestResult, check_figures, check_url, detect_engine
 from ckpttools.engines.launch import LaunchSpec
-from ckpttools.errors import ConfigError, ServerError, opt
+from ckpttools.errors import CkptError, ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
 from ckpttools.measuring.launch_check import LaunchCheck
@@ -28,7 +28,7 @@ from ckpttools.measuring.request import VERIFY_ENGINES, MeasureRequest, split_en
 from ckpttools.measuring.verdict import ci95 as _ci95
 from ckpttools.measuring.verdict import pct as _pct
 from ckpttools.measuring.verdict import verdict_exit_code
-from ckpttools.measuring.traffic import context_bins, context_limits, context_prompts, level_summary
+from ckpttools.measuring.traffic import config_at, context_bins, context_limits, context_prompts, level_summary
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -552,7 +552,8 @@ def measure_one(
         rep.server_avg_accept_length = obj.server_avg_accept_length(eng)
         _more_levels(rep, eng, plist, levels, kw)
         if req.context_lengths:
-            _context_bins(rep, eng, bins, list(req.context_lengths), launch, req.drafter, levels[0], kw)
+            limits = _context_limits(rep, launch, req.drafter, checked)
+            _context_bins(rep, eng, bins, list(req.context_lengths), limits, levels[0], kw)
         if req.baseline_host is not None:
             rep.baseline = _baseline(
                 req.baseline_host,
@@ -659,25 +660,39 @@ def _more_levels(rep: VerifyReport, eng: Any, plist: list[Prompt], levels: list[
         rep.concurrency_levels.append(level_summary(sub))
 
 
+def _context_limits(
+    rep: VerifyReport, launch: LaunchSpec | None, drafter: str | None, checked: LaunchCheck | None
+) -> dict[str, Any]:
+    """The limits the context axis marks, from the configs the launch check read (a drafter it did
+    not open, a running server's or one measured on a server of its own, is read here); a running
+    server's target context is the one it reports."""
+    name = launch.drafter if launch is not None else drafter
+    got = checked.drafter(name) if checked is not None and name is not None else name
+    dcfg = config_at(got) if got is None or isinstance(got, str) else got.config
+    if launch is None:
+        limits = context_limits(None, dcfg, [])
+        served = rep.server.get("max_model_len")
+        limits["target_context"] = served if type(served) is int else None
+        return limits
+    if checked is None or checked.target is None:
+        return context_limits(config_at(launch.target), dcfg, list(launch.engine_args))
+    try:
+        tcfg: dict[str, Any] | None = checked.target.read()[0]  # as the check read it (a Hub target's too)
+    except (CkptError, OSError):
+        tcfg = None
+    return context_limits(tcfg, dcfg, list(launch.engine_args))
+
+
 def _context_bins(
     rep: VerifyReport,
     eng: Any,
     bins: list[tuple[int, list[Prompt]]],
     asked: list[int],
-    launch: Any,
-    drafter: str | None,
+    limits: dict[str, Any],
     concurrency: int,
     kw: dict[str, Any],
 ) -> None:
     """Acceptance with prompts built to each length, and the limits the axis marks."""
-    limits = context_limits(
-        launch.target if launch is not None else None,
-        launch.drafter if launch is not None else drafter,
-        list(launch.engine_args) if launch is not None else [],
-    )
-    if launch is None and limits.get("target_context") is None:  # a running server: the context it reports
-        served = rep.server.get("max_model_len")
-        limits["target_context"] = served if type(served) is int else None
 
     def measure(plist: list[Prompt]) -> VerifyReport:
         sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server, repeat=rep.repeat)
