@@ -37,6 +37,8 @@ def pytest_configure(config):
         import tempfile
 
         config._ckpt_vllm_cache = os.environ["CKPT_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ckpt-vllm-cache-")
+    if not hasattr(config, "workerinput"):
+        config._ckpt_vllm_warm = _start_vllm_warm(config)
     worker = getattr(config, "workerinput", {}).get("workerid", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
@@ -81,7 +83,41 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     )
 
 
+#: the architectures of every real vLLM server the tests start (tests/vllm_pool.py's families, the
+#: gpt-oss target), the pool's first family first
+VLLM_ARCHS = (
+    "DeepseekV3ForCausalLM",
+    "Eagle3DeepseekV2ForCausalLM",
+    "LlamaForCausalLM",
+    "Eagle3LlamaForCausalLM",
+    "Qwen3ForCausalLM",
+    "Eagle3Qwen3ForCausalLM",
+    "GptOssForCausalLM",
+)
+
+
+def _start_vllm_warm(config) -> subprocess.Popen | None:
+    """tests/vllm_warm.py, beside the first tests, into the session's vLLM cache: each architecture's
+    class facts found once, in one process, instead of once per architecture by the first server to
+    load it, in a subprocess of its own (about 17 s each here). Not where no vLLM test runs."""
+    from tests.vllm_pool import VLLM_PY
+
+    cache = os.environ.get("CKPT_VLLM_CACHE_ROOT")
+    if cache is None or "not vllm" in (config.option.markexpr or "") or not os.path.exists(VLLM_PY):
+        return None
+    env = {**os.environ, "VLLM_CACHE_ROOT": cache, "OMP_NUM_THREADS": "1"}
+    log = open(os.path.join(cache, "warm.log"), "wb")  # noqa: SIM115 (the process holds it)
+    with log:
+        return subprocess.Popen(
+            [VLLM_PY, str(REPO / "tests" / "vllm_warm.py"), *VLLM_ARCHS], stdout=log, stderr=log, env=env
+        )
+
+
 def pytest_unconfigure(config):
+    warm = getattr(config, "_ckpt_vllm_warm", None)
+    if warm is not None and warm.poll() is None:
+        warm.kill()
+        warm.wait()
     path = getattr(config, "_ckpt_vllm_cache", None)
     if path is not None:
         import shutil
@@ -111,6 +147,20 @@ def _pool_order(items: list) -> None:
             items[i] = item
 
 
+def _launching_first(items: list) -> None:
+    """The real-vLLM tests of no group (each starts servers of its own: 50-150 s here) ahead of the
+    other tests of no group, in their own order. pytest-xdist's loadgroup hands out the groups first,
+    the largest first (the corpus, then the shared servers' tests), then the other tests in this order,
+    each to the worker that runs out of work first: started last, these long tests ran one after another
+    on one worker at the end while the other had nothing left (a run of 2026-12-03: 200 s idle)."""
+    launching = [
+        i for i in items if i.get_closest_marker("vllm") is not None and i.get_closest_marker("xdist_group") is None
+    ]
+    if launching:
+        chosen = set(map(id, launching))
+        items[:] = launching + [i for i in items if id(i) not in chosen]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     _pool_order(items)
@@ -123,6 +173,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("vllm-demo"))
         elif item.module.__name__.endswith("test_corpus"):
             item.add_marker(pytest.mark.xdist_group("corpus"))
+    _launching_first(items)
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="GPU test: set CKPT_GPU_TESTS=1 on a machine with a GPU and the SGLang bundle")
