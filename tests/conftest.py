@@ -37,8 +37,6 @@ def pytest_configure(config):
         import tempfile
 
         config._ckpt_vllm_cache = os.environ["CKPT_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ckpt-vllm-cache-")
-    if not hasattr(config, "workerinput"):
-        config._ckpt_vllm_warm = _start_vllm_warm(config)
     worker = getattr(config, "workerinput", {}).get("workerid", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
@@ -96,14 +94,24 @@ VLLM_ARCHS = (
 )
 
 
-def _start_vllm_warm(config) -> subprocess.Popen | None:
-    """tests/vllm_warm.py, beside the first tests, into the session's vLLM cache: each architecture's
-    class facts found once, in one process, instead of once per architecture by the first server to
-    load it, in a subprocess of its own (about 17 s each here). Not where no vLLM test runs."""
+def pytest_collection_finish(session):
+    """Where this session runs real-vLLM tests: tests/vllm_warm.py, beside the first tests (started by
+    one process: the first worker, or pytest without workers)."""
+    config = session.config
+    if getattr(config, "workerinput", {}).get("workerid", "gw0") != "gw0" or config.option.collectonly:
+        return
+    if any(i.get_closest_marker("vllm") is not None for i in session.items):
+        config._ckpt_vllm_warm = _start_vllm_warm()
+
+
+def _start_vllm_warm() -> subprocess.Popen | None:
+    """tests/vllm_warm.py into the session's vLLM cache: each architecture's class facts found once, in
+    one process, instead of once per architecture by the first server to load it, in a subprocess of
+    its own (about 19 s each here)."""
     from tests.vllm_pool import VLLM_PY
 
     cache = os.environ.get("CKPT_VLLM_CACHE_ROOT")
-    if cache is None or "not vllm" in (config.option.markexpr or "") or not os.path.exists(VLLM_PY):
+    if cache is None or not os.path.exists(VLLM_PY):
         return None
     env = {**os.environ, "VLLM_CACHE_ROOT": cache, "OMP_NUM_THREADS": "1"}
     log = open(os.path.join(cache, "warm.log"), "wb")  # noqa: SIM115 (the process holds it)
