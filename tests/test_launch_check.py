@@ -123,3 +123,22 @@ def test_a_large_enough_max_total_tokens_given_silences_the_advice(pair: dict[st
     assert r.exit_code == 0, r.output
     assert "max-total-tokens" not in r.stderr and "KV" not in r.stderr, r.stderr
     assert json.loads(r.stdout)["server"]["engine_release"] == "sglang==0.5.17"
+
+
+def test_the_context_axis_marks_the_configs_the_check_read(pair: dict[str, Path]) -> None:
+    """`verify --launch --context-lengths`: the limits the axis marks come from the target and the drafter
+    as the launch check opened them (the target's context from its config, as SGLang derives it; the
+    drafter's max_position_embeddings from its); a bin past the target's context is skipped, the others
+    measured on the server."""
+    from ckpttools.engines.config_rules import context_length
+
+    tctx = context_length(json.loads((pair["t"] / "config.json").read_text()))[0]
+    dmpe = json.loads((pair["d"] / "config.json").read_text())["max_position_embeddings"]
+    assert isinstance(tctx, int) and 64 < tctx < dmpe * 4
+    r = _verify(pair, "--context-lengths", f"64,{dmpe * 4}")
+    assert r.exit_code == 0, r.output
+    ctx = json.loads(r.stdout)["context"]
+    assert ctx["target_context"] == tctx and ctx["drafter_max_position_embeddings"] == dmpe
+    short, long = ctx["bins"]
+    assert short["tokens"] == 64 and short["accept_length"] == 2.0 and not short["past_drafter_context"]
+    assert long["past_drafter_context"] and long["skipped"] == f"past the target's context of {tctx} tokens"
