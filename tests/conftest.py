@@ -114,8 +114,7 @@ def _start_vllm_warm() -> subprocess.Popen | None:
     if cache is None or not os.path.exists(VLLM_PY):
         return None
     env = {**os.environ, "VLLM_CACHE_ROOT": cache, "OMP_NUM_THREADS": "1"}
-    log = open(os.path.join(cache, "warm.log"), "wb")  # noqa: SIM115 (the process holds it)
-    with log:
+    with open(os.path.join(cache, "warm.log"), "wb") as log:  # the process writes to its own copy
         return subprocess.Popen(
             [VLLM_PY, str(REPO / "tests" / "vllm_warm.py"), *VLLM_ARCHS], stdout=log, stderr=log, env=env
         )

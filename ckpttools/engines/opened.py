@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpttools.errors import NoWeightsError
+from ckpttools.errors import CkptError, NoWeightsError
 from ckpttools.engines.config_facts import ConfigFacts, config_facts
 from ckpttools.formats.config import ConfigEssentials, essentials
 from ckpttools.formats.conventions import TargetOnce
@@ -121,6 +121,14 @@ class OpenedTarget(TargetOnce):
         if self._facts is None:
             self._facts = config_facts(self.read()[0])
         return self._facts
+
+    def config_or_none(self) -> dict[str, Any] | None:
+        """Its config as read (kept from the checks that read it), or None where it cannot be read: for
+        what only marks limits with it (the context axis), not for the checks, which say why."""
+        try:
+            return self.read()[0]
+        except (CkptError, OSError):
+            return None
 
 
 def open_target(target: str | Path | Checkpoint | TargetOnce) -> OpenedTarget:

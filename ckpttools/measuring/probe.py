@@ -598,10 +598,7 @@ def _validate_first(target: str | Path, drafter: str | Path) -> tuple[dict[str, 
         )
         err.exit_code = EXIT_FINDINGS
         raise err
-    try:
-        return t.read()[0], opened.config  # validate read the target: kept
-    except CkptError:
-        return None, opened.config
+    return t.config_or_none(), opened.config
 
 
 def _run_into(rep: VerifyReport, spec: TorchSpeculator, plist: list[Any], max_new_tokens: int, steps: int) -> None:

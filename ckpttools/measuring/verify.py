@@ -20,7 +20,7 @@ from typing import Any
 from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
 from ckpttools.engines.http import Prompt, RequestResult, check_figures, check_url, detect_engine
 from ckpttools.engines.launch import LaunchSpec
-from ckpttools.errors import CkptError, ConfigError, ServerError, opt
+from ckpttools.errors import ConfigError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
 from ckpttools.measuring.launch_check import LaunchCheck
@@ -674,12 +674,8 @@ def _context_limits(
         served = rep.server.get("max_model_len")
         limits["target_context"] = served if type(served) is int else None
         return limits
-    if checked is None or checked.target is None:
-        return context_limits(config_at(launch.target), dcfg, list(launch.engine_args))
-    try:
-        tcfg: dict[str, Any] | None = checked.target.read()[0]  # as the check read it (a Hub target's too)
-    except (CkptError, OSError):
-        tcfg = None
+    known = checked.target if checked is not None else None  # as the check read it (a Hub target's too)
+    tcfg = config_at(launch.target) if known is None else known.config_or_none()
     return context_limits(tcfg, dcfg, list(launch.engine_args))
 
 
