@@ -9,6 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+#: ``ckpt`` as a user runs it: the console script of the environment that runs the benchmark,
+#: which imports the installed package. ``python -m ckpttools`` puts the working directory first
+#: on sys.path, so run from the repository's root it imports the source tree instead, and where
+#: PYTHONDONTWRITEBYTECODE is set (as on the project's CI machines) compiles it from source in
+#: every process: the 64-shard inspect then measured 1.17x the naive loop from the root against
+#: 0.94x from another directory, the same package, the same hour (2026-12-04).
+_SCRIPT = Path(sys.executable).with_name("ckpt")
+CKPT: list[str] = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "ckpttools"]
+
 
 def run_timed(cmd: list[str], repeat: int = 5, env: dict | None = None) -> tuple[float, float]:
     """Median and min wall seconds of a whole process, run ``repeat`` times."""

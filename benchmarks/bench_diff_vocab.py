@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_timed  # noqa: E402
+from _common import CKPT, run_timed  # noqa: E402
 
 LOAD_ONLY = r"""
 import sys
@@ -53,9 +53,7 @@ def main() -> None:
         pa, pb = Path(tmp) / "a.safetensors", Path(tmp) / "b.safetensors"
         save_mapping(VocabMapping.from_ids(ids_a, v), pa)
         save_mapping(VocabMapping.from_ids(ids_b, v), pb)
-        ck_med, ck_min = run_timed(
-            [sys.executable, "-m", "ckpttools", "diff-vocab", str(pa), str(pb), "--json"], a.repeat
-        )
+        ck_med, ck_min = run_timed([*CKPT, "diff-vocab", str(pa), str(pb), "--json"], a.repeat)
         ld_med, ld_min = run_timed([sys.executable, "-c", LOAD_ONLY, str(pa), str(pb)], a.repeat)
         nv_med, nv_min = run_timed([sys.executable, "-c", NAIVE, str(pa), str(pb)], a.repeat)
     print(f"mappings: Vd {vd:,} over V {v:,}")

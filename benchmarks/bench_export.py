@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved, report  # noqa: E402
+from _common import CKPT, interleaved, report  # noqa: E402
 from kimi_shaped import build  # noqa: E402
 
 NAIVE_CAST = r"""
@@ -55,7 +55,7 @@ def main() -> None:
     if not a.skip_fp32 and not (fp32 / "model.safetensors").exists():
         build(fp32, "F32", prefix="model.")
 
-    ckpt = [sys.executable, "-m", "ckpttools", "export"]
+    ckpt = [*CKPT, "export"]
     cmds = {
         "cp -r (bf16 source)": ["cp", "-r", str(bf16), str(w / "o")],
         "ckpt export (names only)": [*ckpt, str(bf16), "-o", str(w / "o"), "--quiet"],

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_timed  # noqa: E402
+from _common import CKPT, run_timed  # noqa: E402
 
 NAIVE = r"""
 import json, sys
@@ -100,7 +100,7 @@ def main() -> None:
         f"checkpoint: {shards} shards, {n} tensors, headers describe {total / 1e12:.3f} TB; "
         f"{disk / 1e6:.1f} MB on disk; headers total {header_bytes / 1e6:.2f} MB"
     )
-    ckpt = [sys.executable, "-m", "ckpttools"]
+    ckpt = list(CKPT)
     help_med, help_min = run_timed([*ckpt, "--help"], a.repeat)
     ins_med, ins_min = run_timed([*ckpt, "inspect", str(huge), "--json"], a.repeat)
     naive_med, naive_min = run_timed([sys.executable, "-c", NAIVE, str(huge)], a.repeat)
@@ -126,6 +126,9 @@ def main() -> None:
         pair_ratios.append(ta / tb)
     pair_ratios.sort()
     if a.before is not None:  # another checkout against this one and the counting loop, interleaved
+        # its bytecode, written once: where PYTHONDONTWRITEBYTECODE is set, each run would
+        # otherwise compile the other checkout from source, and this one's (installed) not
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(a.before / "ckpttools")], check=True)
         cmds = {
             "before": [
                 "env",

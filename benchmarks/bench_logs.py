@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_peak_rss  # noqa: E402
+from _common import CKPT, run_peak_rss  # noqa: E402
 
 
 def _block(i: int) -> bytes:
@@ -113,7 +113,7 @@ def main() -> None:
         size = log.stat().st_size
         import shlex
 
-        cmd = shlex.join([sys.executable, "-m", "ckpttools", "logs", str(log), "--json", "--show", "0"])
+        cmd = shlex.join([*CKPT, "logs", str(log), "--json", "--show", "0"])
         base = shlex.join(["grep", "-c", "accept len", str(log)])
         _median_run(cmd, 1)  # warm the page cache
         wall, rss = _median_run(cmd, a.runs)
@@ -131,7 +131,7 @@ def _starts(starts: int, workdir: str | None) -> None:
         log = Path(d) / "starts.log"
         build_starts(log, starts)
         size = log.stat().st_size
-        base = [sys.executable, "-m", "ckpttools", "logs", str(log)]
+        base = [*CKPT, "logs", str(log)]
         for what, extra in (("text", []), ("--json", ["--json"])):
             out = Path(d) / f"report-{what}"
             cmd = ["sh", "-c", '"$@" > "$0"; test $? -le 1', str(out), *base, *extra]
