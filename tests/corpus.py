@@ -1161,6 +1161,18 @@ def number_cases() -> list[Case]:
         Case("num--context-lengths-huge", [*host, "--context-lengths", "1e99"], 2, dpt),
         Case("num--context-lengths-past-limit", [*host, "--context-lengths", "99999999999k"], 2, dpt),
         Case("num--context-lengths-negative", [*host, "--context-lengths", "-5"], 2, dpt),
+        Case("num--context-lengths-empty", [*host, "--context-lengths", ""], 2, dpt),
+        Case("num--context-lengths-underscore", [*host, "--context-lengths", "1_000"], 2, dpt),
+        Case("num--context-lengths-fullwidth-digits", [*host, "--context-lengths", "\uff11\uff12\uff18"], 2, dpt),
+        Case("num--context-lengths-5000-digits", [*host, "--context-lengths", "9" * 5000], 2, dpt),
+        Case(
+            "num--context-lengths-past-target-offline",  # skipped unbuilt: 16M-token prompts were gigabytes
+            ["verify", "--engine", "torch", "--target", "t", "d", "--prompts", "ids.jsonl", "--max-new-tokens", "8"]
+            + ["--num-prompts", "2", "--context-lengths", "16777216,16777215,64"],
+            0,
+            both(dpt, write("ids.jsonl", '{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n')),
+            stdout_has="past the target's context",
+        ),
         Case(
             "num--context-lengths-too-many",
             [*host, "--context-lengths", ",".join(str(i) for i in range(100, 140))],

@@ -403,6 +403,40 @@ def test_the_offline_engine_measures_context_bins_and_refuses_what_it_cannot_mea
         assert r.exit_code == 2 and f"{name}: not measured by --engine torch" in r.stderr, (extra, r.output)
 
 
+def test_a_bin_past_the_targets_context_builds_no_prompt():
+    """A bin past the target's context is skipped before its prompts are built: 16 prompts of 16M
+    tokens would be gigabytes of lists (a hostile run: MemoryError under a 4 GB limit). Prompts of
+    text only, which no bin can be built from, show it: building one would raise."""
+    from ckpttools.engines.http import Prompt
+    from ckpttools.errors import ConfigError
+    from ckpttools.measuring.traffic import MAX_CONTEXT_LENGTH, context_bins, context_prompts
+
+    text_only = [Prompt(text="hello", category="a")]
+    with pytest.raises(ConfigError, match="token ids"):
+        context_prompts(text_only, 64, 8)
+    limits = {"target_context": 4096, "drafter_max_position_embeddings": None, "drafter_rope": None}
+    calls: list[int] = []
+    got = context_bins([4, MAX_CONTEXT_LENGTH], text_only, limits, 8, lambda built: calls.append(len(built)))
+    assert calls == []
+    assert [b["skipped"] for b in got["bins"]] == [
+        "4 tokens leave no room for the prompt before 8 new tokens",
+        "past the target's context of 4096 tokens",
+    ]
+
+
+def test_the_drafters_context_is_read_where_inspect_reads_it():
+    """A speculators drafter keeps max_position_embeddings and rope_scaling in
+    transformer_layer_config; the context axis reads them there, as inspect does."""
+    from ckpttools.formats.config import lookup
+    from ckpttools.measuring.traffic import context_limits
+
+    inner = {"max_position_embeddings": 1024, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    for dcfg in ({"transformer_layer_config": inner}, {"text_config": inner}, inner):
+        got = context_limits(None, dcfg, [])
+        assert got["drafter_max_position_embeddings"] == lookup(dcfg, "max_position_embeddings")[0] == 1024
+        assert got["drafter_rope"] == {"rope_type": "linear", "factor": 2.0}
+
+
 def test_a_server_that_dies_is_said_to_have_died_and_its_log_kept(tmp_path, prompts_file):
     """A launched server killed during the run (here: a stand-in for sglang.launch_server that
     SIGKILLs itself on the first request, as the OOM killer does) is named as dead, with its

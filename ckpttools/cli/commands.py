@@ -807,7 +807,7 @@ def _measure_request(drafters: list[str], o: dict[str, Any]) -> Any:
     kw |= {k: o[k] for k in _GIVEN_OPTS if _given(k)}
     kw |= {"log": o["log_path"], "output": o["output_file"], "plot": o["plot_file"]}
     kw["concurrency"] = P.levels(o["concurrency"])
-    if o["context_lengths"]:
+    if o["context_lengths"] is not None:  # an empty value too: refused, not read as no axis
         from ckpttools.measuring.traffic import parse_lengths
 
         kw["context_lengths"] = parse_lengths(o["context_lengths"])

@@ -621,12 +621,11 @@ def _context_bins(
 ) -> None:
     """Acceptance with prompts built to each length (as verify builds them for a server); ``configs``:
     the target's and the drafter's, as the check before the run read them."""
-    from ckpttools.measuring.traffic import context_bins, context_limits, context_prompts
+    from ckpttools.measuring.traffic import context_bins, context_limits
 
     def measure(built: list[Any]) -> VerifyReport:
         sub = VerifyReport(engine="torch", url=None, num_prompts=len(built), server=rep.server)
         _run_into(sub, spec, built, max_new_tokens, steps)
         return sub
 
-    built = {n: context_prompts(plist, n, max_new_tokens) for n in lengths if n > max_new_tokens}
-    rep.context = context_bins(lengths, built, context_limits(*configs, []), max_new_tokens, measure)
+    rep.context = context_bins(lengths, plist, context_limits(*configs, []), max_new_tokens, measure)

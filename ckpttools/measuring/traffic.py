@@ -8,7 +8,14 @@ from typing import Any, Callable
 from ckpttools.engines.http import Prompt
 from ckpttools.errors import CkptError, ConfigError, opt
 
-__all__ = ["level_summary", "context_prompts", "context_limits", "context_bins", "parse_lengths"]
+__all__ = [
+    "level_summary",
+    "check_context_prompts",
+    "context_prompts",
+    "context_limits",
+    "context_bins",
+    "parse_lengths",
+]
 
 
 def level_summary(rep: Any) -> dict[str, Any]:
@@ -29,16 +36,26 @@ def level_summary(rep: Any) -> dict[str, Any]:
 def parse_lengths(text: str) -> list[int]:
     """'1k,8k,32768' -> [1024, 8192, 32768] (k = 1024)."""
     out = []
+    if not text.strip():
+        raise ConfigError(
+            "no context length given", hint=f"give {opt('context_lengths')} as e.g. 1k,8k,32768, or leave it out"
+        )
     for part in text.split(","):
         p = part.strip().lower()
         mult = 1024 if p.endswith("k") else 1
-        try:
-            n = int(p[:-1] if mult > 1 else p) * mult
-        except ValueError:
+        digits = p[:-1] if mult > 1 else p
+        # ASCII digits only: int() would also take "1_000" and other scripts' digits ("１２８")
+        if not (digits.isascii() and digits.isdigit()):
             raise ConfigError(
-                f"context length {part.strip()!r} is not a number of tokens",
+                f"context length {part.strip()[:40]!r} is not a number of tokens",
                 hint=f"give {opt('context_lengths')} as e.g. 1k,8k,32768",
-            ) from None
+            )
+        if len(digits) > 9:  # past MAX_CONTEXT_LENGTH whatever the digits, and past int()'s digit limit
+            raise ConfigError(
+                f"context length {digits[:12]}... is out of range: at most {MAX_CONTEXT_LENGTH} tokens",
+                hint="no released target reads more; lengths past the target's own context are skipped anyway",
+            )
+        n = int(digits) * mult
         if n < 2:
             raise ConfigError(f"context length {n} is too short", hint="give lengths of at least 2 tokens")
         if n > MAX_CONTEXT_LENGTH:
@@ -57,17 +74,22 @@ MAX_CONTEXT_LENGTH = 1 << 24
 MAX_CONTEXT_BINS = 32
 
 
-def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> list[Prompt]:
-    """Each prompt lengthened to ``length - max_new_tokens`` tokens: the other prompts of its
-    category (in turn, from the next one) come first, as a long document before a question,
-    and the prompt itself last; prompt plus generation then ends at ``length``, and a bin
-    keeps the set's mix of categories."""
+def check_context_prompts(prompts: list[Prompt]) -> None:
+    """Refuse, before anything runs, prompts that no bin can be built from (text without token ids)."""
     if any(p.input_ids is None for p in prompts):
         raise ConfigError(
             "context lengths need token ids to build prompts of an exact length",
             hint=f"give {opt('tokenizer')} (or, with a launched server, a target that has tokenizer.json), "
             "or prompts with input_ids",
         )
+
+
+def context_prompts(prompts: list[Prompt], length: int, max_new_tokens: int) -> list[Prompt]:
+    """Each prompt lengthened to ``length - max_new_tokens`` tokens: the other prompts of its
+    category (in turn, from the next one) come first, as a long document before a question,
+    and the prompt itself last; prompt plus generation then ends at ``length``, and a bin
+    keeps the set's mix of categories."""
+    check_context_prompts(prompts)
     n = length - max_new_tokens
     by: dict[str, list[Prompt]] = {}
     for p in prompts:
@@ -114,12 +136,14 @@ def context_limits(tcfg: dict[str, Any] | None, dcfg: dict[str, Any] | None, eng
     first), the drafter's max_position_embeddings and its rope scaling's original length and factor."""
     from ckpttools.engines.config_rules import context_length
 
+    from ckpttools.formats.config import lookup
+
     target_ctx = _arg_value(engine_args, "--context-length", "--max-model-len") or context_length(tcfg)[0]
     out: dict[str, Any] = {"target_context": target_ctx, "drafter_max_position_embeddings": None, "drafter_rope": None}
-    if dcfg:
-        mpe = dcfg.get("max_position_embeddings")
+    if dcfg:  # where inspect reads them: the top level, or a sub-config (speculators' transformer_layer_config)
+        mpe = lookup(dcfg, "max_position_embeddings")[0]
         out["drafter_max_position_embeddings"] = mpe if type(mpe) is int else None
-        rs = dcfg.get("rope_scaling")
+        rs = lookup(dcfg, "rope_scaling")[0]
         if isinstance(rs, dict):
             out["drafter_rope"] = {
                 k: rs.get(k) for k in ("rope_type", "type", "factor", "original_max_position_embeddings") if k in rs
@@ -129,22 +153,24 @@ def context_limits(tcfg: dict[str, Any] | None, dcfg: dict[str, Any] | None, eng
 
 def context_bins(
     asked: list[int],
-    built: dict[int, list[Prompt]],
+    prompts: list[Prompt],
     limits: dict[str, Any],
     max_new_tokens: int,
     measure: Callable[[list[Prompt]], Any],
 ) -> dict[str, Any]:
-    """The report's ``context``: each asked length measured on its built prompts (``measure``
-    returns a report), or skipped with the reason; with the limits the axis marks."""
+    """The report's ``context``: each asked length measured on ``prompts`` built to it (``measure``
+    returns a report), or skipped with the reason; with the limits the axis marks. A bin's prompts
+    are built only when it is measured, one bin at a time: a length past the target's context
+    costs nothing (16 prompts of 16M tokens would be gigabytes of lists)."""
     tctx, dmpe = limits["target_context"], limits["drafter_max_position_embeddings"]
     out: list[dict[str, Any]] = []
     for n in asked:
         entry: dict[str, Any] = {"tokens": n, "past_drafter_context": bool(dmpe and n > dmpe)}
-        if n not in built:
+        if n <= max_new_tokens:
             entry["skipped"] = f"{n} tokens leave no room for the prompt before {max_new_tokens} new tokens"
         elif tctx and n > tctx:
             entry["skipped"] = f"past the target's context of {tctx} tokens"
         else:
-            entry |= level_summary(measure(built[n]))
+            entry |= level_summary(measure(context_prompts(prompts, n, max_new_tokens)))
         out.append(entry)
     return {**limits, "bins": out}

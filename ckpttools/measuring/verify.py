@@ -28,7 +28,13 @@ from ckpttools.measuring.request import VERIFY_ENGINES, MeasureRequest, split_en
 from ckpttools.measuring.verdict import ci95 as _ci95
 from ckpttools.measuring.verdict import pct as _pct
 from ckpttools.measuring.verdict import verdict_exit_code
-from ckpttools.measuring.traffic import config_at, context_bins, context_limits, context_prompts, level_summary
+from ckpttools.measuring.traffic import (
+    check_context_prompts,
+    config_at,
+    context_bins,
+    context_limits,
+    level_summary,
+)
 
 __all__ = ["VerifyReport", "verify", "load_prompts", "SpecOffError", "summarize"]
 
@@ -534,7 +540,8 @@ def measure_one(
     launch, host = req.launch, req.host
     levels = list(req.concurrency)
     plist = prompts_of(req)
-    bins = [(n, context_prompts(plist, n, req.max_new_tokens)) for n in req.context_lengths if n > req.max_new_tokens]
+    if req.context_lengths:  # the cheap check first: before a server starts
+        check_context_prompts(plist)
     client, server = NetClient(timeout=req.timeout, connect=10.0), None
     try:
         url, engine = (host.url if host is not None else None), req.engine
@@ -553,7 +560,7 @@ def measure_one(
         _more_levels(rep, eng, plist, levels, kw)
         if req.context_lengths:
             limits = _context_limits(rep, launch, req.drafter, checked)
-            _context_bins(rep, eng, bins, list(req.context_lengths), limits, levels[0], kw)
+            _context_bins(rep, eng, plist, list(req.context_lengths), limits, levels[0], kw)
         if req.baseline_host is not None:
             rep.baseline = _baseline(
                 req.baseline_host,
@@ -682,7 +689,7 @@ def _context_limits(
 def _context_bins(
     rep: VerifyReport,
     eng: Any,
-    bins: list[tuple[int, list[Prompt]]],
+    plist: list[Prompt],
     asked: list[int],
     limits: dict[str, Any],
     concurrency: int,
@@ -690,12 +697,12 @@ def _context_bins(
 ) -> None:
     """Acceptance with prompts built to each length, and the limits the axis marks."""
 
-    def measure(plist: list[Prompt]) -> VerifyReport:
-        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(plist), server=rep.server, repeat=rep.repeat)
-        _measure_into(sub, eng, plist, concurrency=concurrency, progress=None, **kw)
+    def measure(built: list[Prompt]) -> VerifyReport:
+        sub = VerifyReport(engine=rep.engine, url=rep.url, num_prompts=len(built), server=rep.server, repeat=rep.repeat)
+        _measure_into(sub, eng, built, concurrency=concurrency, progress=None, **kw)
         return sub
 
-    rep.context = context_bins(asked, dict(bins), limits, kw["max_new_tokens"], measure)
+    rep.context = context_bins(asked, plist, limits, kw["max_new_tokens"], measure)
 
 
 def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], *, obj: Any, **kw: Any) -> list[RequestResult]:
