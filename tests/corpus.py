@@ -540,6 +540,34 @@ def config_cases() -> list[Case]:
             Case(f"config-{name}-validate", ["validate", "d", "--target", "t"], 1, setup),
             Case(f"config-{name}-export", ["export", "d", "-o", "out", "--target", "t"], 2, setup, out="out"),
         ]
+    # a target config that passes the checks but that transformers refuses when the offline engine
+    # builds the model from it: one line naming transformers' refusal (it had been its traceback, exit 1)
+    ids = write("ids.jsonl", '{"input_ids": [5, 6, 7, 8]}\n')
+    torch_ = ["verify", "--engine", "torch", "--target", "t", "d", "--prompts", "ids.jsonl", "--max-new-tokens", "4"]
+    for name, change in (
+        ("t-rope-type-unknown", setk("rope_scaling", {"type": "nonsense", "factor": 3})),
+        ("t-text-config-nested", setk("text_config", {"max_position_embeddings": 1024})),
+    ):
+        setup = both(copy_in("d"), copy_in("t"), ids, edit_json("t/config.json", change))
+        out.append(
+            Case(f"config-{name}-torch", [*torch_, "--num-prompts", "1"], 2, setup, stderr_has="transformers could not")
+        )
+
+    def dangling(d: Path, base: Path) -> None:
+        (d / "t" / "config.json").unlink()
+        (d / "t" / "config.json").symlink_to(d / "no-such" / "config.json")
+
+    link = both(copy_in("d"), copy_in("t"), dangling)
+    out += [
+        Case("config-t-link-to-nothing-inspect", ["inspect", "t"], 2, link, stderr_has="leads to no file"),
+        Case(
+            "config-t-link-to-nothing-validate",
+            ["validate", "d", "--target", "t"],
+            2,
+            link,
+            stderr_has="leads to no file",
+        ),
+    ]
     return out
 
 

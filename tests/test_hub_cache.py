@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpttools.demo.tiny import build_drafter
+from ckpttools.demo.tiny import build_drafter, build_target
 
 from .local_hub import LocalHub, Repo
 
@@ -33,9 +33,11 @@ def hf_home(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("repos")
     build_drafter(src / "single", "sglang")
     build_drafter(src / "sharded", "sglang", max_shard_size=40_000, embed_tokens=True)
+    build_target(src / "tgt")
     home = tmp_path_factory.mktemp("hf-home")
-    with LocalHub({"org/single": Repo.from_dir(src / "single"), "org/sharded": Repo.from_dir(src / "sharded")}) as hub:
-        code = "from huggingface_hub import snapshot_download as s; s('org/single'); s('org/sharded')"
+    repos = {name: Repo.from_dir(src / name.split("/")[1]) for name in ("org/single", "org/sharded", "org/tgt")}
+    with LocalHub(repos) as hub:
+        code = "from huggingface_hub import snapshot_download as s; s('org/single'); s('org/sharded'); s('org/tgt')"
         env = {
             **os.environ,
             "HF_ENDPOINT": hub.url,
@@ -73,6 +75,24 @@ def test_repo_id_offline_from_another_cwd(hf_home: Path, repo: str, tmp_path: Pa
     r = _run(["export", repo, "-o", "out", "--max-shard-size", "100KB"], tmp_path, env)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("target", ["org/tgt", "org/tgt@main"])
+def test_the_offline_engine_loads_a_target_from_the_cache_by_repo_id(
+    hf_home: Path, target: str, tmp_path: Path
+) -> None:
+    """`verify --engine torch --target org/name[@rev]` offline: transformers is handed the snapshot
+    the check opened (``org/tgt@main`` is no repo id to transformers: it had failed there, after
+    the check had passed)."""
+    (tmp_path / "p.jsonl").write_text('{"input_ids": [5, 6, 7, 8]}\n')
+    argv = ["verify", "--engine", "torch", "--target", target, "org/single", "--prompts", "p.jsonl"]
+    r = _run(
+        [*argv, "--num-prompts", "1", "--max-new-tokens", "4", "--json"],
+        tmp_path,
+        {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"},
+    )
+    assert r.returncode in (0, 1), r.stderr
+    assert '"engine": "torch"' in r.stdout and "accept_length" in r.stdout
 
 
 @pytest.mark.parametrize("repo", ["org/single", "org/sharded"])

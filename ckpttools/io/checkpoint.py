@@ -85,7 +85,19 @@ def load_config(path: Path) -> dict[str, Any]:
     """Read a config.json, raising ConfigError (exit 2) when it is not a JSON object."""
     from ckpttools.io.inputs import read_json
 
-    cfg = read_json(path, "config")
+    try:
+        cfg = read_json(path, "config")
+    except FileNotFoundError:  # listed, yet gone on open: a link to nothing (or removed meanwhile)
+        to = f" to {os.readlink(path)}" if os.path.islink(path) else ""
+        raise ConfigError(
+            f"{path}: a link{to} that leads to no file" if to else f"{path}: removed while it was read",
+            path=path,
+            hint="point config.json at the real file (or copy it in place of the link)",
+        ) from None
+    except PermissionError:
+        raise ConfigError(
+            f"{path}: not readable (permission denied)", path=path, hint="make config.json readable"
+        ) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: not a JSON object", path=path)
     return cfg

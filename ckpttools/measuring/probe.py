@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +373,51 @@ class Eagle3Drafter:
         return self.hot[logits.argmax(-1).cpu()], normed if self.opts.norm_output else pre
 
 
+@contextmanager
+def _transformers_log_held() -> Iterator[Callable[[], None]]:
+    """transformers' log records held while the target loads; the yielded call says them (after a
+    load that worked). A load that fails is one error line, so what transformers logged on its way
+    to the failure (a warning about the same config field) is dropped with it."""
+    import logging
+
+    class Held(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+    lg, held = logging.getLogger("transformers"), Held()
+    saved = lg.handlers[:]
+    lg.handlers = [held]
+    out: list[logging.LogRecord] = []
+
+    def replay() -> None:
+        for r in out:
+            for h in saved:
+                if r.levelno >= h.level:
+                    h.handle(r)
+
+    try:
+        yield replay
+    finally:
+        lg.handlers = saved
+        out.extend(held.records)
+
+
+def _load_path(target: str | Path, ck: Any) -> tuple[str, str | None]:
+    """What transformers loads the target from, and the revision: the local directory the
+    checkpoint was opened in (a Hub repo found in huggingface_hub's cache: its snapshot), else the
+    Hub repo id and revision apart (``org/name@rev`` is no repo id to transformers)."""
+    root = getattr(ck, "root", None)
+    if getattr(ck, "hub", None) is None and isinstance(root, Path) and root.is_dir():
+        return str(root), None
+    from ckpttools.io.refs import split_ref
+
+    return split_ref(str(target), None)
+
+
 class TorchSpeculator:
     """Target (transformers) plus drafter: greedy chain speculation, counting accepts."""
 
@@ -389,12 +436,23 @@ class TorchSpeculator:
             raise CkptError("the offline torch engine needs transformers", hint="pip install transformers") from None
         hf_logging.disable_progress_bar()  # the report is the output; no per-load bars on stderr
         with open_checkpoint(target) as tck:
-            tcfg = tck.config
+            tcfg, (where, rev) = tck.config, _load_path(target, tck)
         require_valid_config(tcfg, f"target {target}")  # transformers builds the target from these sizes
         tcfg_dtype = essentials(tcfg).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
         self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
-        model: Any = AutoModelForCausalLM.from_pretrained(str(target), dtype=self.dtype)
+        try:
+            with _transformers_log_held() as replay:  # said after a load, dropped with a refusal
+                model: Any = AutoModelForCausalLM.from_pretrained(where, revision=rev, dtype=self.dtype)
+            replay()
+        except Exception as e:  # noqa: BLE001 - transformers' refusal of the config or its files: one line
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise CkptError(
+                f"transformers could not build the target {target}: {type(e).__name__}: {first}",
+                path=str(target),
+                hint="check the target's config.json against what its model class reads (its rope_scaling type, "
+                "a nested text_config); CKPT_DEBUG=1 shows transformers' traceback",
+            ) from e
         self.model = model.to(device).eval()
         self.device = device
         self.L = self.model.config.num_hidden_layers
