@@ -553,6 +553,19 @@ def config_cases() -> list[Case]:
             Case(f"config-{name}-torch", [*torch_, "--num-prompts", "1"], 2, setup, stderr_has="transformers could not")
         )
 
+    # a drafter rope scaling the probe does not apply: measured, and said as a note (it had been
+    # printed as "error:" beside exit 0)
+    lin = setk("rope_scaling", {"type": "linear", "factor": 4.0})
+    out.append(
+        Case(
+            "config-d-rope-linear-torch",
+            [*torch_, "--num-prompts", "1"],
+            0,
+            both(copy_in("d"), copy_in("t"), ids, edit_json("d/config.json", lin)),
+            stderr_has="plain RoPE is used",
+        )
+    )
+
     def dangling(d: Path, base: Path) -> None:
         (d / "t" / "config.json").unlink()
         (d / "t" / "config.json").symlink_to(d / "no-such" / "config.json")
@@ -1190,6 +1203,14 @@ def number_cases() -> list[Case]:
         Case("num--context-lengths-past-limit", [*host, "--context-lengths", "99999999999k"], 2, dpt),
         Case("num--context-lengths-negative", [*host, "--context-lengths", "-5"], 2, dpt),
         Case("num--context-lengths-empty", [*host, "--context-lengths", ""], 2, dpt),
+        Case(
+            "opt-launch-with-engine-torch",
+            [*torch_, "--launch"],
+            2,
+            dpt,
+            stderr_has="--engine torch runs with none: give --engine sglang or vllm",
+        ),
+        Case("opt-host-with-engine-torch", [*torch_, "--host", "{srv}/sg-ok"], 2, dpt, stderr_has="runs with none"),
         Case("num--context-lengths-underscore", [*host, "--context-lengths", "1_000"], 2, dpt),
         Case("num--context-lengths-fullwidth-digits", [*host, "--context-lengths", "\uff11\uff12\uff18"], 2, dpt),
         Case("num--context-lengths-5000-digits", [*host, "--context-lengths", "9" * 5000], 2, dpt),

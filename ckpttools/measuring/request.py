@@ -294,6 +294,16 @@ def _offline(drafter: str | None, o: dict[str, Any]) -> Offline:
     given += [k for k in _LAUNCH_ONLY if o[k] not in (None, (), [])]
     if list(o["concurrency"]) != [1]:
         given.append("concurrency")
+    if "launch" in given:  # the hint below would name the option given
+        raise RequestError(
+            f"{opt('launch')} starts a server, and {opt('engine')} torch runs with none: give {opt('engine')} "
+            f"sglang or vllm to launch one, or leave {opt('launch')} out to measure offline"
+        )
+    if "host" in given:
+        raise RequestError(
+            f"{opt('host')} measures a running server, and {opt('engine')} torch runs with none: leave "
+            f"{opt('engine')} torch out (the server's engine is read from it), or {opt('host')} to measure offline"
+        )
     if given:
         raise RequestError(
             f"{_names(given)}: not measured by {opt('engine')} torch (one request at a time, greedy, topk 1, "
