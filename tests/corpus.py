@@ -566,6 +566,17 @@ def config_cases() -> list[Case]:
         )
     )
 
+    small = setk("max_position_embeddings", 16)  # 4 prompt tokens plus 20 new pass it: measured, and said
+    out.append(
+        Case(
+            "config-t-context-16-torch-past",
+            [*torch_[:-1], "20", "--num-prompts", "1"],
+            0,
+            both(copy_in("d"), copy_in("t"), ids, edit_json("t/config.json", small)),
+            stderr_has="past the target's context of 16",
+        )
+    )
+
     def dangling(d: Path, base: Path) -> None:
         (d / "t" / "config.json").unlink()
         (d / "t" / "config.json").symlink_to(d / "no-such" / "config.json")

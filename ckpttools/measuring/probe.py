@@ -600,6 +600,7 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
         )
     check_device(off.device)
     configs = _validate_first(target, drafter)
+    _past_context(plist, req.max_new_tokens, configs[0])
     spec = TorchSpeculator(target, drafter, steps, off.device, off.dtype)
     rep = VerifyReport(
         engine="torch", url=None, num_prompts=len(plist), min_accept_len=req.min_accept_len, repeat=req.repeat
@@ -628,6 +629,21 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
         note(f"{spec.drafter.rope_note}: the drafter's attention here is not what an engine that scales it runs")
     rep.verdict = verdict_line(rep)
     return rep
+
+
+def _past_context(plist: list[Any], max_new_tokens: int, tcfg: dict[str, Any] | None) -> None:
+    """Say when the run's own prompts plus generation pass the target's context: transformers runs
+    them anyway, at positions the target was not built for (a server would refuse or cut them)."""
+    from ckpttools.engines.config_rules import context_length
+    from ckpttools.io.fsutil import note
+
+    tctx = context_length(tcfg)[0]
+    longest = max((len(p.input_ids or []) for p in plist), default=0) + max_new_tokens
+    if tctx and longest > tctx:
+        note(
+            f"prompts plus {max_new_tokens} new tokens reach {longest} tokens, past the target's context of "
+            f"{tctx}: the figures include positions the target was not built for (give fewer new tokens)"
+        )
 
 
 def _validate_first(target: str | Path, drafter: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
