@@ -577,6 +577,27 @@ def config_cases() -> list[Case]:
         )
     )
 
+    def bom(d: Path, base: Path) -> None:
+        cfg = d / "t" / "config.json"
+        cfg.write_bytes(b"\xef\xbb\xbf" + cfg.read_bytes())
+
+    out += [
+        Case(
+            "config-t-bom-torch",
+            [*torch_, "--num-prompts", "1"],
+            2,
+            both(copy_in("d"), copy_in("t"), ids, bom),
+            stderr_has="byte-order mark",
+        ),
+        Case(
+            "config-t-weights-file-alone-torch",
+            ["verify", "--engine", "torch", "--target", "t/model.safetensors", "d", "--prompts", "ids.jsonl"],
+            2,
+            both(copy_in("d"), copy_in("t"), ids),
+            stderr_has="give the target's directory",
+        ),
+    ]
+
     def dangling(d: Path, base: Path) -> None:
         (d / "t" / "config.json").unlink()
         (d / "t" / "config.json").symlink_to(d / "no-such" / "config.json")

@@ -449,8 +449,8 @@ def _context(r: Any) -> list[str]:
         return []
     c = r.context
     out = [
-        f"  by context length (target context {c.get('target_context')}, drafter max_position_embeddings "
-        f"{c.get('drafter_max_position_embeddings')}"
+        f"  by context length (target context {c.get('target_context') or 'unknown'}, drafter "
+        f"max_position_embeddings {c.get('drafter_max_position_embeddings') or 'not given'}"
         + (f", rope {c['drafter_rope']}" if c.get("drafter_rope") else "")
         + "):"
     ]

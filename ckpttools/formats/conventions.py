@@ -44,7 +44,7 @@ def load_target_config(target: str | Path | Checkpoint | TargetOnce) -> tuple[di
         return target.read()
     if isinstance(target, Checkpoint):
         if target.config is None:
-            raise ConfigError(f"{target.source}: the target has no config.json", path=target.source)
+            raise _no_config(target.source)
         return target.config, str(target.source)
     p = Path(target)
     if p.is_file() and p.suffix == ".json":
@@ -63,5 +63,20 @@ def load_target_config(target: str | Path | Checkpoint | TargetOnce) -> tuple[di
         return hub_config(repo), f"{target} (commit {repo.commit})"
     with open_checkpoint(target) as ck:
         if ck.config is None:
-            raise ConfigError(f"{target}: the target has no config.json", path=str(target))
+            raise _no_config(str(target))
         return ck.config, str(target)
+
+
+def _no_config(source: str) -> ConfigError:
+    """A target read without a config.json: a weights file given alone, or a directory without one."""
+    if Path(source).is_file():
+        return ConfigError(
+            f"{source}: a weights file alone has no config.json: the target's sizes are read from it",
+            path=source,
+            hint="give the target's directory (config.json beside the weights)",
+        )
+    return ConfigError(
+        f"{source}: the target has no config.json",
+        path=source,
+        hint="give a target whose directory holds its config.json (the model's config, as transformers writes it)",
+    )

@@ -406,6 +406,29 @@ def _transformers_log_held() -> Iterator[Callable[[], None]]:
         out.extend(held.records)
 
 
+def _no_bom(path: Path) -> None:
+    """Refuse a config.json that starts with a UTF-8 byte-order mark: ckpttools reads past one,
+    transformers' reader refuses it ("not a valid JSON file"), so say which it is."""
+    import os
+
+    from ckpttools.io.fsutil import open_regular
+
+    try:
+        fd = open_regular(path)
+    except (OSError, CkptError):  # read already by the check: what it says stands
+        return
+    try:
+        head = os.pread(fd, 3, 0)
+    finally:
+        os.close(fd)
+    if head == b"\xef\xbb\xbf":
+        raise ConfigError(
+            f"{path}: starts with a UTF-8 byte-order mark, which transformers refuses",
+            path=str(path),
+            hint="save config.json as UTF-8 without a byte-order mark",
+        )
+
+
 def _load_path(target: str | Path, ck: Any) -> tuple[str, str | None]:
     """What transformers loads the target from, and the revision: the local directory the
     checkpoint was opened in (a Hub repo found in huggingface_hub's cache: its snapshot), else the
@@ -441,6 +464,8 @@ class TorchSpeculator:
         tcfg_dtype = essentials(tcfg).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
         self.dtype = tdt.get(dtype or tcfg_dtype or "float32", torch.float32)
+        if rev is None:
+            _no_bom(Path(where) / "config.json")
         try:
             with _transformers_log_held() as replay:  # said after a load, dropped with a refusal
                 model: Any = AutoModelForCausalLM.from_pretrained(where, revision=rev, dtype=self.dtype)
