@@ -407,6 +407,17 @@ class Checkpoint:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def load_source(self) -> tuple[str, str | None]:
+        """What a loader that reads a directory or a Hub repo id (transformers' ``from_pretrained``)
+        is handed, and the revision: the local directory this was opened in (a Hub repo found in
+        huggingface_hub's cache: its snapshot), else the repo id and the revision apart
+        (``org/name@rev`` is no repo id to such a loader)."""
+        if self.hub is None and self.root.is_dir():
+            return str(self.root), None
+        from ckpttools.io.refs import split_ref
+
+        return split_ref(self.source, self.revision if self.hub is None else None)
+
     def __repr__(self) -> str:
         return f"Checkpoint({self.source!r}, {self.num_tensors} tensors in {len(self.headers)} files)"
 

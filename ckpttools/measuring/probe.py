@@ -429,18 +429,6 @@ def _no_bom(path: Path) -> None:
         )
 
 
-def _load_path(target: str | Path, ck: Any) -> tuple[str, str | None]:
-    """What transformers loads the target from, and the revision: the local directory the
-    checkpoint was opened in (a Hub repo found in huggingface_hub's cache: its snapshot), else the
-    Hub repo id and revision apart (``org/name@rev`` is no repo id to transformers)."""
-    root = getattr(ck, "root", None)
-    if getattr(ck, "hub", None) is None and isinstance(root, Path) and root.is_dir():
-        return str(root), None
-    from ckpttools.io.refs import split_ref
-
-    return split_ref(str(target), None)
-
-
 class TorchSpeculator:
     """Target (transformers) plus drafter: greedy chain speculation, counting accepts."""
 
@@ -459,7 +447,7 @@ class TorchSpeculator:
             raise CkptError("the offline torch engine needs transformers", hint="pip install transformers") from None
         hf_logging.disable_progress_bar()  # the report is the output; no per-load bars on stderr
         with open_checkpoint(target) as tck:
-            tcfg, (where, rev) = tck.config, _load_path(target, tck)
+            tcfg, (where, rev) = tck.config, tck.load_source()
         require_valid_config(tcfg, f"target {target}")  # transformers builds the target from these sizes
         tcfg_dtype = essentials(tcfg).torch_dtype
         tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -624,8 +612,8 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
     check_device(off.device)
-    configs = _validate_first(target, drafter)
-    _past_context(plist, req.max_new_tokens, configs[0])
+    tcfg, dcfg, tctx = _validate_first(target, drafter)
+    _past_context(plist, req.max_new_tokens, tctx)
     spec = TorchSpeculator(target, drafter, steps, off.device, off.dtype)
     rep = VerifyReport(
         engine="torch", url=None, num_prompts=len(plist), min_accept_len=req.min_accept_len, repeat=req.repeat
@@ -644,7 +632,7 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
     _run_into(rep, spec, plist, req.max_new_tokens, steps)
     if req.context_lengths:
         bins = list(req.context_lengths)
-        _context_bins(rep, spec, plist, configs, bins, req.max_new_tokens, steps)
+        _context_bins(rep, spec, plist, (tcfg, dcfg), bins, req.max_new_tokens, steps)
     if req.min_accept_len is not None:
         rep.passed = rep.accept_length is not None and rep.accept_length >= req.min_accept_len
     if spec.drafter.rope_note:  # a caveat of how the figure was measured, not a failed request
@@ -656,13 +644,12 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
     return rep
 
 
-def _past_context(plist: list[Any], max_new_tokens: int, tcfg: dict[str, Any] | None) -> None:
-    """Say when the run's own prompts plus generation pass the target's context: transformers runs
-    them anyway, at positions the target was not built for (a server would refuse or cut them)."""
-    from ckpttools.engines.config_rules import context_length
+def _past_context(plist: list[Any], max_new_tokens: int, tctx: int | None) -> None:
+    """Say when the run's own prompts plus generation pass the target's context (``tctx``):
+    transformers runs them anyway, at positions the target was not built for (a server would
+    refuse or cut them)."""
     from ckpttools.io.fsutil import note
 
-    tctx = context_length(tcfg)[0]
     longest = max((len(p.input_ids or []) for p in plist), default=0) + max_new_tokens
     if tctx and longest > tctx:
         note(
@@ -671,7 +658,9 @@ def _past_context(plist: list[Any], max_new_tokens: int, tcfg: dict[str, Any] | 
         )
 
 
-def _validate_first(target: str | Path, drafter: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _validate_first(
+    target: str | Path, drafter: str | Path
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, int | None]:
     """Refuse, as ``verify --launch`` does, a drafter that validate rejects against the target
     (read the way the engine its layout follows reads it), before torch loads either model. Each is
     opened and its config parsed once, for both engines' checks; returns (the target's config, the
@@ -700,7 +689,7 @@ def _validate_first(target: str | Path, drafter: str | Path) -> tuple[dict[str, 
         )
         err.exit_code = EXIT_FINDINGS
         raise err
-    return t.config_or_none(), opened.config
+    return t.config_or_none(), opened.config, t.facts.context[0]  # the target's config read (validate passed)
 
 
 def _run_into(rep: VerifyReport, spec: TorchSpeculator, plist: list[Any], max_new_tokens: int, steps: int) -> None:
