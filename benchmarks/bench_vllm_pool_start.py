@@ -7,7 +7,7 @@ prompts of 32 tokens), then the stop. Prints one line of figures.
 KEY=VALUE replaces one of the pool's server settings (tests/vllm_pool.py ENV; KEY= removes it), e.g.
 ``VLLM_ENABLE_V1_MULTIPROCESSING=`` for vLLM's own multiprocess executor. ``--cache DIR``: the vLLM
 cache kept in DIR between runs (the test session's one cache); without it each run has a fresh
-one. WORKDIR holds each run's pair and keeps its server log (last-*.log). Pair runs with
+one. WORKDIR holds each run's pair and keeps its server log (last-*.log). Time runs
 in A B A B pairs to compare settings on a loaded machine (only the paired ratio means anything there).
 """
 

@@ -391,19 +391,15 @@ def _transformers_log_held() -> Iterator[Callable[[], None]]:
     lg, held = logging.getLogger("transformers"), Held()
     saved = lg.handlers[:]
     lg.handlers = [held]
-    out: list[logging.LogRecord] = []
 
-    def replay() -> None:
-        for r in out:
-            for h in saved:
-                if r.levelno >= h.level:
-                    h.handle(r)
+    def replay() -> None:  # called after the block: each record to transformers' own handlers again
+        for r in held.records:
+            lg.handle(r)
 
     try:
         yield replay
     finally:
         lg.handlers = saved
-        out.extend(held.records)
 
 
 def _no_bom(path: Path) -> None:
