@@ -12,15 +12,21 @@
 # hold what pip would put there and nothing else), told pip's own settings (`pip config list`: the
 # find-links, the extra indexes, the constraints, the certificate, the timeout) and to pick across
 # all indexes as pip does; where uv cannot be installed, pip installs as before.
-# uv is told to compile the installed modules to bytecode, as pip does by default: with none (uv's default),
-# and PYTHONDONTWRITEBYTECODE=1 in the environment (as on this machine), every process compiles what it
-# imports from source, each time: `import vllm.entrypoints.openai.api_server` took 16.7 s without, 7.7 s
-# with, and each vLLM server starts two or three such processes.
+# Bytecode is written as each module is first imported, by the process that imports it:
+# PYTHONDONTWRITEBYTECODE (set on this machine) is unset here, and uv installs without compiling.
+# With it set and nothing compiled, every process compiled what it imported from source, each time
+# (`import vllm.entrypoints.openai.api_server` 16.7 s against 7.7 s compiled). Compiling at install
+# (uv --compile-bytecode) costs more than it saves here: with a warm uv cache, .venv installed in
+# 31.8 s against 8.5 s without (52 s of CPU against 7 s), and .venv-vllm in 30.5 s against 3.7 s
+# (50 s against 1 s), before any test could start, for 33,000 modules of which most are never
+# imported (2026-12-04). Written on first import, only what runs is compiled, once; the checkout's
+# own modules too.
 # CKPT_SKIP_VLLM=1 skips the vLLM install (its tests then skip with a reason); CKPT_NO_UV=1 installs
 # with pip; CKPT_INSTALL_ONLY=1 stops after the installs (to time them).
 # Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE
 quick=0
 if [ "${1:-}" = "--quick" ]; then
   quick=1
@@ -42,7 +48,7 @@ install() {
   local venv=$1
   shift
   if [ -n "$uv" ]; then
-    "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "$@"
+    "$uv" pip install -q --python "$venv/bin/python" "$@"
   else
     "$venv/bin/pip" install -q "$@"
   fi
@@ -72,12 +78,6 @@ fi
 if [ "${CKPT_INSTALL_ONLY:-0}" = "1" ]; then
   exit 0
 fi
-# the checkout's own bytecode, once: pytest imports ckpttools from the checkout (its root is first
-# on sys.path), and so does every `python -m ckpttools` a test starts from the root; where
-# PYTHONDONTWRITEBYTECODE is set (as on this machine), each of those processes would compile
-# what it imports from source, every time (`ckpt inspect FILE` from the root: 0.144 s against
-# 0.104 s from another directory, 2026-12-04). A file edited later is compiled afresh, as always.
-.venv/bin/python -m compileall -q -j 0 ckpttools tests >/dev/null
 marks=()
 if [ "$quick" = "1" ]; then
   marks=(-m "not vllm and not gpu")
