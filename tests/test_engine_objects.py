@@ -71,6 +71,88 @@ def test_the_kv_token_cap_the_engine_arguments_give(args: list[str], cap: int | 
     assert engine_arg(["--a", "b"], "--a") == "b"
 
 
+#: values a user gives the number flags, each read by both grammars (SGLang's and vLLM's)
+_INT_VALUES = ["1024", " 2048 ", "1k", "1K", "1Ki", "25.6k", "1.5K", "1.5Ki", "2M", "2m", "2Mi", "1G", "3T", "auto",
+               "AUTO", "-1", "0", "-5", "+7", "1_000", "\uff11\uff12", "1e3", "", "k", "1kk", "9" * 80, "12.0"]  # fmt: skip
+
+
+def _engine_function(source: str, names: tuple[str, ...]) -> dict:
+    """The engine's own functions ``names``, compiled from its source text alone (the module's other
+    imports left out: these two need re, argparse and Decimal only)."""
+    import argparse
+    import ast
+    import re
+    from decimal import Decimal
+
+    tree = ast.parse(source)
+    ns: dict = {"re": re, "argparse": argparse, "Decimal": Decimal}
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert sorted(n.name for n in body) == sorted(names)
+    exec(compile(ast.Module(body=body, type_ignores=[]), "<engine source>", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def _as_engine_reads(fn, value: str) -> int | None:
+    """What the engine's parser makes of ``value``: a positive number it serves, else None (refused,
+    its own choice -1, or no positive number)."""
+    import argparse
+
+    try:
+        n = fn(value)
+    except (argparse.ArgumentTypeError, ValueError, OverflowError):
+        return None
+    return n if n > 0 else None
+
+
+def test_vllms_max_model_len_is_read_as_vllm_reads_it() -> None:
+    """vLLM 0.32 parses --max-model-len with human_readable_int_or_auto (the table's int_flags): every
+    value gives what that function, compiled from the installed vLLM's own source, gives."""
+    from .vllm_pool import VLLM_PY
+
+    found = sorted(Path(VLLM_PY).parents[1].glob("lib/python3*/site-packages/vllm/utils/argparse_utils.py"))
+    if not found:
+        pytest.skip(f"no vLLM beside {VLLM_PY}: its parser is compared only where it is installed")
+    ns = _engine_function(found[0].read_text(), ("human_readable_int", "human_readable_int_or_auto"))
+    for v in _INT_VALUES:
+        want = _as_engine_reads(ns["human_readable_int_or_auto"], v)
+        assert VLLM(releases.VLLM_0_32).context_cap([f"--max-model-len={v}"]) == want, v
+        assert VLLM(releases.VLLM_0_32).context_cap(["--max-model-len", v]) == want, v
+    assert VLLM(releases.VLLM_0_32).context_cap(["--max-model-len=1k"]) == 1000
+    assert VLLM(releases.VLLM_0_32).context_cap(["--max-model-len=1K"]) == 1024
+    assert VLLM().context_cap(["--context-length=1k"]) is None  # SGLang's flag: not vLLM's
+
+
+def test_sglangs_context_length_and_token_cap_are_read_as_sglang_reads_them() -> None:
+    """SGLang 0.5.17 parses --context-length and --max-total-tokens with human_readable_int (the
+    table's int_flags): every value gives what that function, compiled from the release's own
+    source in shared/device/sglang, gives; its docstring's examples among them."""
+    import tarfile
+
+    from .conftest import SHARED
+
+    tar = SHARED / "device" / "sglang" / "sglang-0.5.17-py312-site.tar.xz"
+    if not tar.is_file():
+        pytest.skip(f"no SGLang 0.5.17 source at {tar}")
+    with tarfile.open(tar, "r|xz") as tf:
+        for m in tf:
+            if m.name == "./sglang/srt/utils/common.py":
+                f = tf.extractfile(m)
+                assert f is not None
+                source = f.read().decode()
+                break
+    fn = _engine_function(source, ("human_readable_int",))["human_readable_int"]
+    sg = SGLang(releases.SGLANG_0_5_17)
+    for v in _INT_VALUES:
+        want = _as_engine_reads(fn, v)
+        assert sg.context_cap([f"--context-length={v}"]) == want, v
+        assert sg.kv_token_cap(["--max-total-tokens", v]) == want, v
+    examples = {"1k": 1000, "1M": 1000000, "25.6k": 25600, "1Ki": 1024, "1Mi": 1048576}  # its docstring's
+    for v, n in examples.items():
+        assert sg.context_cap([f"--context-length={v}"]) == n == _as_engine_reads(fn, v)
+    assert sg.context_cap(["--context-length=1K"]) is None  # case-sensitive: SGLang refuses it
+    assert sg.context_cap(["--max-model-len=1024"]) is None  # vLLM's flag: not SGLang's
+
+
 class _Seen(BaseHTTPRequestHandler):
     paths: list[str] = []
 

@@ -79,6 +79,11 @@ def test_advice_names_the_release_that_will_run(pair: dict[str, Path]) -> None:
         (("--max-total-tokens=300000",), False),
         (("--max-total-tokens", "300000"), False),
         (("--max-total-tokens=300",), True),
+        # as SGLang reads the numbers (human_readable_int: the release table's int_flags)
+        (("--max-total-tokens=300k",), False),
+        (("--max-total-tokens", "1Mi"), False),
+        (("--max-total-tokens=2000",), True),  # fewer than one request at the target's context
+        (("--context-length=1k", "--max-total-tokens=2000"), False),  # enough at the context served
     ],
 )
 def test_advice_never_asks_for_what_the_engine_arguments_give(pair: dict[str, Path], args, said) -> None:
@@ -142,3 +147,15 @@ def test_the_context_axis_marks_the_configs_the_check_read(pair: dict[str, Path]
     short, long = ctx["bins"]
     assert short["tokens"] == 64 and short["accept_length"] == 2.0 and not short["past_drafter_context"]
     assert long["past_drafter_context"] and long["skipped"] == f"past the target's context of {tctx} tokens"
+
+
+def test_the_context_the_engine_arguments_set_is_read_as_the_engine_reads_it(pair: dict[str, Path]) -> None:
+    """`--engine-arg=--context-length=1Ki` (SGLang's human_readable_int: 1024): the axis's target
+    context is the one the launch serves, and a bin past it is skipped, not sent."""
+    r = _verify(pair, "--engine-arg=--context-length=1Ki", "--context-lengths", "64,2k")
+    assert r.exit_code == 0, r.output
+    ctx = json.loads(r.stdout)["context"]
+    assert ctx["target_context"] == 1024
+    short, long = ctx["bins"]
+    assert short["tokens"] == 64 and short["accept_length"] == 2.0
+    assert long["tokens"] == 2048 and long["skipped"] == "past the target's context of 1024 tokens"

@@ -432,7 +432,7 @@ def test_the_drafters_context_is_read_where_inspect_reads_it():
 
     inner = {"max_position_embeddings": 1024, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
     for dcfg in ({"transformer_layer_config": inner}, {"text_config": inner}, inner):
-        got = context_limits(None, dcfg, [])
+        got = context_limits(None, dcfg, None)
         assert got["drafter_max_position_embeddings"] == lookup(dcfg, "max_position_embeddings")[0] == 1024
         assert got["drafter_rope"] == {"rope_type": "linear", "factor": 2.0}
 

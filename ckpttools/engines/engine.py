@@ -155,9 +155,27 @@ class Engine:
         value = rel.context_override.value if rel is not None else None
         return value.partition("=")[0] if value else None
 
+    def launch_int(self, engine_args: Sequence[str], what: str) -> int | None:
+        """The whole number the engine arguments give the flag that sets ``what`` (``context``: the
+        context served; ``kv_tokens``: the KV pools' token cap), read as this release reads it
+        (``1k``, ``32Ki``: its table's ``int_flags``); None: not given, no positive number, or the
+        table has no such flag."""
+        from ckpttools.engines.arg_ints import read_int
+
+        rel = self.table()
+        flags = rel.int_flags.value if rel is not None else None
+        if not flags or what not in flags:
+            return None
+        got = engine_arg(engine_args, flags[what])
+        return None if got is None else read_int(flags["grammar"], got)
+
     def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
         """The KV token count the engine arguments cap the pools at (None: not given, or no such flag)."""
-        return None
+        return self.launch_int(engine_args, "kv_tokens")
+
+    def context_cap(self, engine_args: Sequence[str]) -> int | None:
+        """The context the engine arguments set the server to serve (None: not given, or no such flag)."""
+        return self.launch_int(engine_args, "context")
 
     def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
         """Why a sweep setting cannot be launched on this engine (None: it can)."""
@@ -325,10 +343,6 @@ class SGLang(Engine):
             "topk": setting.get("topk", spec.topk),
             "draft_tokens": setting.get("draft_tokens"),
         }
-
-    def kv_token_cap(self, engine_args: Sequence[str]) -> int | None:
-        got = engine_arg(engine_args, "--max-total-tokens")
-        return int(got) if got is not None and got.isdigit() else None
 
     def client(self, url: str, net: Any) -> Any:
         from ckpttools.engines.http import SGLangClient

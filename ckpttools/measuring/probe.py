@@ -715,4 +715,4 @@ def _context_bins(
         _run_into(sub, spec, built, max_new_tokens, steps)
         return sub
 
-    rep.context = context_bins(lengths, plist, context_limits(*configs, []), max_new_tokens, measure)
+    rep.context = context_bins(lengths, plist, context_limits(*configs, None), max_new_tokens, measure)

@@ -121,24 +121,16 @@ def config_at(path: str | None) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
-def _arg_value(args: list[str], *names: str) -> int | None:
-    for i, a in enumerate(args):
-        for n in names:
-            v = a.split("=", 1)[1] if a.startswith(n + "=") else args[i + 1] if a == n and i + 1 < len(args) else None
-            if v is not None and v.isdigit():
-                return int(v)
-    return None
-
-
-def context_limits(tcfg: dict[str, Any] | None, dcfg: dict[str, Any] | None, engine_args: list[str]) -> dict[str, Any]:
+def context_limits(tcfg: dict[str, Any] | None, dcfg: dict[str, Any] | None, served: int | None) -> dict[str, Any]:
     """The lengths a context axis marks, from the target's and the drafter's configs as the run read
-    them (None: not read): the target's context (an engine's --context-length or --max-model-len
-    first), the drafter's max_position_embeddings and its rope scaling's original length and factor."""
+    them (None: not read): the target's context (``served`` first: the context the launch's engine
+    arguments set, as the engine reads them, e.g. vLLM's ``--max-model-len 1k``), the drafter's
+    max_position_embeddings and its rope scaling's original length and factor."""
     from ckpttools.engines.config_rules import context_length
 
     from ckpttools.formats.config import lookup
 
-    target_ctx = _arg_value(engine_args, "--context-length", "--max-model-len") or context_length(tcfg)[0]
+    target_ctx = served or context_length(tcfg)[0]
     out: dict[str, Any] = {"target_context": target_ctx, "drafter_max_position_embeddings": None, "drafter_rope": None}
     if dcfg:  # where inspect reads them: the top level, or a sub-config (speculators' transformer_layer_config)
         mpe = lookup(dcfg, "max_position_embeddings")[0]

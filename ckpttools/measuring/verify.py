@@ -677,13 +677,14 @@ def _context_limits(
     got = checked.drafter(name) if checked is not None and name is not None else name
     dcfg = config_at(got) if got is None or isinstance(got, str) else got.config
     if launch is None:
-        limits = context_limits(None, dcfg, [])
+        limits = context_limits(None, dcfg, None)
         served = rep.server.get("max_model_len")
         limits["target_context"] = served if type(served) is int else None
         return limits
     known = checked.target if checked is not None else None  # as the check read it (a Hub target's too)
     tcfg = config_at(launch.target) if known is None else known.config_or_none()
-    return context_limits(tcfg, dcfg, list(launch.engine_args))
+    eng = checked.engine if checked is not None else engine_for(launch.engine)
+    return context_limits(tcfg, dcfg, eng.context_cap(launch.engine_args))
 
 
 def _context_bins(

@@ -344,7 +344,7 @@ def _draft_kv_findings(d: ConfigFacts, t: ConfigFacts, engine: str, engine_args:
     if est is None or est["factor"] <= 1.05:
         return []
     gib = 1 << 30
-    ctx = t.context[0] or 4096
+    ctx = eng.context_cap(engine_args) or t.context[0] or 4096  # the context the launch serves
     cap = eng.kv_token_cap(engine_args)
     if cap is not None and cap >= ctx:
         return []
