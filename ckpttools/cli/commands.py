@@ -743,13 +743,12 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
     from ckpttools.measuring.measure import measure
 
     req = _measure_request([*o["drafter"], *drafter_args], o)
-    bar = _progress_bar(req, o["quiet"])
+    bar = _ProgressBar(o["quiet"])
     say = None if o["quiet"] else (lambda line: click.echo(f"ckpt: note: {line}", err=True))
     try:
-        rep = measure(req, on_request=(lambda d, t: bar.update(d - bar.n)) if bar else None, on_note=say)
+        rep = measure(req, on_request=bar.update if bar.wanted else None, on_note=say)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     _render_measured(rep, o["as_json"])
 
 
@@ -835,13 +834,25 @@ def _verify_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _progress_bar(req: Any, quiet: bool) -> Any:
-    """A progress bar on a terminal for one drafter's requests (none for a sweep or several drafters)."""
-    if quiet or not sys.stderr.isatty() or len(req.drafters) > 1 or req.sweep is not None:
-        return None
-    from tqdm import tqdm
+class _ProgressBar:
+    """A progress bar on a terminal for one drafter's requests (measure reports those alone: not a
+    sweep's, nor several drafters'), made at the first request, its total the run's own (the
+    prompts as read, repeats included)."""
 
-    return tqdm(total=req.num_prompts, desc="verify", unit="req", file=sys.stderr, leave=False)
+    def __init__(self, quiet: bool) -> None:
+        self.wanted = not quiet and sys.stderr.isatty()
+        self._bar: Any = None
+
+    def update(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="verify", unit="req", file=sys.stderr, leave=False)
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _release_spec(value: str) -> str:
