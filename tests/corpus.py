@@ -605,6 +605,7 @@ def config_cases() -> list[Case]:
     link = both(copy_in("d"), copy_in("t"), dangling)
     out += [
         Case("config-t-link-to-nothing-inspect", ["inspect", "t"], 2, link, stderr_has="leads to no file"),
+        *_links_to_nothing(),
         Case(
             "config-t-link-to-nothing-validate",
             ["validate", "d", "--target", "t"],
@@ -614,6 +615,51 @@ def config_cases() -> list[Case]:
         ),
     ]
     return out
+
+
+def _links_to_nothing() -> list[Case]:
+    """Each file a command reads, given as a link that leads to no file: one line that says so (a file
+    the user meant to give is never read as one that is absent), exit 2, nothing written."""
+
+    def dangle(rel: str) -> Setup:
+        def s(d: Path, base: Path) -> None:
+            p = d / rel
+            if p.exists():
+                p.unlink()
+            p.symlink_to(d / "no-such" / p.name)
+
+        return s
+
+    def sharded(d: Path, base: Path) -> None:
+        shutil.copytree(base / "sh", d / "sh")
+
+    first = "model-00001-of-00006.safetensors"
+    ids = write("ids.jsonl", '{"input_ids": [1, 2, 3]}\n')
+    text = write("text.jsonl", '{"prompt": "hello"}\n')
+    offline = ["verify", "--engine", "torch", "--target", "t", "d", "--num-prompts", "1", "--max-new-tokens", "2"]
+    no = "leads to no file"
+    return [
+        Case("link-nothing-index-inspect", ["inspect", "sh"], 2, both(sharded, dangle("sh/model.safetensors.index.json")),
+             stderr_has=no),
+        Case("link-nothing-shard-inspect", ["inspect", "sh"], 2, both(sharded, dangle(f"sh/{first}")), stderr_has=no),
+        Case("link-nothing-shard-validate", ["validate", "sh"], 2, both(sharded, dangle(f"sh/{first}")),
+             stderr_has=no),
+        Case("link-nothing-input-inspect", ["inspect", "dl"], 2, dangle("dl"), stderr_has=no),
+        Case("link-nothing-weights-inspect", ["inspect", "d/model.safetensors"], 2,
+             both(copy_in("d"), dangle("d/model.safetensors")), stderr_has=no),
+        Case("link-nothing-prompts-offline", [*offline, "--prompts", "p.jsonl"], 2,
+             both(copy_in("d"), copy_in("t"), dangle("p.jsonl")), stderr_has=no),
+        Case("link-nothing-tokenizer-offline", [*offline, "--prompts", "text.jsonl"], 2,
+             both(copy_in("d"), copy_in("t"), text, dangle("t/tokenizer.json")), stderr_has=no),
+        Case("link-nothing-tokenizer-flag", [*offline, "--prompts", "text.jsonl", "--tokenizer", "tk"], 2,
+             both(copy_in("d"), copy_in("t"), text, dangle("tk")), stderr_has="does not exist"),
+        Case("link-nothing-freq-diff", ["diff-vocab", "d", "m.safetensors", "--frequencies", "f.npy"], 2,
+             both(copy_in("d"), copy_in("m.safetensors"), dangle("f.npy")), stderr_has="does not exist"),
+        Case("link-nothing-mapping-remap", ["remap", "d", "--to", "m.safetensors", "-o", "out"], 2,
+             both(copy_in("d"), dangle("m.safetensors")), stderr_has=no, out="out"),
+        Case("link-nothing-ids-prompts-offline", [*offline, "--prompts", "ids.jsonl"], 0,
+             both(copy_in("d"), copy_in("t"), ids, dangle("t/tokenizer.json"))),  # no text: no tokenizer read
+    ]  # fmt: skip
 
 
 def mapping_cases() -> list[Case]:

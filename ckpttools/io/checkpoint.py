@@ -439,10 +439,17 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         for rel in dict.fromkeys(weight_map.values()):
             name, p = _inside(root, rel)
             if not p.exists():
+                from ckpttools.io.fsutil import absent_words
+
+                link = os.path.islink(p)
                 raise CheckpointFormatError(
-                    f"{index_path.name} names shard {rel!r}, which is missing from {root}",
+                    f"{index_path.name} names shard {rel!r}, which is "
+                    + (f"{absent_words(p)}, in" if link else "missing from")
+                    + f" {root}",
                     path=p,
-                    hint="download the missing shard, or fix the index",
+                    hint="point the link at the real shard (a Hub cache: download it again)"
+                    if link
+                    else "download the missing shard, or fix the index",
                 )
             shards.append((name, p))
         ck = Checkpoint(source, root, shards, config, cfg_path if config else None, index_path, revision)
@@ -627,6 +634,12 @@ def open_checkpoint(source: str | Path, revision: str | None = None, *, download
     if not text or "\0" in text:
         raise CheckpointNotFoundError(f"{text!r}: not a path or a Hub repo id", path=text)
     p = Path(text).expanduser()
+    if os.path.islink(p) and not p.exists():  # a path the user gave, never read as a Hub repo id
+        from ckpttools.io.fsutil import absent_words
+
+        raise CheckpointNotFoundError(
+            f"{text}: {absent_words(p)}", path=text, hint="point the link at the real file or directory"
+        )
     if p.exists() and not (p.is_dir() or p.is_file()):
         from ckpttools.io.fsutil import ensure_regular
 
@@ -648,7 +661,9 @@ def open_checkpoint(source: str | Path, revision: str | None = None, *, download
             return _open_ref(text, revision, download)
         except (HubError, CheckpointNotFoundError) as e:
             raise local_typo(text, e) or e
-    raise CheckpointNotFoundError(f"{text}: no such file or directory", path=text)
+    from ckpttools.io.fsutil import absent_words
+
+    raise CheckpointNotFoundError(f"{text}: {absent_words(text, 'file or directory')}", path=text)
 
 
 def _open_ref(text: str, revision: str | None, download: bool) -> Checkpoint:

@@ -61,11 +61,17 @@ def open_regular(path: str | Path) -> int:
     that is not a regular file, checked on the opened descriptor (no race).
 
     Raises:
-        CheckpointFormatError: not a regular file.
+        CheckpointFormatError: not a regular file, or a link that leads to no file (a file the user
+            meant to give: never read as one that is absent).
         FileNotFoundError, PermissionError: as the OS says.
     """
     p = Path(path)
-    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise _link_to_nothing(p) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -76,10 +82,35 @@ def open_regular(path: str | Path) -> int:
     return fd
 
 
+def absent_words(path: str | Path, what: str = "file") -> str:
+    """Why ``path`` gives no file, in words: ``a link to X that leads to no file`` where it is such a
+    link (the user gave a file: say what it is), else ``no such WHAT``."""
+    if os.path.islink(path):
+        try:
+            to = os.readlink(path)
+        except OSError:  # gone meanwhile
+            to = "?"
+        return f"a link to {to[:200]} that leads to no file"
+    return f"no such {what}"
+
+
+def _link_to_nothing(p: Path) -> CheckpointFormatError:
+    return CheckpointFormatError(
+        f"{p}: {absent_words(p)}",
+        path=str(p),
+        hint="point the link at the real file (or copy the file in place of the link)",
+    )
+
+
 def ensure_regular(path: str | Path) -> Path:
     """``path`` if it is a regular file (following links); else CheckpointFormatError."""
     p = Path(path)
-    mode = os.stat(p).st_mode
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise _link_to_nothing(p) from None
+        raise
     if not stat.S_ISREG(mode):
         raise _not_regular(p, mode)
     return p

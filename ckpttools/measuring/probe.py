@@ -25,6 +25,7 @@ torch and transformers are imported here only.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -603,8 +604,13 @@ def measure_offline(req: MeasureRequest) -> VerifyReport:
         tok = str(target)
     plist = load_prompts(req.prompts, req.num_prompts, tok, req.repeat)  # the cheap checks first: before torch loads
     if any(p.input_ids is None for p in plist):
+        from ckpttools.io.fsutil import absent_words
+
+        has = Path(target) / "tokenizer.json"
+        linked = os.path.islink(has) and not has.exists()
+        why = f"the target's tokenizer.json is {absent_words(has)}" if linked else "the target has no tokenizer.json"
         raise CkptError(
-            "text prompts need a tokenizer: the target has no tokenizer.json",
+            f"text prompts need a tokenizer: {why}",
             hint=f"give {opt('tokenizer')}, or prompts with input_ids",
         )
     check_device(off.device)

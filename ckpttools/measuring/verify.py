@@ -8,6 +8,7 @@ Two conventions are in use in the field; both are reported, labeled:
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -121,11 +122,11 @@ def load_prompts(
         text = resources.files("ckpttools").joinpath("data/prompts.jsonl").read_text(encoding="utf-8")
         where = "built-in prompts"
     else:
-        from ckpttools.io.fsutil import read_regular_bytes
+        from ckpttools.io.fsutil import absent_words, read_regular_bytes
 
         p = Path(source)
         if not p.exists():
-            raise ConfigError(f"{p}: no such prompts file", path=p, hint=_PROMPTS_HINT)
+            raise ConfigError(f"{p}: {absent_words(p, 'prompts file')}", path=p, hint=_PROMPTS_HINT)
         try:
             text, where = read_regular_bytes(p).decode("utf-8"), str(p)
         except UnicodeDecodeError as e:
@@ -644,7 +645,7 @@ def _check_alive(server: Any, failures: bool, during: str = "the run") -> None:
 def _local_tokenizer(tokenizer: str | None, launch: Any, prompts: str, context_lengths: Any) -> str | None:
     """The tokenizer to tokenize with here: the one given, else a launched target's own when
     chat prompts or context lengths need token ids."""
-    if tokenizer is None and launch is not None and (Path(launch.target) / "tokenizer.json").is_file():
+    if tokenizer is None and launch is not None and os.path.lexists(Path(launch.target) / "tokenizer.json"):
         return launch.target if context_lengths or _has_chats(prompts) else None
     return tokenizer
 

@@ -92,7 +92,9 @@ def load_frequencies(path: str | Path, vocab_size: int | None = None) -> np.ndar
     """
     p = Path(path)
     if not os.path.exists(p):
-        raise CheckpointNotFoundError(f"{p}: no such frequency file", path=p, hint=_FREQ_HINT)
+        from ckpttools.io.fsutil import absent_words
+
+        raise CheckpointNotFoundError(f"{p}: {absent_words(p, 'frequency file')}", path=p, hint=_FREQ_HINT)
     ensure_regular(p)
     limit = _id_limit(vocab_size)
     if p.suffix == ".npy":

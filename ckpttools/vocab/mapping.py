@@ -457,7 +457,9 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
     if is_file and p.suffix == ".pt":
         return _from_obj(_load_pt(p), str(p), name)
     if not p.exists() and p.suffix in MAPPING_FILE_SUFFIXES:
-        raise CheckpointNotFoundError(f"{p}: no such file", path=p)
+        from ckpttools.io.fsutil import absent_words
+
+        raise CheckpointNotFoundError(f"{p}: {absent_words(p)}", path=p)
     with open_checkpoint(src) as ck:
         return VocabMapping.from_checkpoint(ck)  # type: ignore[return-value]
 

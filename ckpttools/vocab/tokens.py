@@ -9,6 +9,7 @@ tokens with the same content.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -155,7 +156,10 @@ def tokenizer_json(path: str | Path) -> Path:
                 hint="give the model's tokenizer.json (tokenizing text, or rendering chats, needs it)",
             )
     if not p.exists():
-        raise TokenizerError(f"{p}: no tokenizer.json here", path=p)
+        from ckpttools.io.fsutil import absent_words
+
+        words = "no tokenizer.json here" if not os.path.islink(p) else absent_words(p)
+        raise TokenizerError(f"{p}: {words}", path=p)
     try:
         return ensure_regular(p)
     except ValueError as e:
