@@ -69,12 +69,14 @@ t0=$SECONDS
 install .venv '.[test,torch]'
 echo "tests/run.sh: .venv installed in $((SECONDS - t0)) s" >&2
 warm_pid=""
-if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ]; then
+if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ] && [ "$quick" = "0" ]; then
   # what the tests import compiled on the core that mypy leaves free: a collection (its bytecode,
   # written once, and not by both workers at once); vLLM's server modules are compiled likewise, once
-  # its venv is in
+  # its venv is in. Not for --quick: a developer's loop finds its venv's bytecode written already
   (.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider tests >/dev/null 2>&1 || true) &
   warm_pid=$!
+fi
+if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ]; then
   # lint and types while vLLM's venv may still be installing
   .venv/bin/ruff check .
   .venv/bin/ruff format --check .
