@@ -292,18 +292,21 @@ def run_inprocess(
     watchdog = threading.Timer(timeout, fire)
     watchdog.daemon = True
     try:
-        os.dup2(devnull, 0)
-        os.dup2(out_f.fileno(), 1)
-        os.dup2(err_f.fileno(), 2)
         case_in = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
         case_out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, errors=oerr)
         case_err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc, errors=eerr, line_buffering=True)
-        sys.stdin = case_in
         routed = [
             _Routed(case_out, _elsewhere(saved_std[1], 1, saved_fds[1]), mine, lock),
             _Routed(case_err, _elsewhere(saved_std[2], 2, saved_fds[2]), mine, lock),
         ]
+        # the streams first, then the fds: from here other threads write where they wrote before (a
+        # server thread's error print, made while fd 2 was the case's and sys.stderr not yet routed,
+        # had landed in a case's stderr: tok-id-float-remap under pytest -s, 2026-12-04)
+        sys.stdin = case_in
         sys.stdout, sys.stderr = routed
+        os.dup2(devnull, 0)
+        os.dup2(out_f.fileno(), 1)
+        os.dup2(err_f.fileno(), 2)
         sys.argv = [str(Path(__file__).resolve().parents[1] / "ckpttools" / "__main__.py"), *argv]
         os.environ.clear()
         os.environ.update(env)
@@ -343,10 +346,11 @@ def run_inprocess(
         os.environ.update(saved_env)
         os.umask(saved_umask)
         sys.argv = saved_argv
-        sys.stdin, sys.stdout, sys.stderr = saved_std
-        with lock:  # no other thread writes through the saved fds while they are closed
+        with lock:  # the fds back first, then the streams (the order of the start, reversed)
             for fd, saved in zip((0, 1, 2), saved_fds):
                 os.dup2(saved, fd)
+        sys.stdin, sys.stdout, sys.stderr = saved_std
+        with lock:  # no other thread writes through the saved fds while they are closed
             for r, orig in zip(routed, saved_std[1:]):
                 r.retarget(orig).flush()
             for saved in saved_fds:

@@ -32,12 +32,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from tests.fake_servers import hostile_reply
+from tests.fake_servers import QuietHTTPServer, hostile_reply
 
 
 #: hostile modes of a repo: ``listing-*`` break the file list (/api/models), ``range-*`` every
@@ -161,7 +161,7 @@ class LocalHub:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), _handler(self))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         # another origin for the CDN, as the Hub redirects LFS files off its host
         self.cdn_url = f"http://localhost:{self.httpd.server_address[1]}"

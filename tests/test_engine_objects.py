@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from tests.fake_servers import QuietHTTPServer
 
 from ckpttools.demo.tiny import build_drafter
 from ckpttools.engines import releases
@@ -177,7 +179,7 @@ def test_swap_in_goes_through_the_mechanism_the_table_records(tmp_path: Path) ->
     rel = releases.dataclasses.replace(
         releases.SGLANG_0_5_17, drafter_swap=releases.Cited(route, "a test's table: vLLM's route")
     )
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Seen)
+    srv = QuietHTTPServer(("127.0.0.1", 0), _Seen)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         with NetClient(timeout=10.0, connect=5.0) as net:

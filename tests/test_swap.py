@@ -14,11 +14,13 @@ import os
 import pickletools
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fake_servers import QuietHTTPServer
 
 from ckpttools.demo.tiny import build_drafter
 from ckpttools.engines.releases import SGLANG_0_5_17, VLLM_0_32
@@ -173,7 +175,7 @@ class FakeRanks:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def _digests(self) -> list[dict[str, Any]]:
