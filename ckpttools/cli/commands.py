@@ -657,6 +657,7 @@ def export_cmd(
 @click.option("--max-new-tokens", type=P.NEW_TOKENS, default=256, show_default=True)
 @click.option(
     "--concurrency",
+    type=P.LEVELS,
     default="1",
     show_default=True,
     help="Requests in flight; a list (1,8) measures each level on the same server.",
@@ -742,8 +743,8 @@ def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
 
     from ckpttools.measuring.measure import measure
 
+    bar = _ProgressBar(o["quiet"])  # made at the first request, if at all
     req = _measure_request([*o["drafter"], *drafter_args], o)
-    bar = _ProgressBar(o["quiet"])
     say = None if o["quiet"] else (lambda line: click.echo(f"ckpt: note: {line}", err=True))
     try:
         rep = measure(req, on_request=bar.update if bar.wanted else None, on_note=say)
@@ -805,7 +806,7 @@ def _measure_request(drafters: list[str], o: dict[str, Any]) -> Any:
     kw: dict[str, Any] = {k: o[k] for k in _REQUEST_OPTS}
     kw |= {k: o[k] for k in _GIVEN_OPTS if _given(k)}
     kw |= {"log": o["log_path"], "output": o["output_file"], "plot": o["plot_file"]}
-    kw["concurrency"] = P.levels(o["concurrency"])
+    kw["concurrency"] = o["concurrency"]  # parsed by click (P.LEVELS)
     if o["context_lengths"] is not None:  # an empty value too: refused, not read as no axis
         from ckpttools.measuring.traffic import parse_lengths
 

@@ -30,6 +30,7 @@ __all__ = [
     "ACCEPT_LEN",
     "MAX_CONCURRENCY",
     "levels",
+    "LEVELS",
 ]
 
 
@@ -101,6 +102,21 @@ def levels(text: str, flag: str = "--concurrency") -> list[int]:
         except ValueError as e:
             raise click.BadParameter(f"{e}", param_hint=flag) from None
     return out
+
+
+class Levels(click.ParamType):
+    """A comma list of concurrency levels (:func:`levels`), parsed as click reads the option."""
+
+    name = "levels"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, list):
+            return value
+        return levels(value, _flag(param))
+
+
+#: ``--concurrency``: 1 to 32 levels, each in [1, MAX_CONCURRENCY]
+LEVELS = Levels()
 
 
 def check_python(python: str | None, flag: str = "--engine-python") -> None:

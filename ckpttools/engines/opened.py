@@ -18,6 +18,7 @@ from typing import Any
 
 from ckpttools.errors import CkptError, NoWeightsError
 from ckpttools.engines.config_facts import ConfigFacts, config_facts
+from ckpttools.engines.flavor import Flavor, detect_flavor
 from ckpttools.formats.config import ConfigEssentials, essentials
 from ckpttools.formats.conventions import TargetOnce
 from ckpttools.io.checkpoint import Checkpoint, load_config, open_checkpoint
@@ -37,6 +38,7 @@ class OpenedDrafter:
     checkpoint: Checkpoint | None
     _essentials: ConfigEssentials | None = field(default=None, repr=False)
     _facts: ConfigFacts | None = field(default=None, repr=False)
+    _flavor: Flavor | None = field(default=None, repr=False)
     _plans: dict[int, tuple[Any, Any]] = field(default_factory=dict, repr=False)
 
     @property
@@ -58,6 +60,15 @@ class OpenedDrafter:
         if self._facts is None:
             self._facts = config_facts(self.config, self.essentials)
         return self._facts
+
+    @property
+    def flavor(self) -> Flavor:
+        """What kind of drafter it is (:func:`ckpttools.engines.flavor.detect_flavor` of its config and
+        tensor names), made once."""
+        if self._flavor is None:
+            names = self.checkpoint.tensors.keys() if self.checkpoint is not None else []
+            self._flavor = detect_flavor(self.config, names)
+        return self._flavor
 
     def headers(self) -> dict[str, tuple[list[int], str]]:
         """{tensor name: (shape, safetensors dtype)} (empty: a config.json alone)."""

@@ -673,8 +673,8 @@ def _validate_first(
 
     opened, t = open_once(drafter), open_target(target)
     try:
-        ck = opened.require_checkpoint()
-        engine = layout_engine(detect_flavor(opened.config, ck.tensors.keys()).kind)
+        opened.require_checkpoint()  # a config.json alone: refused here, as the load would
+        engine = layout_engine(opened.flavor.kind)
         rep = validate(opened, t, engine=engine)
         if rep.errors:  # a drafter the other engine serves as it is (a Qwen3 drafter in vLLM's class) is measured
             other = validate(opened, t, engine=other_server_engine(engine))

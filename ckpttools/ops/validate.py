@@ -173,7 +173,7 @@ def add_load_plan(rep: ValidationReport, drafter: Any, release: Any, plan: Any =
 
 
 def _validate(
-    drafter: str | Path | Checkpoint | OpenedDrafter,
+    opened: OpenedDrafter,
     target: OpenedTarget | None,
     *,
     deep: bool,
@@ -185,9 +185,8 @@ def _validate(
     """The report, and the drafter's load plan (made once; None: no weights, or another kind of drafter)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
-    opened = open_once(drafter)
     cfg, ck, name = opened.config, opened.checkpoint, opened.source
-    other = _other_kind_report(cfg, ck, name, target)
+    other = _other_kind_report(opened, target)
     if other is not None:
         return other, None
     ess = opened.essentials  # the config read once: every check below takes it
@@ -232,14 +231,10 @@ def _validate(
     return rep, raw
 
 
-def _other_kind_report(
-    cfg: dict[str, Any] | None, ck: Checkpoint | None, name: str, target: OpenedTarget | None
-) -> ValidationReport | None:
+def _other_kind_report(opened: OpenedDrafter, target: OpenedTarget | None) -> ValidationReport | None:
     """A drafter kind that is not EAGLE-3 (MTP, DFlash, ...): the EAGLE-3 checks do not apply;
     what does is that it fits the target (vocabulary and hidden size)."""
-    from ckpttools.engines.flavor import detect_flavor
-
-    f = detect_flavor(cfg, list(ck.tensors) if ck is not None else [])
+    cfg, ck, name, f = opened.config, opened.checkpoint, opened.source, opened.flavor
     if f.is_plain_eagle3 or not f.is_drafter:
         return None
     served = "; ".join(f"{e}: {flag}" for e, flag in f.flags.items())
