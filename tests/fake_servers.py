@@ -18,10 +18,11 @@ class QuietHTTPServer(ThreadingHTTPServer):
 
     socketserver prints a traceback for every handler error, and the tests' clients hang up on
     purpose (deadlines, body caps): Python 3.11's traceback module parses each frame's source
-    line with ``ast.parse`` to place its carets, in the handler's thread. CPython 3.11.7 keeps
-    the AST converter's recursion depth per interpreter, not per call (gh-106905, mended in
-    3.11.8), so a test that ran ``ast.parse`` meanwhile failed with "SystemError: AST
-    constructor recursion depth mismatch" (seen: test_engine_branches, 2026-12-05).
+    line with ``ast.parse`` to place its carets, in the handler's thread. CPython 3.11 keeps the
+    AST converter's recursion depth in the interpreter's state, shared by its threads (CPython
+    issue gh-106905 and its follow-ups), so a test that ran ``ast.parse`` meanwhile failed with
+    "SystemError: AST constructor recursion depth mismatch" (seen on 3.11.7: test_engine_branches
+    in a --quick run, 2026-12-05, beside a fake server's BrokenPipeError traceback).
     """
 
     daemon_threads = True
