@@ -47,6 +47,9 @@ def _tokens(name: str, value: str, **has: str) -> Case:
     return Case(name, argv, 0, LAUNCH, env={"CKPT_FAKE_ENGINE": "honest"}, **has)
 
 
+LAUNCH_T = ["verify", "--launch", "--engine", "sglang", "--target", "t"]
+
+
 def measure_cases() -> list[Case]:
     host = ["--host", "http://127.0.0.1:9", "--prompts", "ids.jsonl"]
     return [
@@ -107,6 +110,77 @@ def measure_cases() -> list[Case]:
             stderr_has="--launch needs --engine sglang|vllm",
         ),  # fmt: skip
         Case("measure-request-nothing", ["verify", "d"], 2, PAIR, stderr_has="give --host URL, or --launch"),
+        # a hostile run of the request's surface (2026-12-05): each refused before anything starts
+        Case(
+            "measure-request-launch-and-host",
+            [*LAUNCH_T, "d", "--host", "http://127.0.0.1:9"],
+            2,
+            PAIR,
+            stderr_has="--launch starts a server and --host measures a running one",
+        ),
+        Case("measure-request-launch-device", [*LAUNCH_T, "d", "--device", "cuda"], 2, PAIR, stderr_has="--device"),
+        Case(
+            "measure-request-vllm-topk",
+            ["verify", "--launch", "--engine", "vllm", "--target", "t", "d", "--topk", "4"],
+            2,
+            PAIR,
+            stderr_has="drafts a chain",
+        ),
+        Case("measure-request-sweep-empty", [*LAUNCH_T, "d", "--sweep", ""], 2, PAIR, stderr_has="names no axis"),
+        Case(
+            "measure-request-sweep-zero-hint",
+            [*LAUNCH_T, "d", "--sweep", "steps=0"],
+            2,
+            PAIR,
+            stderr_has="hint: give --sweep as e.g.",
+        ),
+        Case("measure-request-sweep-underscore", [*LAUNCH_T, "d", "--sweep", "steps=1_0"], 2, PAIR),
+        Case(
+            "measure-request-one-drafter-two-spellings",
+            [*LAUNCH_T, "d", "./d/"],
+            2,
+            PAIR,
+            stderr_has="are one drafter",
+        ),
+        Case(
+            "measure-request-target-is-the-drafter",
+            ["verify", "--engine", "torch", "--target", "d", "d"],
+            2,
+            PAIR,
+            stderr_has="are one path",
+        ),
+        Case(
+            "measure-request-prompts-empty",
+            ["verify", "--engine", "torch", "--target", "t", "d", "--prompts", ""],
+            2,
+            PAIR,
+            stderr_has="give 'builtin' or a JSONL file",
+        ),
+        Case(
+            "measure-request-output-a-directory",
+            ["verify", "--engine", "torch", "--target", "t", "d", "--prompts", "ids.jsonl", "--output", "sub"],
+            2,
+            both(PAIR, lambda d, base: (d / "sub").mkdir()),
+            stderr_has="output sub is a directory",
+        ),
+        Case(
+            "measure-request-plot-is-the-output",
+            ["verify", *host, "--output", "r.png", "--plot", "r.png"],
+            2,
+            PAIR,
+            stderr_has="are one file",
+        ),
+        Case(
+            "measure-request-log-is-the-output",
+            [*LAUNCH_T, "d", "--log", "x.out", "--output", "x.out"],
+            2,
+            PAIR,
+            stderr_has="are one file",
+        ),
+        *[
+            Case(f"measure-request-concurrency-{i}", ["verify", *host, "--concurrency", v], 2, PAIR)
+            for i, v in enumerate(["1_0", "\u0663", "1,8,", "1,1", "1" * 5000, ",".join(["1"] * 33)])
+        ],
         # the engine arguments the check before the launch reads
         _tokens("measure-kv-tokens-not-a-number", "abc", stderr_has="launch SGLang with --max-total-tokens N"),
         _tokens("measure-kv-tokens-negative", "-5", stderr_has="launch SGLang with --max-total-tokens N"),

@@ -649,7 +649,7 @@ def export_cmd(
 )
 @click.option(
     "--repeat",
-    type=P.Bounded(1, 1000, integer=True),
+    type=P.REPEAT,
     default=1,
     show_default=True,
     help="Send each prompt this many times (the interval stays over distinct prompts).",
@@ -811,7 +811,7 @@ def _measure_request(drafters: list[str], o: dict[str, Any]) -> Any:
         from ckpttools.measuring.traffic import parse_lengths
 
         kw["context_lengths"] = parse_lengths(o["context_lengths"])
-    if o["sweep_spec"]:
+    if o["sweep_spec"] is not None:  # an empty value too: refused, not read as no sweep
         from ckpttools.measuring.sweep import parse_sweep
 
         kw["sweep"] = Sweep(tuple(parse_sweep(o["sweep_spec"])))

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ckpttools.formats.config import MAX_VOCAB_SIZE
-from ckpttools.io.inputs import check_number
+from ckpttools.io.inputs import BOUNDS, Bound, check_number
 
 __all__ = [
     "check_python",
@@ -29,6 +29,8 @@ __all__ = [
     "TEMPERATURE",
     "ACCEPT_LEN",
     "MAX_CONCURRENCY",
+    "MAX_LEVELS",
+    "REPEAT",
     "levels",
     "LEVELS",
 ]
@@ -42,6 +44,11 @@ class Bounded(click.ParamType):
     ) -> None:
         self.lo, self.hi, self.integer, self.lo_open, self.unit = lo, hi, integer, lo_open, unit
         self.name = "integer" if integer else "number"
+
+    @classmethod
+    def of(cls, b: Bound) -> Bounded:
+        """The click type of the library's range ``b`` (:data:`ckpttools.io.inputs.BOUNDS`)."""
+        return cls(b.lo, b.hi, integer=b.integer, lo_open=b.lo_open, unit=b.unit)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is None:
@@ -68,39 +75,48 @@ def _flag(param: click.Parameter | None) -> str:
 
 
 #: a TCP port
-PORT = Bounded(1, 65535, integer=True)
+PORT = Bounded.of(BOUNDS["port"])
 #: a wait, in seconds: more than 0, at most a week
-SECONDS = Bounded(0, 7 * 86400, integer=False, lo_open=True, unit="s")
+SECONDS = Bounded.of(BOUNDS["seconds"])
 #: how many prompts: at most the size of any real prompt set we would send one by one
-PROMPTS = Bounded(1, 100_000, integer=True)
+PROMPTS = Bounded.of(BOUNDS["num_prompts"])
+#: how often each prompt is sent
+REPEAT = Bounded.of(BOUNDS["repeat"])
 #: tokens to generate per request
-NEW_TOKENS = Bounded(1, 1 << 20, integer=True)
+NEW_TOKENS = Bounded.of(BOUNDS["max_new_tokens"])
 #: EAGLE draft steps (SGLang and vLLM take small numbers; 64 is far past any useful one)
-STEPS = Bounded(1, 64, integer=True)
-TOPK = Bounded(1, 64, integer=True)
+STEPS = Bounded.of(BOUNDS["steps"])
+TOPK = Bounded.of(BOUNDS["topk"])
 #: tensor-parallel size
-TP = Bounded(1, 1024, integer=True)
+TP = Bounded.of(BOUNDS["tp"])
 VOCAB = Bounded(1, MAX_VOCAB_SIZE, integer=True)
 SHOW = Bounded(0, 1_000_000, integer=True)
 #: sampling temperature (0: greedy)
-TEMPERATURE = Bounded(0, 100, integer=False)
+TEMPERATURE = Bounded.of(BOUNDS["temperature"])
 #: tokens per verify step: at least 1, at most steps + 1 (checked against --steps by the command)
-ACCEPT_LEN = Bounded(1, 65, integer=False)
+ACCEPT_LEN = Bounded.of(BOUNDS["min_accept_len"])
 #: the most requests in flight at one level
-MAX_CONCURRENCY = 1024
+MAX_CONCURRENCY = int(BOUNDS["concurrency"].hi or 0)
+#: the most concurrency levels one run measures
+MAX_LEVELS = 32
 
 
 def levels(text: str, flag: str = "--concurrency") -> list[int]:
     """A comma list of concurrency levels, each a whole number in [1, MAX_CONCURRENCY]."""
-    parts = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not parts or len(parts) > 32:
-        raise click.BadParameter(f"{text!r}: give 1 to 32 whole numbers, e.g. 1 or 1,8", param_hint=flag)
+    parts = [x.strip() for x in str(text).split(",")]
+    if not any(parts) or len(parts) > MAX_LEVELS or not all(parts):
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        raise click.BadParameter(
+            f"{shown!r}: give 1 to {MAX_LEVELS} whole numbers, comma-separated, e.g. 1 or 1,8", param_hint=flag
+        )
     out = []
     for x in parts:
         try:
-            out.append(int(check_number(x, flag, lo=1, hi=MAX_CONCURRENCY, integer=True)))
+            out.append(int(BOUNDS["concurrency"].check(x, flag)))
         except ValueError as e:
             raise click.BadParameter(f"{e}", param_hint=flag) from None
+    if len(set(out)) != len(out):
+        raise click.BadParameter(f"{text!r}: a level given twice (each is measured once)", param_hint=flag)
     return out
 
 

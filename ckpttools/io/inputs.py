@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ __all__ = [
     "loads_json",
     "json_depth_ok",
     "check_number",
+    "Bound",
+    "BOUNDS",
     "jsonl_lines",
     "JSON_BLANK",
     "json_kind",
@@ -180,6 +183,14 @@ def check_number(
         raise ValueError(f"{value!r} is not a number")
     if isinstance(value, str):
         text = value.strip()
+        kind = "a whole number" if integer else "a number"
+        if not text.isascii() or "_" in text:  # int() and float() also take "1_000" and other scripts' digits
+            raise ValueError(f"{_shown(text)} is not {kind} (ASCII digits only)")
+        if len(text) > 40 and text.lstrip("+-").isdigit():  # past every bound, and past int()'s digit limit
+            side = "at least" if text.startswith("-") else "at most"
+            bound = lo if text.startswith("-") else hi
+            if bound is not None:
+                raise ValueError(f"{_shown(text)} is out of range: {name} must be {side} {_fmt(bound)}{u}")
         try:
             value = int(text) if integer else float(text)
         except ValueError:
@@ -187,14 +198,14 @@ def check_number(
                 try:
                     f = float(text)
                 except ValueError:
-                    raise ValueError(f"{text!r} is not a whole number") from None
+                    raise ValueError(f"{_shown(text)} is not a whole number") from None
                 if not (math.isfinite(f) and f.is_integer()):
-                    raise ValueError(f"{text!r} is not a whole number") from None
+                    raise ValueError(f"{_shown(text)} is not a whole number") from None
                 value = int(f)
             else:
-                raise ValueError(f"{text!r} is not a number") from None
+                raise ValueError(f"{_shown(text)} is not a number") from None
     if not isinstance(value, (int, float)):
-        raise ValueError(f"{value!r} is not a number")
+        raise ValueError(f"{_shown(value)} is not a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{value} is not a finite number")
     if integer and isinstance(value, float):
@@ -207,6 +218,56 @@ def check_number(
     if hi is not None and value > hi:
         raise ValueError(f"{value}{u} is out of range: {name} must be at most {_fmt(hi)}{u}")
     return value
+
+
+def _shown(v: Any) -> str:
+    """A value as a message quotes it: its repr, cut to 40 characters."""
+    r = repr(v)
+    return r if len(r) <= 40 else f"{r[:37]}..."
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range of one numeric parameter: finite, in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``),
+    whole with ``integer``. The CLI's types (:mod:`ckpttools.cli.params`) and the library's checks
+    of the same parameters (:meth:`ckpttools.measuring.request.MeasureRequest.from_options`) use one."""
+
+    lo: float | None
+    hi: float | None
+    integer: bool
+    lo_open: bool = False
+    unit: str = ""
+
+    def check(self, value: Any, name: str) -> int | float:
+        """:func:`check_number` of ``value`` against this range (ValueError naming ``name``)."""
+        return check_number(
+            value, name, lo=self.lo, hi=self.hi, integer=self.integer, lo_open=self.lo_open, unit=self.unit
+        )
+
+
+#: the ranges of the numbers a user gives, by the parameter they bound
+BOUNDS: dict[str, Bound] = {
+    #: a TCP port
+    "port": Bound(1, 65535, True),
+    #: a wait, in seconds: more than 0, at most a week
+    "seconds": Bound(0, 7 * 86400, False, lo_open=True, unit="s"),
+    #: how many prompts: at most the size of any real prompt set we would send one by one
+    "num_prompts": Bound(1, 100_000, True),
+    "repeat": Bound(1, 1000, True),
+    #: tokens to generate per request
+    "max_new_tokens": Bound(1, 1 << 20, True),
+    #: EAGLE draft steps (SGLang and vLLM take small numbers; 64 is far past any useful one)
+    "steps": Bound(1, 64, True),
+    "topk": Bound(1, 64, True),
+    #: tensor-parallel size
+    "tp": Bound(1, 1024, True),
+    #: sampling temperature (0: greedy)
+    "temperature": Bound(0, 100, False),
+    #: tokens per verify step: at least 1, at most steps + 1 (checked against the steps where known)
+    "min_accept_len": Bound(1, 65, False),
+    #: one concurrency level: the most requests in flight at once
+    "concurrency": Bound(1, 1024, True),
+}
 
 
 def _fmt(x: float) -> str:

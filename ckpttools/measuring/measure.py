@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from ckpttools.measuring.compare import CompareReport, run_compare
 from ckpttools.measuring.launch_check import check_launch
-from ckpttools.measuring.request import LaunchSpec, MeasureRequest, Offline, RunningHost
+from ckpttools.measuring.request import LaunchSpec, MeasureRequest, Offline, RequestError, RunningHost
 from ckpttools.measuring.verify import VerifyReport, measure_one, prompts_of
 
-__all__ = ["measure", "check_outputs"]
+__all__ = ["measure", "check_outputs", "request_inputs"]
 
 
 def measure(
@@ -43,12 +43,16 @@ def measure(
         >>> req = MeasureRequest.from_options(["./d"], engine="torch", target="./t")  # doctest: +SKIP
         >>> measure(req).accept_length  # doctest: +SKIP
     """
+    if not isinstance(request, MeasureRequest):
+        raise RequestError(
+            f"measure takes a MeasureRequest, not {type(request).__name__}: build one with MeasureRequest.from_options"
+        )
     check_outputs(request)
     rep = _run(request, on_request, on_note)  # a launch is checked first, once: the port, the release, each drafter
     if request.output:
         from ckpttools.io.guard import write_json
 
-        write_json(request.output, rep.to_dict())
+        write_json(request.output, rep.to_dict(), request_inputs(request))
     if request.plot and isinstance(rep, VerifyReport):
         from ckpttools.measuring.plot import plot_report
 
@@ -78,13 +82,41 @@ def _run(
     return measure_one(req, progress=on_request, checked=checked)
 
 
-def check_outputs(req: MeasureRequest) -> None:
-    """Before anything is measured: no report, plot or log is aimed at an input; a running server's
-    log is an input (read, never written)."""
-    from ckpttools.io.guard import check_output, declare_inputs
+def request_inputs(req: MeasureRequest) -> list[str]:
+    """What a request reads: its drafters, the target, the prompts and tokenizer files, a running
+    server's log. No output of the run may be any of them, lie inside one, or hold one."""
+    got = [*req.drafters, req.target, req.tokenizer, None if req.prompts == "builtin" else req.prompts]
+    if isinstance(req.server, RunningHost):
+        got.append(req.server.log)
+    return [str(p) for p in got if p]
 
-    if isinstance(req.server, RunningHost) and req.server.log:
-        declare_inputs([req.server.log])
-    for out in (req.output, req.plot, req.server.log_path if isinstance(req.server, LaunchSpec) else None):
-        if out:
-            check_output(out)
+
+def check_outputs(req: MeasureRequest) -> None:
+    """Before anything is measured: no report, plot or log is aimed at an input (the request's own,
+    :func:`request_inputs`, and any the caller declared), at a directory, or at another of the run's
+    outputs.
+
+    Raises:
+        UnsafePathError: an output aimed at an input or a directory. RequestError: two outputs at one file.
+    """
+    import os
+
+    from ckpttools.errors import UnsafePathError, opt
+    from ckpttools.io.guard import check_output
+
+    inputs = request_inputs(req)
+    log = req.server.log_path if isinstance(req.server, LaunchSpec) else None
+    seen: dict[str, str] = {}
+    for key, out in (("output", req.output), ("plot", req.plot), ("log", log)):
+        if not out:
+            continue
+        check_output(out, inputs)
+        if os.path.isdir(out):
+            raise UnsafePathError(f"{key} {out} is a directory", path=str(out), hint="give a file name")
+        real = os.path.realpath(out)
+        if real in seen:
+            raise RequestError(
+                f"{opt(seen[real])} and {opt(key)} are one file, {out}: each output needs a path of its own",
+                param=key,
+            )
+        seen[real] = key

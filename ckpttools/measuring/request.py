@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from os import PathLike
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +177,8 @@ class MeasureRequest:
         """
         o = dict(locals())
         del o["cls"], o["drafters"]
+        drafters = _drafter_list(drafters)
+        _check_values(o)
         name = split_engine(engine)[0]
         kind = ENGINE_OBJECTS.get(name)
         offline = kind is not None and not kind.serves
@@ -191,11 +194,16 @@ class MeasureRequest:
             server=server,
             engine=engine,
             sweep=sweep,
-            concurrency=tuple(concurrency),
-            context_lengths=tuple(context_lengths),
+            concurrency=_as_tuple("concurrency", concurrency),
+            context_lengths=_as_tuple("context_lengths", context_lengths),
             timeout=timeout if timeout is not None else 600.0,
             **{k: o[k] for k in _AS_GIVEN},
         )
+
+
+def _as_tuple(key: str, levels: Any) -> tuple[int, ...]:
+    _check_levels(key, levels)
+    return tuple(levels)
 
 
 #: the request's fields that :meth:`MeasureRequest.from_options` takes as they are given
@@ -215,6 +223,90 @@ _AS_GIVEN = (
 )
 
 
+#: the request's numbers and the range each takes (:data:`ckpttools.io.inputs.BOUNDS`), checked when given
+_NUMBERS = {
+    "port": "port",
+    "tp": "tp",
+    "steps": "steps",
+    "topk": "topk",
+    "ready_timeout": "seconds",
+    "timeout": "seconds",
+    "num_prompts": "num_prompts",
+    "repeat": "repeat",
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "min_accept_len": "min_accept_len",
+}
+#: the options that are text, or a sequence of texts (a str given for one of those is refused, not spelled out)
+_TEXTS = ("host", "target", "engine_python", "log", "device", "baseline_host", "prompts", "tokenizer", "output", "plot")
+
+
+def _drafter_list(drafters: Any) -> list[str]:
+    """The drafters as given: a sequence of paths (a str alone would be read letter by letter)."""
+    if isinstance(drafters, (str, bytes)) or not isinstance(drafters, Sequence):
+        raise RequestError(
+            f"drafters: give a list of paths, not {type(drafters).__name__} (e.g. [{str(drafters)[:40]!r}])",
+            param="drafter",
+        )
+    bad = [d for d in drafters if not isinstance(d, (str, PathLike)) or not str(d)]
+    if bad:
+        raise RequestError(f"drafters: {bad[0]!r} is not a path", param="drafter")
+    return [str(d) for d in drafters]
+
+
+def _check_values(o: dict[str, Any]) -> None:
+    """Each value given, of its type and inside its range, as the CLI's types check them: a library
+    caller gets the same bounds (None: not given)."""
+    from ckpttools.io.inputs import BOUNDS
+
+    for key, bound in _NUMBERS.items():
+        if isinstance(o[key], str):  # the CLI's types read text; a library caller gives the number
+            raise RequestError(f"{opt(key)}: {o[key][:40]!r} is text, not a number", param=key)
+        if o[key] is not None:
+            try:
+                BOUNDS[bound].check(o[key], opt(key))
+            except ValueError as e:
+                raise RequestError(str(e), param=key) from None
+    for key in _TEXTS:
+        if o[key] is not None and not isinstance(o[key], (str, PathLike)):
+            raise RequestError(f"{opt(key)}: {o[key]!r} is not text", param=key)
+    for key in ("engine_args",):
+        v = o[key]
+        if v is not None and (isinstance(v, (str, bytes)) or not all(isinstance(a, str) for a in v)):
+            raise RequestError(f"{opt(key)}: give a list of arguments, each a str, not {v!r:.60}", param=key)
+    if o["sweep"] is not None and not isinstance(o["sweep"], Sweep):
+        raise RequestError(
+            f"{opt('sweep')}: give a Sweep (ckpttools.measuring.sweep.parse_sweep of the text), not "
+            f"{type(o['sweep']).__name__}",
+            param="sweep",
+        )
+
+
+def _check_levels(key: str, levels: Any) -> None:
+    """Concurrency levels or context lengths: a sequence of whole numbers, each in its range."""
+    from ckpttools.io.inputs import BOUNDS, Bound
+
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
+        raise RequestError(f"{opt(key)}: give a sequence of whole numbers, not {levels!r:.60}", param=key)
+    if key == "concurrency":
+        bound, most = BOUNDS["concurrency"], 32
+    else:
+        from ckpttools.measuring.traffic import MAX_CONTEXT_LENGTH
+
+        bound, most = Bound(2, MAX_CONTEXT_LENGTH, True), 64
+    if len(levels) > most:
+        raise RequestError(f"{opt(key)}: {len(levels)} values, at most {most}", param=key)
+    for v in levels:
+        if type(v) is not int:  # no bool, no float: a level is a count
+            raise RequestError(f"{opt(key)}: {v!r:.40} is not a whole number", param=key)
+        try:
+            bound.check(v, opt(key))
+        except ValueError as e:
+            raise RequestError(str(e), param=key) from None
+    if len(set(levels)) != len(levels):
+        raise RequestError(f"{opt(key)}: a value given twice (each is measured once)", param=key)
+
+
 def _names(keys: Sequence[str]) -> str:
     return ", ".join(opt(k) for k in keys)
 
@@ -229,6 +321,14 @@ def _check_drafters(drafters: list[str], o: dict[str, Any], offline: bool) -> No
         )
     if len(drafters) > MAX_DRAFTERS:
         raise RequestError(f"{len(drafters)} drafters: one run measures at most {MAX_DRAFTERS}")
+    import os
+
+    first: dict[str, str] = {}
+    for d in drafters:
+        real = os.path.realpath(d)
+        if real in first and first[real] != d:  # the same spelling twice is measured once
+            raise RequestError(f"{first[real]} and {d} are one drafter ({real}): give each once", param="drafter")
+        first.setdefault(real, d)
     for key in ("sweep", "plot", "context_lengths", "baseline_host", "flush_cache"):
         if o[key]:
             raise RequestError(
@@ -279,6 +379,10 @@ def _server(
     if offline:
         return _offline(drafter, o)
     if o["launch"]:
+        if o["host"]:
+            raise RequestError(
+                f"{opt('launch')} starts a server and {opt('host')} measures a running one: give one of them"
+            )
         return _launch_spec(drafter, o, name, kind)
     if not o["host"]:
         raise RequestError(f"give {opt('host')} URL, or {opt('launch')}, or {opt('engine')} torch")
@@ -319,6 +423,15 @@ def _launch_spec(drafter: str | None, o: dict[str, Any], name: str, kind: type[E
         raise RequestError(f"{opt('launch')} needs {opt('engine')} sglang|vllm, {opt('target')} and {opt('drafter')}")
     from ckpttools.engines.launch import free_port
 
+    if o["device"] is not None:
+        raise RequestError(
+            f"{opt('device')} is the offline probe's ({opt('engine')} torch); a launched server places its model "
+            "itself: leave it out, or set the engine's own device options",
+            param="device",
+        )
+    why = kind(None).sweep_setting_refused({"steps": o["steps"] or 3, "topk": o["topk"] or 1})
+    if why is not None:
+        raise RequestError(f"{opt('topk')} {o['topk']}: {why}", param="topk")
     port = o["port"] or free_port()
     return LaunchSpec(
         engine=name,
@@ -337,6 +450,13 @@ def _launch_spec(drafter: str | None, o: dict[str, Any], name: str, kind: type[E
 
 def _check_structure(r: MeasureRequest) -> None:
     """What no request may be, however it was built (a library caller's too)."""
+    if not isinstance(r.server, (RunningHost, LaunchSpec, Offline)):
+        raise RequestError(
+            f"server: give a RunningHost, a LaunchSpec or Offline, not {type(r.server).__name__} "
+            "(MeasureRequest.from_options builds one from options)"
+        )
+    if not isinstance(r.drafters, tuple) or not all(isinstance(d, (str, PathLike)) and str(d) for d in r.drafters):
+        raise RequestError(f"drafters: give a tuple of paths, not {r.drafters!r:.60}", param="drafter")
     if not 1 <= len(r.drafters) <= MAX_DRAFTERS and not (isinstance(r.server, RunningHost) and not r.drafters):
         raise RequestError(f"give 1 to {MAX_DRAFTERS} drafters, not {len(r.drafters)}")
     if len(r.drafters) > 1 and not isinstance(r.server, LaunchSpec):
@@ -345,8 +465,45 @@ def _check_structure(r: MeasureRequest) -> None:
         )
     if r.sweep is not None and not isinstance(r.server, LaunchSpec):
         raise RequestError(f"{opt('sweep')} needs {opt('launch')}: it starts one server per setting")
-    if not r.concurrency or min(r.concurrency) < 1:
+    if isinstance(r.server, Offline) and not r.target:
+        raise RequestError(f"{opt('engine')} torch needs {opt('target')} and DRAFTER")
+    if r.target:
+        import os
+
+        same = [d for d in r.drafters if os.path.realpath(d) == os.path.realpath(r.target)]
+        if same:
+            raise RequestError(
+                f"{opt('target')} {r.target} and the drafter {same[0]} are one path: give the target model and the "
+                "drafter apart",
+                param="target",
+            )
+    if r.sweep is not None and not (isinstance(r.sweep, Sweep) and r.sweep.settings):
+        raise RequestError(f"{opt('sweep')}: a sweep of no setting measures nothing", param="sweep")
+    if isinstance(r.server, Offline):
+        _check_offline(r)
+    _check_levels("concurrency", r.concurrency)
+    if not r.concurrency:
         raise RequestError("concurrency: give levels of 1 or more", param="concurrency")
+    _check_levels("context_lengths", r.context_lengths)
+    if not isinstance(r.prompts, (str, PathLike)) or not str(r.prompts).strip():
+        raise RequestError(f"{opt('prompts')}: give 'builtin' or a JSONL file, not {r.prompts!r:.40}", param="prompts")
+
+
+def _check_offline(r: MeasureRequest) -> None:
+    """The offline probe's own settings: its steps in range, one request at a time."""
+    from ckpttools.io.inputs import BOUNDS
+
+    steps = r.server.steps if isinstance(r.server, Offline) else None
+    try:
+        if isinstance(steps, str):
+            raise ValueError(f"{steps[:40]!r} is text, not a number")
+        BOUNDS["steps"].check(steps, opt("steps"))
+    except ValueError as e:
+        raise RequestError(str(e), param="steps") from None
+    if tuple(r.concurrency) != (1,):
+        raise RequestError(
+            f"{opt('concurrency')}: not measured by {opt('engine')} torch (one request at a time)", param="concurrency"
+        )
 
 
 def split_engine(engine: str) -> tuple[str, Any]:

@@ -44,13 +44,25 @@ def parse_sweep(text: str) -> list[dict[str, int]]:
                 hint=f"give {opt('sweep')} as e.g. 'steps=1,3,5;topk=1,4;draft_tokens=4,8,16'",
             )
         try:
-            nums = [int(v) for v in vals.split(",") if v.strip()]
+            parts = [v.strip() for v in vals.split(",") if v.strip()]
+            if not all(v.isascii() and v.isdigit() for v in parts):  # no "1_0", no other scripts' digits
+                raise ValueError(vals)
+            nums = [int(v) if len(v) <= 12 else 10**12 for v in parts]  # past every axis' bound either way
         except ValueError:
-            raise ConfigError(f"sweep axis {key}: {vals!r} are not whole numbers") from None
+            raise ConfigError(
+                f"sweep axis {key}: {vals[:40]!r} are not whole numbers",
+                hint=f"give {opt('sweep')} as e.g. 'steps=1,3,5;topk=1,4;draft_tokens=4,8,16'",
+            ) from None
         if not nums or min(nums) < 1:
-            raise ConfigError(f"sweep axis {key}: give values of 1 or more")
+            raise ConfigError(
+                f"sweep axis {key}: give values of 1 or more",
+                hint=f"give {opt('sweep')} as e.g. 'steps=1,3,5;topk=1,4;draft_tokens=4,8,16'",
+            )
         if max(nums) > _AXIS_MAX[key]:
-            raise ConfigError(f"sweep axis {key}: {max(nums)} is out of range (at most {_AXIS_MAX[key]})")
+            raise ConfigError(
+                f"sweep axis {key}: {max(nums)} is out of range (at most {_AXIS_MAX[key]})",
+                hint=f"give {opt('sweep')} as e.g. 'steps=1,3,5;topk=1,4;draft_tokens=4,8,16'",
+            )
         axes[key] = list(dict.fromkeys(nums))
     if not axes:
         raise ConfigError("the sweep names no axis", hint="e.g. 'steps=1,3;topk=1,4'")
