@@ -83,6 +83,14 @@ def test_one_drafter_in_two_spellings_is_refused(tmp_path: Path, monkeypatch) ->
         F(["d", "./d/", str(tmp_path / "d")], launch=True, engine="sglang", target="t")
 
 
+@pytest.mark.parametrize("engine", [None, 3, ["sglang"]], ids=["none", "int", "list"])
+def test_an_engine_that_is_not_a_string_is_named_as_what_it_is(engine) -> None:
+    from ckpttools.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"engine .* is not a name \(type {type(engine).__name__}, not str\)"):
+        F(["d"], host=H, engine=engine)
+
+
 BAD_REQUESTS = [
     ("server-none", dict(drafters=("d",), target="t", server=None)),
     ("server-url", dict(drafters=("d",), target="t", server="http://127.0.0.1:9")),

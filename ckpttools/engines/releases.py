@@ -1266,7 +1266,8 @@ def split_spec(spec: str, names: Sequence[str] | None = None) -> tuple[str, str 
             lists the known names and releases.
     """
     names = tuple(ENGINES) if names is None else tuple(names)
-    spec = spec if isinstance(spec, str) else ""
+    if not isinstance(spec, str):  # a library caller's None or number: named as what it is
+        raise _unknown_name(f"engine {spec!r:.40} is not a name (type {type(spec).__name__}, not str)", names)
     if len(spec) > MAX_SPEC_CHARS:
         raise _unknown_name(f"engine {_shown(spec)}: longer than {MAX_SPEC_CHARS} characters", names)
     name, sep, version = spec.partition("==")
