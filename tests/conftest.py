@@ -31,6 +31,13 @@ def pytest_configure(config):
         os.close(fd)
         os.environ["CKPT_LAUNCH_LEDGER"] = path
         config._ckpt_ledger = path  # the controller owns (and removes) it; xdist workers inherit the variable
+    if "CKPT_TEST_NOTES" not in os.environ and not hasattr(config, "workerinput"):
+        # lines a test leaves for the run's summary (the corpus totals), from whichever worker ran it
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="ckpt-notes-", suffix=".txt")
+        os.close(fd)
+        os.environ["CKPT_TEST_NOTES"] = config._ckpt_notes = path
     if "CKPT_VLLM_CACHE_ROOT" not in os.environ and not hasattr(config, "workerinput"):
         # one vLLM cache for every real vLLM server of the session, both workers' (tests/vllm_pool.py:
         # SERVER_ENV says what it saves); the controller removes it at the end
@@ -65,7 +72,22 @@ def pytest_runtest_protocol(item, nextitem):
         f.write(json.dumps({"worker": worker, "start": t0, "stop": time.time(), "test": item.nodeid}) + "\n")
 
 
+def note_for_summary(line: str) -> None:
+    """A line for the run's summary, printed after the tests by the controller (pytest_terminal_summary)."""
+    path = os.environ.get("CKPT_TEST_NOTES")
+    if path:
+        with open(path, "a") as f:
+            f.write(line.replace("\n", " ") + "\n")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    notes = getattr(config, "_ckpt_notes", None)
+    if notes is not None:
+        try:
+            for line in Path(notes).read_text().splitlines():
+                terminalreporter.write_line(line)
+        finally:
+            os.unlink(notes)
     path = getattr(config, "_ckpt_ledger", None)
     if path is None:
         return

@@ -204,8 +204,9 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     problems: list[str] = []
     rc, so, se = (R.run_inprocess if inproc else R.run_process)(p.argv, d / (c.cwd or ""), p.env, timeout)
     rerun = ""
-    if inproc and rc not in (None, 0) and not se and tree_digest(d, skip) == before:
-        # an error exit whose stderr came back empty from this process's capture: seen in CI once with
+    if inproc and rc not in (None, 0, 1) and not se and tree_digest(d, skip) == before:
+        # an error exit (2 and up: exit 1, a finding or a missed bar, writes no stderr) whose stderr came
+        # back empty from this process's capture: seen in CI once with
         # stdout empty too (serve-drafter-missing, exit 2; not reproduced in 200 runs of it since), and
         # in two clean-clone runs of 2026-12-05 with stdout whole (older-steps-sg-nosteps-hist-huge,
         # exit 3, its two stderr lines missing; the case alone, the corpus alone and the corpus under

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import note_for_summary
 from tests.corpus import Case, Outcome, all_cases, build_base, process_reason, run_case, run_corpus
 from tests.corpus_net import hub_repos
 from tests.fake_servers import MisbehavingServer
@@ -112,14 +113,18 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         "in-process s": round(sum(o.seconds for o in res if o.how == "in-process"), 1),
         "in own process s": round(sum(o.seconds for o in res if o.how != "in-process"), 1),
     }
-    print("\ncorpus totals:", totals)
     why: dict[str, int] = {}
     for o in res:
         k = o.how.removeprefix("process: ").split(":")[0]
         why[k] = why.get(k, 0) + 1
-    print("how they ran:", why)
     reruns = [f"{o.case.name}: {o.how}" for o in res if o.how.startswith("process: rerun")]
-    print("in-process anomalies re-run in a process:", reruns or "none")
+    for line in (
+        f"corpus totals: {totals}",
+        f"corpus cases, how they ran: {why}",
+        f"corpus in-process anomalies re-run in a process: {reruns or 'none'}",
+    ):
+        print(line)
+        note_for_summary(line)  # in the run's summary too, whether the test passes or not
     for o in res:
         if o.problems:
             print(f"unclean: {o.case.name} ({o.how}): {o.problems}\n  stderr: {o.stderr[-800:]!r}")
