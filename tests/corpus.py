@@ -231,7 +231,9 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
             problems.append(f"stderr is not one error line plus a hint: {se[-400:]!r}")
     if tree_digest(d, skip) != before:
         problems.append("input tree changed")
-    left = [q.name for q in d.iterdir() if ".ckpt-tmp-" in q.name]
+    left = [
+        q.name for q in d.iterdir() if ".ckpt-tmp-" in q.name and q.name not in before
+    ]  # a case input so named stays
     if left:
         problems.append(f"temporaries left: {left}")
     if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
@@ -947,7 +949,102 @@ def output_cases() -> list[Case]:
         ),
         Case("fix-inplace-hub-id", ["validate", "org/x", "--fix", "--in-place"], 2),
         Case("fix-needs-out", ["validate", "d", "--fix"], 2, copy_in("d")),
+        # an output at the real file behind an input's link: --force once replaced the input's data (exit 0)
+        Case(
+            "out-is-link-target-export",
+            ["export", "ln", "-o", "store/real.safetensors", "--force"],
+            2,
+            _linked_shard,
+            stderr_has="(the file its link leads to): an input is never written",
+        ),
+        Case(
+            "out-holds-snapshot-blobs-export",
+            ["export", f"{_SNAP}", "-o", "hf/hub/models--org--d/blobs", "--force"],
+            2,
+            _snapshot,
+            stderr_has="holds the input",
+        ),
+        Case(
+            "out-is-a-snapshot-blob-quantize",
+            ["quantize", f"{_SNAP}", "-o", f"hf/hub/models--org--d/blobs/{_BLOB}", "--force"],
+            2,
+            _snapshot,
+            stderr_has="(the file its link leads to)",
+        ),
+        # an input named like a dead run's temporary beside the output: never cleaned away as one
+        Case(
+            "out-input-named-like-a-temporary",
+            ["export", ".o.ckpt-tmp-999999-write", "-o", "o"],
+            0,
+            copy_in("d", ".o.ckpt-tmp-999999-write"),
+            out="o",
+        ),
+        Case(
+            "out-dot-force",
+            ["export", "../d", "-o", ".", "--force"],
+            2,
+            both(copy_in("d"), write("w/x", "")),
+            cwd="w",
+            stderr_has="is the current folder",
+        ),  # fmt: skip
+        Case(
+            "out-dot-force-dry-run",
+            ["export", "../d", "-o", ".", "--force", "--dry-run"],
+            2,
+            both(copy_in("d"), write("w/x", "")),
+            cwd="w",
+            stderr_has="is the current folder",
+        ),  # fmt: skip
+        # a file name that is not UTF-8, in JSON: escaped, not a traceback
+        Case(
+            "json-name-not-utf8-inspect",
+            ["inspect", "--json", "bad\udcff"],
+            0,
+            copy_in("d", "bad\udcff"),
+            stdout_has='"bad\\udcff"',
+        ),  # fmt: skip
+        Case("json-name-not-utf8-validate", ["validate", "--json", "bad\udcff"], 0, copy_in("d", "bad\udcff")),
+        # a cache snapshot without an index whose weights link outside the cache: refused, as with an index
+        Case(
+            "hub-snapshot-single-file-links-outside",
+            ["inspect", _SNAP, "--no-tensors"],
+            2,
+            lambda d, b: _snapshot(d, b, outside=True),
+            stderr_has="outside the Hugging Face cache snapshot",
+        ),
     ]
+
+
+_SNAP = "hf/hub/models--org--d/snapshots/0123456789abcdef0123456789abcdef01234567"
+_BLOB = "a" * 64  # the weights' blob (a name of the form huggingface_hub gives)
+
+
+def _linked_shard(d: Path, base: Path) -> None:
+    """``ln``: the corpus drafter whose weights file is a link to ``store/real.safetensors``."""
+    (d / "store").mkdir()
+    shutil.copy(base / "d" / "model.safetensors", d / "store" / "real.safetensors")
+    (d / "ln").mkdir()
+    shutil.copy(base / "d" / "config.json", d / "ln" / "config.json")
+    (d / "ln" / "model.safetensors").symlink_to(d / "store" / "real.safetensors")
+
+
+def _snapshot(d: Path, base: Path, outside: bool = False) -> None:
+    """The corpus drafter laid out as huggingface_hub caches it: each snapshot file a link into blobs/
+    (``outside``: the weights' link leads out of the cache instead)."""
+    repo = d / "hf" / "hub" / "models--org--d"
+    snap, blobs = d / _SNAP, repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(snap.name)
+    shutil.copy(base / "d" / "config.json", blobs / ("b" * 64))
+    (snap / "config.json").symlink_to(f"../../blobs/{'b' * 64}")
+    if outside:
+        shutil.copy(base / "d" / "model.safetensors", d / "elsewhere.safetensors")
+        (snap / "model.safetensors").symlink_to(d / "elsewhere.safetensors")
+    else:
+        shutil.copy(base / "d" / "model.safetensors", blobs / _BLOB)
+        (snap / "model.safetensors").symlink_to(f"../../blobs/{_BLOB}")
 
 
 def example_cases() -> list[Case]:

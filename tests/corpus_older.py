@@ -179,6 +179,15 @@ def _steps_cases() -> list[Case]:
         ("vl-metrics-pos-huge", 2, "draft position 1000000000"),
         ("vl-metrics-counter-huge", 2, "not an integer in [0, 2^53]"),
         ("vl-hist-huge", 3, "has 300000 bins"),
+        # no steps named: the figure is still bound by the most draft steps any chain runs (64)
+        (
+            "sg-nosteps-acc-huge",
+            2,
+            "accept length 1001.000 (1 + spec_num_correct_drafts / spec_verify_ct) must lie in [1, 65]",
+        ),
+        ("vl-acc-huge", 2, "must lie in [1, 65] (the server names no draft steps"),
+        ("vl-metrics-pos-over", 2, "at draft position 0 changed by"),  # a rate above 1 at one position
+        ("vl-rpc-deep", 0, None),  # the hook's state nested too deep: "cannot say" which drafter, not a traceback
     ):
         extra = ["--engine", "vllm"] if mode.startswith("vl-") else []
         argv = ["verify", "--host", "{srv}/" + mode, *_P, *extra]

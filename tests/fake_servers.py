@@ -300,7 +300,7 @@ class MisbehavingServer:
                         info["speculative_num_steps"] = "three"
                     elif mode == "sg-info-steps-huge":  # absurd draft steps (verify once sized a list by them)
                         info["speculative_num_steps"] = 10**15
-                    elif mode == "sg-nosteps-hist-huge":  # no steps to bound the histogram by
+                    elif mode.startswith("sg-nosteps-"):  # no steps to bound the histogram or figures by
                         del info["speculative_num_steps"]
                     return self._send(200, json.dumps(info))
                 self._send(404, "{}")
@@ -353,6 +353,10 @@ class MisbehavingServer:
                     meta["spec_num_proposed_drafts"] = 2
                 elif mode == "sg-nosteps-hist-huge":  # 300,000 bins (summing them per position was quadratic)
                     meta["spec_accept_histogram"] = [1] * 300_000
+                elif mode == "sg-nosteps-acc-huge":  # 1001 tokens per step, and no steps named to refuse it by
+                    meta.update(completion_tokens=10, spec_verify_ct=1, spec_num_correct_drafts=1000)
+                    meta["spec_num_proposed_drafts"] = 1000
+                    meta.pop("spec_accept_histogram", None)
                 elif mode == "sg-counts-huge":  # counts past 2**53: no float counts them by one
                     meta.update(completion_tokens=2**60, spec_verify_ct=2**59, spec_num_correct_drafts=2**59)
                 elif mode == "sg-zero-tokens":  # 4 verify steps that made no token
@@ -390,7 +394,9 @@ class MisbehavingServer:
                 f"vllm:spec_decode_num_draft_tokens_total {3 * c}",
                 f"vllm:spec_decode_num_accepted_tokens_total {2 * c if mode != 'vl-more-accepted' else 9 * c}",
             ]
-            if mode == "vl-metrics-pos-huge":  # a draft position no chain reaches
+            if mode == "vl-metrics-pos-over":  # 10 accepted at position 0 per draft: no draft accepts twice there
+                lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="0"}} {10 * c}')
+            elif mode == "vl-metrics-pos-huge":  # a draft position no chain reaches
                 lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{10**9}"}} {c}')
             elif mode == "vl-metrics-counter-huge":  # a counter past 2**53
                 lines[0] = f"vllm:spec_decode_num_drafts_total {1e300 + c}"
@@ -410,8 +416,13 @@ class MisbehavingServer:
         self.counters[mode] = self.counters.get(mode, 0.0) + 4
         usage: Any = {"completion_tokens": 12}
         spec = {"num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 8}
-        if mode in ("vl-steps-gt-tokens", "vl-acc-gt-prop", "vl-per-request-ok", "vl-hist-huge"):
-            if mode == "vl-steps-gt-tokens":
+        if path == "/collective_rpc" and mode == "vl-rpc-deep":  # a rank's answer nested 100,000 deep
+            return h._send(200, json.dumps({"results": ["[" * 100_000 + "]" * 100_000]}))
+        if mode in ("vl-steps-gt-tokens", "vl-acc-gt-prop", "vl-per-request-ok", "vl-hist-huge", "vl-acc-huge"):
+            if mode == "vl-acc-huge":  # 1001 tokens per step, and vLLM names no steps to refuse it by
+                usage["completion_tokens"] = 2000
+                spec.update(num_spec_steps=1, num_draft_tokens=1000, num_accepted_draft_tokens=1000)
+            elif mode == "vl-steps-gt-tokens":
                 spec["num_spec_steps"] = 20
             elif mode == "vl-acc-gt-prop":
                 spec["num_accepted_draft_tokens"] = 13

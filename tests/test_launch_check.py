@@ -159,3 +159,47 @@ def test_the_context_the_engine_arguments_set_is_read_as_the_engine_reads_it(pai
     short, long = ctx["bins"]
     assert short["tokens"] == 64 and short["accept_length"] == 2.0
     assert long["tokens"] == 2048 and long["skipped"] == "past the target's context of 1024 tokens"
+
+
+@pytest.mark.parametrize(
+    "arg, says",
+    [
+        ("--engine-arg=--speculative-draft-model-path=/etc", "sets --speculative-draft-model-path"),
+        ("--engine-arg=--port=1", "sets --port"),
+        ("--engine-arg=--speculative-num", "sets --speculative-num-"),  # argparse takes an unambiguous prefix
+    ],
+)
+def test_an_engine_argument_that_sets_ckpts_own_flag_is_refused_before_anything_starts(
+    pair: dict[str, Path], arg: str, says: str
+) -> None:
+    """SGLang's argparse keeps the last of a flag given twice: ``--speculative-draft-model-path`` among
+    the engine arguments would load a drafter that was never checked. Refused in the check before the
+    launch: one error line, no "starting" note, no server (the ledger of launches stays empty)."""
+    log = pair["w"] / "refused.log"
+    r = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            "--launch",
+            "--engine",
+            "sglang",
+            "--target",
+            str(pair["t"]),
+            str(pair["d"]),
+            arg,
+            "--engine-python",
+            str(pair["py"]),
+            "--prompts",
+            str(pair["ids"]),
+            "--num-prompts",
+            "2",
+            "--log",
+            str(log),
+        ],  # fmt: skip
+        env={"CKPT_FAKE_ENGINE": "honest"},
+    )
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.splitlines()
+    assert says in lines[0] and "which ckpttools sets itself" in lines[0], r.stderr
+    assert len(lines) == 2 and lines[1].startswith("ckpt: hint: "), r.stderr  # no "starting ..." note
+    assert not log.exists()

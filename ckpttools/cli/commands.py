@@ -284,12 +284,10 @@ def inspect_cmd(
 @cli.command("diff-vocab", epilog=EXIT_CODES_HELP)
 @click.argument("a")
 @click.argument("b")
-@click.option(
-    "--tokenizer", type=click.Path(exists=True), help="HF tokenizer.json (or its directory) for token strings."
-)
+@click.option("--tokenizer", type=P.Path(exists=True), help="HF tokenizer.json (or its directory) for token strings.")
 @click.option(
     "--frequencies",
-    type=click.Path(exists=True),
+    type=P.Path(exists=True),
     help="Token counts: JSON {id: count}, .npy of counts, or JSONL of token-id lists.",
 )
 @click.option(
@@ -322,12 +320,12 @@ def vocab_group() -> None:
 @click.option(
     "--frequencies",
     required=True,
-    type=click.Path(exists=True),
+    type=P.Path(exists=True),
     help="JSON {id: count}, .npy of counts, or JSONL of token-id lists (counted streaming).",
 )
 @click.option("--draft-vocab-size", required=True, type=P.VOCAB, help="Vd: how many tokens to keep.")
 @click.option("--vocab-size", type=P.VOCAB, help="Target vocab size V (t2d's length); needed for JSON/JSONL.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output .safetensors (d2t + t2d).")
+@click.option("-o", "--output", "out", required=True, type=P.Path(), help="Output .safetensors (d2t + t2d).")
 @click.option("--force", is_flag=True, help="Replace the output if it exists.")
 @DRY_RUN
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -392,7 +390,7 @@ def vocab_build_cmd(
     "validate says what quantization that gives the drafter.",
 )
 @click.option("--fix", "do_fix", is_flag=True, help="Write a corrected copy (needs -o or --in-place).")
-@click.option("-o", "--output", "out", type=click.Path(), help="Where --fix writes the corrected copy.")
+@click.option("-o", "--output", "out", type=P.Path(), help="Where --fix writes the corrected copy.")
 @click.option("--in-place", is_flag=True, help="With --fix: replace DRAFTER, keeping the original as DRAFTER.bak-TIME.")
 @click.option("--force", is_flag=True, help="With --fix -o: replace the output if it exists.")
 @DRY_RUN
@@ -464,9 +462,9 @@ def validate_cmd(
 # ---------------------------------------------------------------------------- remap
 @cli.command("remap", epilog=EXIT_CODES_HELP)
 @click.argument("drafter")
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory (written atomically).")
+@click.option("-o", "--output", "out", required=True, type=P.Path(), help="Output directory (written atomically).")
 @click.option("--to", "to", help="Destination mapping: another drafter, a mapping file, or a target (full vocabulary).")
-@click.option("--frequencies", type=click.Path(exists=True), help="Build the destination from token counts instead.")
+@click.option("--frequencies", type=P.Path(exists=True), help="Build the destination from token counts instead.")
 @click.option("--draft-vocab-size", type=P.VOCAB, help="With --frequencies: how many tokens to keep.")
 @click.option(
     "--fill",
@@ -477,9 +475,9 @@ def validate_cmd(
 )
 @click.option("--target", help="The target model (for --fill target, and embed_tokens rows across tokenizers).")
 @click.option(
-    "--source-tokenizer", type=click.Path(exists=True), help="The drafter's tokenizer.json, when tokenizers differ."
+    "--source-tokenizer", type=P.Path(exists=True), help="The drafter's tokenizer.json, when tokenizers differ."
 )
-@click.option("--target-tokenizer", type=click.Path(exists=True), help="The destination's tokenizer.json.")
+@click.option("--target-tokenizer", type=P.Path(exists=True), help="The destination's tokenizer.json.")
 @click.option("--max-shard-size", help="Shard the output, e.g. 5GB (default: one file).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--fsync", is_flag=True, help="Flush the output to disk before the final rename (power-loss safe).")
@@ -545,7 +543,7 @@ def remap_cmd(
 # ---------------------------------------------------------------------------- export
 @cli.command("export", epilog=EXIT_CODES_HELP)
 @click.argument("src")
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory.")
+@click.option("-o", "--output", "out", required=True, type=P.Path(), help="Output directory.")
 @click.option("--format", "fmt", type=click.Choice(["sglang", "vllm", "trtllm"]), default="sglang", show_default=True)
 @click.option("--target", help="The target (checkpoint, repo id or config.json): aux layer ids and context length.")
 @click.option(
@@ -671,16 +669,14 @@ def export_cmd(
     "sweep_spec",
     help="With --launch: one server per setting, e.g. 'steps=1,3;topk=1,4;draft_tokens=4,8', plus a baseline.",
 )
-@click.option(
-    "--plot", "plot_file", type=click.Path(), help="Draw the report's figures to this PNG (needs matplotlib)."
-)
+@click.option("--plot", "plot_file", type=P.Path(), help="Draw the report's figures to this PNG (needs matplotlib).")
 @click.option("--temperature", type=P.TEMPERATURE, default=0.0, show_default=True)
 @click.option("--ignore-eos", is_flag=True, help="Generate max-new-tokens every time.")
 @click.option("--baseline-host", help="The same target without speculation, for the speedup.")
 @click.option("--min-accept-len", type=P.ACCEPT_LEN, help="The bar (tokens per verify step); below it exit code 1.")
 @click.option("--flush-cache", is_flag=True, help="POST /flush_cache first (SGLang).")
 @click.option(
-    "--tokenizer", type=click.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer)."
+    "--tokenizer", type=P.Path(exists=True), help="Tokenize text prompts locally (servers without a tokenizer)."
 )
 @click.option("--timeout", type=P.SECONDS, default=600.0, show_default=True, help="Per-request deadline, seconds.")
 @click.option("--launch", is_flag=True, help="Start the server (needs --target and the drafter), measure, stop it.")
@@ -704,7 +700,7 @@ def export_cmd(
 @click.option(
     "--log",
     "log_path",
-    type=click.Path(),
+    type=P.Path(),
     help="With --launch: the server log to write. With --host: the server's log to read (its lifetime figures).",
 )
 @click.option(
@@ -721,9 +717,7 @@ def export_cmd(
     metavar="DEVICE",
     help="With --engine torch: cpu, cuda, cuda:N or mps (checked against this torch and machine).",
 )
-@click.option(
-    "--output", "output_file", type=click.Path(), help="Also write the JSON report here (kept on failure too)."
-)
+@click.option("--output", "output_file", type=P.Path(), help="Also write the JSON report here (kept on failure too).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def verify_cmd(drafter_args: tuple[str, ...], **o: Any) -> None:
@@ -890,7 +884,7 @@ def example_group() -> None:
 
 
 @example_group.command("drafter")
-@click.argument("out", type=click.Path())
+@click.argument("out", type=P.Path())
 @click.option(
     "--flavor",
     type=click.Choice(["sglang", "eagle", "vllm", "speculators", "mla", "modelopt", "training"]),
@@ -955,7 +949,7 @@ def example_drafter(
 
 
 @example_group.command("target")
-@click.argument("out", type=click.Path())
+@click.argument("out", type=P.Path())
 @click.option("--vocab-size", type=P.Bounded(2, 1 << 20, integer=True), default=1024, show_default=True)
 @click.option(
     "--hidden-size",
@@ -991,7 +985,7 @@ def example_target(
 
 # ---------------------------------------------------------------------------- demo
 @cli.command("demo")
-@click.option("--workdir", type=click.Path(), help="Keep the demo's files here (default: a temporary directory).")
+@click.option("--workdir", type=P.Path(), help="Keep the demo's files here (default: a temporary directory).")
 @click.option(
     "--engine",
     type=click.Choice(["torch", "vllm", "sglang"]),
@@ -1036,7 +1030,7 @@ def demo_cmd(workdir: str | None, engine: str, engine_python: str | None) -> Non
 )
 @click.option("--min-accept-len", type=P.ACCEPT_LEN, help="The bar (tokens per verify step); below it exit code 1.")
 @click.option("--show", type=P.SHOW, default=10, show_default=True, help="Windows listed at each end of the table.")
-@click.option("--plot", "plot_file", type=click.Path(), help="Also draw accept length over time, events marked (PNG).")
+@click.option("--plot", "plot_file", type=P.Path(), help="Also draw accept length over time, events marked (PNG).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report (schemas/logs-report.schema.json).")
 def logs_cmd(
     files: tuple[str, ...],
@@ -1082,7 +1076,7 @@ def logs_cmd(
 # ---------------------------------------------------------------------------- quantize
 @cli.command("quantize", epilog=EXIT_CODES_HELP)
 @click.argument("drafter")
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output directory (written atomically).")
+@click.option("-o", "--output", "out", required=True, type=P.Path(), help="Output directory (written atomically).")
 @click.option(
     "--scheme",
     type=click.Choice(["fp8-per-channel", "fp8-per-tensor"]),

@@ -36,7 +36,18 @@ def emit_json(obj: Any) -> None:
     """JSON to stdout, indented (orjson: fast even for a 35,000-tensor table)."""
     import orjson
 
-    data = orjson.dumps(obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        data = orjson.dumps(obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as e:
+        if "UTF-8" not in str(e):
+            raise
+        # a file name that is not UTF-8 (Python holds its bytes as lone surrogates, which orjson refuses):
+        # the same JSON with every non-ASCII character escaped, each such byte as \udcXX
+        import json
+
+        from ckpttools.io.guard import finite
+
+        data = json.dumps(finite(obj), indent=2, default=_default, allow_nan=False).encode("ascii")
     sys.stdout.buffer.write(data + b"\n") if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode() + "\n")
     sys.stdout.flush()
 

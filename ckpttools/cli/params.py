@@ -16,6 +16,7 @@ from ckpttools.io.inputs import BOUNDS, Bound, check_number
 
 __all__ = [
     "check_python",
+    "Path",
     "Bounded",
     "PORT",
     "SECONDS",
@@ -34,6 +35,16 @@ __all__ = [
     "levels",
     "LEVELS",
 ]
+
+
+class Path(click.Path):
+    """click's Path, less the empty string: ``--output ""`` once wrote nothing and said nothing, and
+    ``--swap-root ""`` trusted the current folder. An empty path is one usage error (exit 2)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value == "":
+            self.fail("an empty path: give a file or folder name, or leave the option out", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class Bounded(click.ParamType):

@@ -31,7 +31,7 @@ def register(cli: click.Group) -> None:
 @click.option("--engine", required=True, help="sglang or vllm (or name==release of a known table).")
 @click.option("--target", required=True, help="The target model's folder.")
 @click.option("--drafter", required=True, help="The drafter to start with (under --swap-root).")
-@click.option("--swap-root", required=True, type=click.Path(), help="The only folder the hook loads drafters from.")
+@click.option("--swap-root", required=True, type=P.Path(), help="The only folder the hook loads drafters from.")
 @click.option(
     "--api-key",
     envvar="CKPT_API_KEY",
@@ -49,7 +49,7 @@ def register(cli: click.Group) -> None:
 @click.option("--tp", type=P.TP, default=1, show_default=True, help="Tensor parallel size.")
 @click.option("--steps", type=P.STEPS, default=3, show_default=True, help="Draft steps.")
 @click.option("--engine-python", help="The Python that has the engine installed.")
-@click.option("--log", "log_path", type=click.Path(), help="The server log to write (ckpt logs reads it).")
+@click.option("--log", "log_path", type=P.Path(), help="The server log to write (ckpt logs reads it).")
 @click.option("--print", "print_only", is_flag=True, help="Print the environment and argv; start nothing.")
 def serve_cmd(**o: Any) -> None:
     """Start a server whose drafter ckpt swap can replace: ckpttools' guarded hook installed.

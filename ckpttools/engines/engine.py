@@ -321,7 +321,7 @@ class SGLang(Engine):
     repaired_by_fix: ClassVar[bool] = True
 
     def launch_argv(self, s: Any) -> list[str]:
-        return [
+        base = [
             s.python,
             "-m",
             "sglang.launch_server",
@@ -334,8 +334,9 @@ class SGLang(Engine):
             s.host,
             "--port",
             str(s.port),
-            *s.engine_args,
         ]
+        _refuse_own_flags(base, s.engine_args)
+        return [*base, *s.engine_args]
 
     def command_setting(self, spec: Any, setting: dict[str, int]) -> dict[str, Any]:
         return {
@@ -406,7 +407,7 @@ class VLLM(Engine):
         if s.drafter is not None and not any(a.startswith("--per-request-spec-decode-metrics") for a in s.engine_args):
             # figures per request at any concurrency (vllm 0.32.0: vllm/config/observability.py:50-60)
             flags.append("--per-request-spec-decode-metrics=summary")
-        return [
+        base = [
             s.python,
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -419,8 +420,9 @@ class VLLM(Engine):
             s.host,
             "--port",
             str(s.port),
-            *engine_args,
         ]
+        _refuse_own_flags(base, engine_args, mergeable=("--speculative-config", "--per-request-spec-decode-metrics"))
+        return [*base, *engine_args]
 
     def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
         chain = setting.get("steps", 0) + 1
@@ -490,6 +492,26 @@ def other_server_engine(name: str) -> str:
 _MAX_SPEC_CONFIG = 64 << 10
 #: the example the hints give
 _SPEC_CONFIG_EXAMPLE = '{"attention_backend": "CPU_MLA"}'
+
+
+def _refuse_own_flags(base: Sequence[str], given: Sequence[str], mergeable: tuple[str, ...] = ()) -> None:
+    """Refuse an engine argument that sets a flag ckpttools puts on the command line itself (the
+    target, the drafter and the steps, the tensor parallel size, the host and the port): the engines
+    parse their flags with argparse, where the last occurrence wins and an unambiguous prefix names
+    a flag, so such an argument would silently override what ckpttools checked and reports (a
+    drafter outside the swap root, another port). ``mergeable``: flags ckpttools merges with the
+    user's (vLLM's ``--speculative-config``, checked by :func:`_given_speculative_config`)."""
+    own = sorted({a for a in base if a.startswith("--")} - set(mergeable))
+    for a in given:
+        if not a.startswith("--"):
+            continue
+        name = a.split("=", 1)[0]
+        hit = next((o for o in own if o == name or (len(name) > 3 and o.startswith(name))), None)
+        if hit is not None:
+            raise CkptError(
+                f"{opt('engine_args')} {a[:80]!r} sets {hit}, which ckpttools sets itself",
+                hint="give the target, the drafter, the steps, --tp, --host and --port as ckpt's own options",
+            )
 
 
 def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.errors import CheckpointFormatError, CheckpointNotFoundError, ServerError, UnsafePathError, opt
+from ckpttools.io.inputs import loads_json
 
 __all__ = [
     "HookState",
@@ -400,7 +401,11 @@ def loaded_drafter(engine: str, net: Any, url: str, info: dict[str, Any] | None 
         resp = _post(net, url, "/collective_rpc", {"method": "ckpt_state"}, 5.0, None)
         if resp.status != 200:
             return None
-        st = _agree([json.loads(r) if isinstance(r, str) else r for r in resp.json().get("results", [])], None, url)
+        where = f"{url}/collective_rpc"  # a rank's answer as text: parsed as any untrusted JSON (depth bounded)
+        answers = [
+            loads_json(r, where, error=ServerError) if isinstance(r, str) else r for r in resp.json().get("results", [])
+        ]
+        st = _agree(answers, None, url)
     except (ServerError, ValueError, AttributeError, TypeError):
         return None
     if st.digest is None:
@@ -412,7 +417,11 @@ def check_inside(root: str | Path, drafter: str | Path) -> None:
     """The launch drafter must pass the guard the hook applies, so that a rollback to it can."""
     r, d = os.path.realpath(root), os.path.realpath(drafter)
     if not os.path.isdir(r):
-        raise UnsafePathError(f"{root}: the swap root is not a folder", path=str(root))
+        raise UnsafePathError(
+            f"{root}: the swap root is not a folder",
+            path=str(root),
+            hint=f"give {opt('swap_root')} the folder that holds the drafters the server may swap in",
+        )
     if os.path.commonpath([r, d]) != r:
         raise UnsafePathError(
             f"{drafter}: not under the swap root {root}: the hook could never swap it back in",

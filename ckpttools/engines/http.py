@@ -176,7 +176,8 @@ def _histogram(h: Any, where: str) -> list[int]:
 
 
 def check_figures(r: RequestResult, steps: int | None) -> None:
-    """Refuse figures no server can produce: accept length outside [1, steps + 1], more verify
+    """Refuse figures no server can produce: accept length outside [1, steps + 1] (steps: the
+    server's, else MAX_DRAFT_STEPS), more verify
     steps than completion tokens, a histogram longer than steps + 1, more accepted drafts than
     proposed ones, or a value that is not finite.
 
@@ -189,9 +190,15 @@ def check_figures(r: RequestResult, steps: int | None) -> None:
     _check_consistent(r, steps)
     if r.accept_length is None or r.verify_steps is None:
         return
-    hi = None if steps is None else steps + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
-    if r.accept_length < 1 or (hi is not None and r.accept_length > hi + 1e-9):
-        limit = f"[1, {steps + 1}] for {steps} draft steps" if steps is not None else "at least 1"
+    # a server that names no steps (or none usable) is still bound by the most any chain runs
+    bound = steps if steps is not None else MAX_DRAFT_STEPS
+    hi = bound + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
+    if r.accept_length < 1 or r.accept_length > hi + 1e-9:
+        limit = (
+            f"[1, {steps + 1}] for {steps} draft steps"
+            if steps is not None
+            else f"[1, {MAX_DRAFT_STEPS + 1}] (the server names no draft steps; no chain runs more than {MAX_DRAFT_STEPS})"
+        )
         raise ImpossibleFiguresError(
             f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) must lie in {limit}"
         )

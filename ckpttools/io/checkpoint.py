@@ -461,6 +461,15 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
+    if hub_blobs(root) is not None:  # no index: each file held as _inside holds an indexed shard
+        for p in files:
+            if not leads_inside(root, p):
+                raise UnsafePathError(
+                    f"{p.name} is a link to {os.path.realpath(p)}, outside the Hugging Face cache snapshot "
+                    f"{root} and its blobs/",
+                    path=str(p),
+                    hint="the cache's links lead into its blobs/ folder: download the repo again",
+                )
     return Checkpoint(source, root, [(p.name, p) for p in files], config, cfg_path if config else None, None, revision)
 
 

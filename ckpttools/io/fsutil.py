@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 import re
 import stat
 from pathlib import Path
@@ -196,15 +196,24 @@ def _note(msg: str) -> None:
     logging.getLogger("ckpttools").info(msg)
 
 
-def clean_stale_temporaries(dest: str | Path) -> list[str]:
+def clean_stale_temporaries(dest: str | Path, keep: Iterable[str | Path | None] = ()) -> list[str]:
     """Remove the temporaries that dead runs left beside ``dest``; return what was done.
 
     A ``fix`` temporary that holds the displaced original drafter (its inode is the
     one recorded in its name) is not deleted: it is renamed to ``NAME.bak-recovered-PID``.
+    An entry that is, holds or lies inside one of ``keep`` (the run's inputs) is left alone,
+    whatever its name: a user may run ckpttools on a temporary an interrupted run left.
     """
     dest = Path(dest)
     parent = dest.parent if str(dest.parent) else Path(".")
     done: list[str] = []
+    kept: list[Path] = []
+    for k in keep:
+        if k is not None and str(k) != "":
+            try:
+                kept.append(Path(os.path.realpath(k)))
+            except (OSError, ValueError):
+                continue
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -214,18 +223,21 @@ def clean_stale_temporaries(dest: str | Path) -> list[str]:
         if not m or m["name"] != dest.name or _alive(int(m["pid"])):
             continue
         p = parent / e.name
+        real = Path(os.path.realpath(p))
+        if any(real == k or k.is_relative_to(real) or real.is_relative_to(k) for k in kept):
+            continue  # an input of this run: never removed
         if m["ino"] is not None:
             try:
                 same = os.lstat(p).st_ino == int(m["ino"])
             except OSError:
                 continue
             if same:
-                keep = parent / f"{dest.name}.bak-recovered-{m['pid']}"
+                recovered = parent / f"{dest.name}.bak-recovered-{m['pid']}"
                 try:
-                    rename_noreplace(p, keep)
+                    rename_noreplace(p, recovered)
                 except OSError:
                     continue
-                msg = f"recovered {keep}: the original that an interrupted run (pid {m['pid']}) had set aside"
+                msg = f"recovered {recovered}: the original that an interrupted run (pid {m['pid']}) had set aside"
                 _note(msg)
                 done.append(msg)
                 continue

@@ -101,6 +101,13 @@ def check_output(
         UnsafePathError
     """
     o = _real(out)
+    cwd = _real(os.getcwd())
+    if cwd == o or cwd.is_relative_to(o):  # `-o .`: the rename over it fails (EBUSY) after every byte is written
+        raise UnsafePathError(
+            f"output {out} {'is' if cwd == o else 'holds'} the current folder: a folder in use is never replaced",
+            path=str(out),
+            hint="write to a new path, e.g. a new folder beside this one",
+        )
     allowed = _real(replacing) if replacing is not None else None
     named = [(str(i), i) for i in inputs if i is not None and str(i) != ""]
     for shown, i in named + [(d, d) for d in run_inputs()]:
@@ -112,19 +119,47 @@ def check_output(
             continue
         if r == allowed:
             continue
-        if o == r:
-            why = "is the input"
-        elif o.is_relative_to(r):
-            why = "lies inside the input"
-        elif r.is_relative_to(o):
-            why = "holds the input"
-        else:
-            continue
-        raise UnsafePathError(
-            f"output {out} {why} {shown}: an input is never written",
-            path=str(out),
-            hint="write to a new path beside the input",
-        )
+        for real, where in [(r, shown), *_linked(i)]:
+            why = _overlap(o, real)
+            if why is not None:
+                raise UnsafePathError(
+                    f"output {out} {why} {where}: an input is never written",
+                    path=str(out),
+                    hint="write to a new path beside the input",
+                )
+
+
+#: entries of an input folder looked at for links (a checkpoint holds a few dozen files)
+_MAX_LINKED = 4096
+
+
+def _linked(i: str | Path) -> list[tuple[Path, str]]:
+    """The real files behind the links among a folder input's entries (a Hugging Face snapshot's
+    every file is a link into ``blobs/``; a local checkpoint may link its shards from elsewhere):
+    an output there would replace the input's data as surely as one at the folder itself."""
+    out: list[tuple[Path, str]] = []
+    try:
+        if not os.path.isdir(i):
+            return out
+        with os.scandir(i) as it:
+            for n, e in enumerate(it):
+                if n >= _MAX_LINKED:
+                    break
+                if e.is_symlink():
+                    out.append((_real(e.path), f"{e.path} (the file its link leads to)"))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _overlap(o: Path, r: Path) -> str | None:
+    if o == r:
+        return "is the input"
+    if o.is_relative_to(r):
+        return "lies inside the input"
+    if r.is_relative_to(o):
+        return "holds the input"
+    return None
 
 
 def finite(obj: Any) -> Any:
@@ -164,12 +199,13 @@ def write_bytes(path: str | Path, data: bytes, inputs: Iterable[str | Path | Non
     An existing file that is not an input is replaced (a report or a plot written again).
     """
     dest = Path(path)
+    inputs = list(inputs)  # read twice: the check, and the temporaries left alone
     check_output(dest, inputs)
     if dest.is_dir() and not dest.is_symlink():
         raise UnsafePathError(f"output {dest} is a directory", path=str(dest), hint="give a file name")
     if str(dest.parent):
         dest.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(dest)
+    clean_stale_temporaries(dest, [*inputs, *run_inputs()])
     tmp = temp_name(dest, "write")
     try:
         with open(tmp, "wb") as f:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpttools.errors import CheckpointFormatError, OutputExistsError
 from ckpttools.io.fsutil import clean_stale_temporaries, kill_point, open_regular, rename_noreplace, temp_name
-from ckpttools.io.guard import check_output
+from ckpttools.io.guard import check_output, run_inputs
 from ckpttools.io.manifest import MANIFEST_NAME, BackgroundDigests, file_digest, make_manifest
 from ckpttools.io.preflight import preflight
 from ckpttools.io.write_plan import (
@@ -337,7 +337,7 @@ def _execute_file(plan: WritePlan, out: Path, force: bool) -> Written:
 
     check_output(out, list(plan.inputs))
     out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(out)
+    clean_stale_temporaries(out, [*plan.inputs, *run_inputs()])
     if os.path.lexists(out) and not force:
         raise OutputExistsError(f"{out} already exists", path=out)
     tmp = Path(temp_name(out, "write"))

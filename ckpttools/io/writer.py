@@ -34,7 +34,7 @@ from ckpttools.io.fsutil import (
     rename_noreplace,
     temp_name,
 )
-from ckpttools.io.guard import check_output, json_bytes, open_new
+from ckpttools.io.guard import check_output, json_bytes, open_new, run_inputs
 from ckpttools.io.manifest import FOLLOW_CHUNK, MANIFEST_NAME
 from ckpttools.io.safetensors_header import DTYPE_SIZES
 
@@ -379,7 +379,7 @@ class CheckpointWriter:
         self.out = Path(out)
         check_output(self.out, list(inputs), replacing=self.out if in_place else None)
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temporaries(self.out)
+        clean_stale_temporaries(self.out, [*inputs, *run_inputs()])
         if os.path.lexists(self.out) and not (force or in_place):
             raise OutputExistsError(f"{self.out} already exists", path=self.out)
         names = [s.name for s in specs]

@@ -95,8 +95,10 @@ def check_port_and_release(spec: LaunchSpec, pinned: Any = None, known: Engine |
 
     check_port(spec.host, spec.port)
     if known is not None:
-        return LaunchCheck(known, "given" if pinned is not None else "installed")
-    eng, how = effective_engine(spec, pinned)
+        eng, how = known, "given" if pinned is not None else "installed"
+    else:
+        eng, how = effective_engine(spec, pinned)
+    eng.launch_argv(spec)  # the engine arguments judged now (one clashing with ckpt's own flags), before "starting"
     return LaunchCheck(eng, how)
 
 

@@ -108,8 +108,10 @@ def check_outputs(req: MeasureRequest) -> None:
     log = req.server.log_path if isinstance(req.server, LaunchSpec) else None
     seen: dict[str, str] = {}
     for key, out in (("output", req.output), ("plot", req.plot), ("log", log)):
-        if not out:
+        if out is None:
             continue
+        if not str(out):  # once: nothing written, nothing said
+            raise RequestError(f"{opt(key)} is an empty path: give a file name, or leave it out", param=key)
         check_output(out, inputs)
         if os.path.isdir(out):
             raise UnsafePathError(f"{key} {out} is a directory", path=str(out), hint="give a file name")

@@ -443,7 +443,7 @@ def _launch_spec(drafter: str | None, o: dict[str, Any], name: str, kind: type[E
         topk=o["topk"] or 1,
         engine_args=list(o["engine_args"] or ()),
         python=o["engine_python"] or sys.executable,
-        log_path=o["log"] or f"ckpt-verify-{name}-{port}.log",
+        log_path=o["log"] if o["log"] is not None else f"ckpt-verify-{name}-{port}.log",  # "": refused by check_outputs
         ready_timeout=o["ready_timeout"] if o["ready_timeout"] is not None else 900.0,
     )
 

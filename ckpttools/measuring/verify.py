@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
-from ckpttools.engines.http import Prompt, RequestResult, check_figures, check_url, detect_engine
+from ckpttools.engines.http import MAX_DRAFT_STEPS, Prompt, RequestResult, check_figures, check_url, detect_engine
 from ckpttools.engines.launch import LaunchSpec
-from ckpttools.errors import ConfigError, ServerError, opt
+from ckpttools.errors import ConfigError, ImpossibleFiguresError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
 from ckpttools.io.inputs import jsonl_lines, loads_json
 from ckpttools.measuring.launch_check import LaunchCheck
@@ -425,6 +425,14 @@ def _check_counters(before: dict[str, Any], after: dict[str, Any]) -> None:
             )
     if after["accepted"] - before["accepted"] > after["draft_tokens"] - before["draft_tokens"]:
         raise ServerError("vLLM reported more accepted tokens than it proposed: impossible figures")
+    drafts = after["drafts"] - before["drafts"]
+    for k, v in after["accepted_per_pos"].items():  # a position accepts at most once per draft
+        d = v - before["accepted_per_pos"].get(k, 0)
+        if d < 0 or d > drafts:
+            raise ImpossibleFiguresError(
+                f"impossible figures from the server: vLLM's accepted tokens at draft position {k} changed by "
+                f"{d:g} over {drafts:g} drafts (each draft accepts at most one token there)"
+            )
 
 
 def verify(
@@ -721,7 +729,7 @@ def _measure_into(rep: VerifyReport, eng: Any, plist: list[Prompt], *, obj: Any,
     rep.output_tokens_per_s = rep.output_tokens / wall if wall > 0 else None
     per_req = [r for r in results if r.error is None]
     if before is not None and not (per_req and all(r.verify_steps is not None for r in per_req)):
-        _run_delta(rep, before, eng.metrics())
+        _run_delta(rep, before, eng.metrics(), steps)
         rep.figures = "aggregate" if kw["concurrency"] > 1 else "per-request"
     else:
         rep.figures = "per-request"
@@ -799,12 +807,19 @@ def _loaded_drafter(engine: str, host: str, client: Any, eng: Any) -> dict[str, 
     return loaded_drafter(engine, client, host, eng.info() if hasattr(eng, "info") else None)
 
 
-def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any]) -> None:
+def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any], steps: int | None = None) -> None:
     """vLLM: accept length over the whole run, from its counters' change."""
     _check_counters(before, after)
     drafts = after["drafts"] - before["drafts"]
     if drafts > 0 and rep.completed:  # counters that moved while every request failed measure nothing
         acc = after["accepted"] - before["accepted"]
+        bound = steps if steps is not None else MAX_DRAFT_STEPS
+        if acc / drafts > bound:  # as check_figures bounds a request's figure
+            raise ImpossibleFiguresError(
+                f"impossible figures from the server: accept length {1 + acc / drafts:.3f} (run delta of vLLM's "
+                f"counters) must lie in [1, {bound + 1}]"
+                + ("" if steps is not None else f" (the server names no draft steps; no chain runs more than {bound})")
+            )
         rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
         rep.per_position_acceptance = [
             (after["accepted_per_pos"][k] - before["accepted_per_pos"].get(k, 0)) / drafts
