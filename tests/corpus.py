@@ -998,12 +998,12 @@ def output_cases() -> list[Case]:
         # a file name that is not UTF-8, in JSON: escaped, not a traceback
         Case(
             "json-name-not-utf8-inspect",
-            ["inspect", "--json", "bad\udcff"],
+            ["inspect", "--json", _NOT_UTF8],
             0,
-            copy_in("d", "bad\udcff"),
+            copy_in("d", _NOT_UTF8),
             stdout_has='"bad\\udcff"',
         ),  # fmt: skip
-        Case("json-name-not-utf8-validate", ["validate", "--json", "bad\udcff"], 0, copy_in("d", "bad\udcff")),
+        Case("json-name-not-utf8-validate", ["validate", "--json", _NOT_UTF8], 0, copy_in("d", _NOT_UTF8)),
         # a cache snapshot without an index whose weights link outside the cache: refused, as with an index
         Case(
             "hub-snapshot-single-file-links-outside",
@@ -1015,6 +1015,7 @@ def output_cases() -> list[Case]:
     ]
 
 
+_NOT_UTF8 = os.fsdecode(b"bad\xff")  # a file name whose bytes are not UTF-8 (made here: no such constant in the source)
 _SNAP = "hf/hub/models--org--d/snapshots/0123456789abcdef0123456789abcdef01234567"
 _BLOB = "a" * 64  # the weights' blob (a name of the form huggingface_hub gives)
 

@@ -510,7 +510,7 @@ def _refuse_own_flags(base: Sequence[str], given: Sequence[str], mergeable: tupl
         if hit is not None:
             raise CkptError(
                 f"{opt('engine_args')} {a[:80]!r} sets {hit}, which ckpttools sets itself",
-                hint="give the target, the drafter, the steps, --tp, --host and --port as ckpt's own options",
+                hint=f"give the target, the drafter, the steps, {opt('tp')}, {opt('host')} and {opt('port')} as options of their own",
             )
 
 

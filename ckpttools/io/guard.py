@@ -101,14 +101,16 @@ def check_output(
         UnsafePathError
     """
     o = _real(out)
+    allowed = _real(replacing) if replacing is not None else None
     cwd = _real(os.getcwd())
-    if cwd == o or cwd.is_relative_to(o):  # `-o .`: the rename over it fails (EBUSY) after every byte is written
+    if (
+        o != allowed and (cwd == o or cwd.is_relative_to(o))
+    ):  # --in-place swaps the folder whole: it may be "."  # `-o .`: the rename over it fails (EBUSY) after every byte is written
         raise UnsafePathError(
             f"output {out} {'is' if cwd == o else 'holds'} the current folder: a folder in use is never replaced",
             path=str(out),
             hint="write to a new path, e.g. a new folder beside this one",
         )
-    allowed = _real(replacing) if replacing is not None else None
     named = [(str(i), i) for i in inputs if i is not None and str(i) != ""]
     for shown, i in named + [(d, d) for d in run_inputs()]:
         try:
