@@ -187,6 +187,7 @@ def _steps_cases() -> list[Case]:
         ),
         ("vl-acc-huge", 2, "must lie in [1, 65] (the server names no draft steps"),
         ("vl-metrics-pos-over", 2, "at draft position 0 changed by"),  # a rate above 1 at one position
+        ("sg-hist-contradicts", 2, "counts 1000100 verify steps, spec_verify_ct 4"),  # SGLang counts each step in both
         ("vl-rpc-deep", 0, None),  # the hook's state nested too deep: "cannot say" which drafter, not a traceback
     ):
         extra = ["--engine", "vllm"] if mode.startswith("vl-") else []

@@ -138,6 +138,11 @@ class FakeSGLang:
 def meta_0517(completion: int, verify: int, correct: int, steps: int = 3) -> dict:
     """meta_info with the 0.5.17 field set (as in generate-*.json), for given counts."""
     hist = [0] * (steps + 1)
+    if verify:  # as SGLang counts them: each step once, in the bin of its correct drafts (spread evenly here)
+        q, rem = divmod(correct, verify)
+        hist[min(q, steps)] += verify - rem
+        if rem:
+            hist[min(q + 1, steps)] += rem
     return {
         "completion_tokens": completion,
         "prompt_tokens": 8,
@@ -243,7 +248,7 @@ class MisbehavingServer:
         "completion_tokens": 8,
         "spec_verify_ct": 4,
         "spec_num_correct_drafts": 4,
-        "spec_accept_histogram": [1, 1, 1, 1],
+        "spec_accept_histogram": [1, 2, 1, 0],  # 4 steps, 4 correct drafts: as SGLang counts them
     }
 
     def __init__(self) -> None:
@@ -348,11 +353,13 @@ class MisbehavingServer:
                 elif mode == "sg-steps-gt-tokens":  # 9 verify steps for 8 tokens (accept length 1.44: in range)
                     meta["spec_verify_ct"] = 9
                 elif mode == "sg-hist-long":  # 7 bins for 3 draft steps
-                    meta["spec_accept_histogram"] = [1, 1, 1, 1, 0, 0, 0]
+                    meta["spec_accept_histogram"] = [1, 2, 1, 0, 0, 0, 0]
                 elif mode == "sg-acc-gt-prop":
                     meta["spec_num_proposed_drafts"] = 2
                 elif mode == "sg-nosteps-hist-huge":  # 300,000 bins (summing them per position was quadratic)
                     meta["spec_accept_histogram"] = [1] * 300_000
+                elif mode == "sg-hist-contradicts":  # bins for 1,000,100 steps beside spec_verify_ct 4
+                    meta["spec_accept_histogram"] = [100, 0, 0, 1_000_000]
                 elif mode == "sg-nosteps-acc-huge":  # 1001 tokens per step, and no steps named to refuse it by
                     meta.update(completion_tokens=10, spec_verify_ct=1, spec_num_correct_drafts=1000)
                     meta["spec_num_proposed_drafts"] = 1000

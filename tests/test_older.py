@@ -129,13 +129,27 @@ def _meta(**kw: object) -> dict:
     return m
 
 
+#: the longest histogram a server may send (MAX_DRAFT_STEPS + 1 bins, one step in each), with the counts
+#: SGLang gives with it (each step counted once, in the bin of its correct drafts): accept length 33
+_LONGEST = {
+    "spec_accept_histogram": [1] * (MAX_DRAFT_STEPS + 1),
+    "spec_verify_ct": MAX_DRAFT_STEPS + 1,
+    "spec_num_correct_drafts": MAX_DRAFT_STEPS * (MAX_DRAFT_STEPS + 1) // 2,
+    "completion_tokens": (MAX_DRAFT_STEPS + 1) * (MAX_DRAFT_STEPS // 2 + 1),
+}
+
+
 def test_sglang_counts_past_their_limits_are_refused() -> None:
     with pytest.raises(ServerError, match="completion_tokens = .*not a count"):
         parse_sglang_meta(_meta(completion_tokens=MAX_COUNT + 1), RequestResult(0, "c"))
     with pytest.raises(ServerError, match="300000 bins"):
         parse_sglang_meta(_meta(spec_accept_histogram=[1] * 300_000), RequestResult(0, "c"))
-    r = parse_sglang_meta(_meta(spec_accept_histogram=[1] * (MAX_DRAFT_STEPS + 1)), RequestResult(0, "c"))
-    assert r.accept_length == 2.0 and len(r.histogram or []) == MAX_DRAFT_STEPS + 1
+    r = parse_sglang_meta(_meta(**_LONGEST), RequestResult(0, "c"))
+    assert r.accept_length == 1 + MAX_DRAFT_STEPS / 2 and len(r.histogram or []) == MAX_DRAFT_STEPS + 1
+    with pytest.raises(ServerError, match="counts 65 verify steps, spec_verify_ct 4"):  # bins that disagree
+        parse_sglang_meta(_meta(spec_accept_histogram=[1] * (MAX_DRAFT_STEPS + 1)), RequestResult(0, "c"))
+    with pytest.raises(ServerError, match="adds up to 6 correct drafts, spec_num_correct_drafts 4"):
+        parse_sglang_meta(_meta(spec_accept_histogram=[1, 1, 1, 1]), RequestResult(0, "c"))
 
 
 def test_vllm_counts_past_their_limits_are_refused() -> None:
@@ -157,7 +171,7 @@ def test_summarize_of_the_largest_histograms_is_quick() -> None:
 
     rs = []
     for i in range(64):
-        r = parse_sglang_meta(_meta(spec_accept_histogram=[1] * (MAX_DRAFT_STEPS + 1)), RequestResult(i, "c"))
+        r = parse_sglang_meta(_meta(**_LONGEST), RequestResult(i, "c"))
         r.latency_s = 0.1
         rs.append(r)
     t = time.perf_counter()

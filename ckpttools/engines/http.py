@@ -114,7 +114,32 @@ def parse_sglang_meta(meta: dict[str, Any], r: RequestResult, release: Any = Non
         r.accept_length = r.completion_tokens / r.verify_steps
         r.accepted_drafts = max(0, r.completion_tokens - r.verify_steps)
         r.source = "completion_tokens / spec_verify_ct (includes the prefill token)"
+    if r.histogram is not None:
+        _check_sglang_histogram(r, f"meta_info.{hist_key}", acc_key)
     return r
+
+
+def _check_sglang_histogram(r: RequestResult, where: str, acc_key: str | None) -> None:
+    """SGLang counts each verify step once, in ``spec_verify_ct`` and in the histogram's bin of its
+    correct drafts, and adds those drafts to ``spec_num_correct_drafts`` (sglang 0.5.17:
+    srt/managers/scheduler_components/batch_result_processor.py:685-689, schedule_batch.py:1192-1202;
+    the recorded 0.5.17 responses agree): a histogram that disagrees with the counts is impossible.
+
+    Raises:
+        ImpossibleFiguresError: its bins do not add up to the verify steps, or to the correct drafts.
+    """
+    h = r.histogram or []
+    if sum(h) != r.verify_steps:
+        raise ImpossibleFiguresError(
+            f"impossible figures from the server for request {r.index}: {where} counts {sum(h)} verify steps, "
+            f"spec_verify_ct {r.verify_steps} (SGLang counts each step once in both)"
+        )
+    drafts = sum(i * c for i, c in enumerate(h))
+    if acc_key is not None and drafts != r.accepted_drafts:
+        raise ImpossibleFiguresError(
+            f"impossible figures from the server for request {r.index}: {where} adds up to {drafts} correct "
+            f"drafts, {acc_key} {r.accepted_drafts} (SGLang counts each step's correct drafts in both)"
+        )
 
 
 #: the most draft steps a server is taken to run: a steps setting, a histogram's bins or a

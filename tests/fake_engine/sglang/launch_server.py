@@ -90,8 +90,8 @@ def serve(port: int, swap_route: bool) -> None:
                     "spec_proposed_drafts": 12,
                     "spec_accept_rate": 4 / 12,
                     "spec_accept_length": 2.0,
-                    "spec_accept_histogram": [0, 0, 0, 0],
-                    "spec_correct_drafts_histogram": [0, 0, 0, 0],
+                    "spec_accept_histogram": [0, 4, 0, 0],  # 4 steps of 1 correct draft each, as SGLang counts
+                    "spec_correct_drafts_histogram": [0, 4, 0, 0],
                     "finish_reason": {"type": "length", "length": 8},
                 }
                 return self._send(200, json.dumps({"output_ids": [20] * 8, "meta_info": meta}).encode())
