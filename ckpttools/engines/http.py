@@ -22,6 +22,7 @@ __all__ = [
     "detect_engine",
     "parse_sglang_meta",
     "parse_vllm_metrics",
+    "accept_limit",
     "check_figures",
     "check_url",
     "MAX_DRAFT_STEPS",
@@ -200,6 +201,16 @@ def _histogram(h: Any, where: str) -> list[int]:
     return list(h)
 
 
+def accept_limit(steps: int | None) -> tuple[int, str]:
+    """The draft steps a figure is judged against, and the range as the error says it: the server's
+    steps, else (a server that names none, or none usable) the most any chain runs."""
+    if steps is not None:
+        return steps, f"[1, {steps + 1}] for {steps} draft steps"
+    return MAX_DRAFT_STEPS, (
+        f"[1, {MAX_DRAFT_STEPS + 1}] (the server names no draft steps; no chain runs more than {MAX_DRAFT_STEPS})"
+    )
+
+
 def check_figures(r: RequestResult, steps: int | None) -> None:
     """Refuse figures no server can produce: accept length outside [1, steps + 1] (steps: the
     server's, else MAX_DRAFT_STEPS), more verify
@@ -215,15 +226,9 @@ def check_figures(r: RequestResult, steps: int | None) -> None:
     _check_consistent(r, steps)
     if r.accept_length is None or r.verify_steps is None:
         return
-    # a server that names no steps (or none usable) is still bound by the most any chain runs
-    bound = steps if steps is not None else MAX_DRAFT_STEPS
+    bound, limit = accept_limit(steps)
     hi = bound + 1 + (1 / r.verify_steps if "prefill" in r.source else 0)
     if r.accept_length < 1 or r.accept_length > hi + 1e-9:
-        limit = (
-            f"[1, {steps + 1}] for {steps} draft steps"
-            if steps is not None
-            else f"[1, {MAX_DRAFT_STEPS + 1}] (the server names no draft steps; no chain runs more than {MAX_DRAFT_STEPS})"
-        )
         raise ImpossibleFiguresError(
             f"impossible figures from the server: accept length {r.accept_length:.3f} ({r.source}) must lie in {limit}"
         )

@@ -139,14 +139,19 @@ def _inside(root: Path, rel: str) -> tuple[str, Path]:
             hint="an index names its shards by file names inside the checkpoint directory; fix or regenerate it",
         )
     p = root / norm
+    _held_to_cache(root, p, f"index names shard {rel!r}, which", rel)
+    return norm, p
+
+
+def _held_to_cache(root: Path, p: Path, what: str, path: str) -> None:
+    """In a Hugging Face cache snapshot, refuse a weights file (``what``: how the error names it)
+    whose link leads anywhere but inside the snapshot or the cache's own ``blobs/``."""
     if hub_blobs(root) is not None and not leads_inside(root, p):
         raise UnsafePathError(
-            f"index names shard {rel!r}, which is a link to {os.path.realpath(p)}, outside the Hugging Face "
-            f"cache snapshot {root} and its blobs/",
-            path=rel,
+            f"{what} is a link to {os.path.realpath(p)}, outside the Hugging Face cache snapshot {root} and its blobs/",
+            path=path,
             hint="the cache's links lead into its blobs/ folder: download the repo again",
         )
-    return norm, p
 
 
 def leads_inside(root: Path, p: Path) -> bool:
@@ -461,15 +466,8 @@ def _open_dir(source: str, root: Path, revision: str | None = None) -> Checkpoin
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise NoWeightsError(f"{root}: no .safetensors weights in this directory", path=root)
-    if hub_blobs(root) is not None:  # no index: each file held as _inside holds an indexed shard
-        for p in files:
-            if not leads_inside(root, p):
-                raise UnsafePathError(
-                    f"{p.name} is a link to {os.path.realpath(p)}, outside the Hugging Face cache snapshot "
-                    f"{root} and its blobs/",
-                    path=str(p),
-                    hint="the cache's links lead into its blobs/ folder: download the repo again",
-                )
+    for p in files:  # no index: each file held to the cache as an indexed shard is
+        _held_to_cache(root, p, p.name, str(p))
     return Checkpoint(source, root, [(p.name, p) for p in files], config, cfg_path if config else None, None, revision)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "ensure_regular",
     "temp_name",
     "clean_stale_temporaries",
+    "path_overlap",
     "rename_noreplace",
     "rename_exchange",
     "kill_point",
@@ -196,6 +197,17 @@ def _note(msg: str) -> None:
     logging.getLogger("ckpttools").info(msg)
 
 
+def path_overlap(a: Path, b: Path) -> str | None:
+    """How real path ``a`` meets real path ``b``: ``is``, ``lies inside``, ``holds``, or None."""
+    if a == b:
+        return "is"
+    if a.is_relative_to(b):
+        return "lies inside"
+    if b.is_relative_to(a):
+        return "holds"
+    return None
+
+
 def clean_stale_temporaries(dest: str | Path, keep: Iterable[str | Path | None] = ()) -> list[str]:
     """Remove the temporaries that dead runs left beside ``dest``; return what was done.
 
@@ -224,7 +236,7 @@ def clean_stale_temporaries(dest: str | Path, keep: Iterable[str | Path | None] 
             continue
         p = parent / e.name
         real = Path(os.path.realpath(p))
-        if any(real == k or k.is_relative_to(real) or real.is_relative_to(k) for k in kept):
+        if any(path_overlap(real, k) is not None for k in kept):
             continue  # an input of this run: never removed
         if m["ino"] is not None:
             try:

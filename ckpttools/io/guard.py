@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ckpttools.errors import UnsafePathError
-from ckpttools.io.fsutil import clean_stale_temporaries, temp_name
+from ckpttools.io.fsutil import clean_stale_temporaries, path_overlap, temp_name
 
 __all__ = [
     "declare_inputs",
@@ -102,12 +102,12 @@ def check_output(
     """
     o = _real(out)
     allowed = _real(replacing) if replacing is not None else None
-    cwd = _real(os.getcwd())
-    if (
-        o != allowed and (cwd == o or cwd.is_relative_to(o))
-    ):  # --in-place swaps the folder whole: it may be "."  # `-o .`: the rename over it fails (EBUSY) after every byte is written
+    # `-o .`: the rename over the folder in use fails (EBUSY) after every byte is written; --in-place
+    # (``replacing``) swaps the folder whole, so it may be "."
+    at_cwd = path_overlap(o, _real(os.getcwd()))
+    if o != allowed and at_cwd in ("is", "holds"):
         raise UnsafePathError(
-            f"output {out} {'is' if cwd == o else 'holds'} the current folder: a folder in use is never replaced",
+            f"output {out} {at_cwd} the current folder: a folder in use is never replaced",
             path=str(out),
             hint="write to a new path, e.g. a new folder beside this one",
         )
@@ -122,10 +122,10 @@ def check_output(
         if r == allowed:
             continue
         for real, where in [(r, shown), *_linked(i)]:
-            why = _overlap(o, real)
+            why = path_overlap(o, real)
             if why is not None:
                 raise UnsafePathError(
-                    f"output {out} {why} {where}: an input is never written",
+                    f"output {out} {why} the input {where}: an input is never written",
                     path=str(out),
                     hint="write to a new path beside the input",
                 )
@@ -152,16 +152,6 @@ def _linked(i: str | Path) -> list[tuple[Path, str]]:
     except (OSError, ValueError):
         pass
     return out
-
-
-def _overlap(o: Path, r: Path) -> str | None:
-    if o == r:
-        return "is the input"
-    if o.is_relative_to(r):
-        return "lies inside the input"
-    if r.is_relative_to(o):
-        return "holds the input"
-    return None
 
 
 def finite(obj: Any) -> Any:

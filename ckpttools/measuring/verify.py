@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpttools.engines.engine import SERVER_ENGINES, Engine, engine_for
-from ckpttools.engines.http import MAX_DRAFT_STEPS, Prompt, RequestResult, check_figures, check_url, detect_engine
+from ckpttools.engines.http import Prompt, RequestResult, accept_limit, check_figures, check_url, detect_engine
 from ckpttools.engines.launch import LaunchSpec
 from ckpttools.errors import ConfigError, ImpossibleFiguresError, ServerError, opt
 from ckpttools.formats.config import MAX_VOCAB_SIZE
@@ -813,12 +813,11 @@ def _run_delta(rep: VerifyReport, before: dict[str, Any], after: dict[str, Any],
     drafts = after["drafts"] - before["drafts"]
     if drafts > 0 and rep.completed:  # counters that moved while every request failed measure nothing
         acc = after["accepted"] - before["accepted"]
-        bound = steps if steps is not None else MAX_DRAFT_STEPS
+        bound, limit = accept_limit(steps)
         if acc / drafts > bound:  # as check_figures bounds a request's figure
             raise ImpossibleFiguresError(
                 f"impossible figures from the server: accept length {1 + acc / drafts:.3f} (run delta of vLLM's "
-                f"counters) must lie in [1, {bound + 1}]"
-                + ("" if steps is not None else f" (the server names no draft steps; no chain runs more than {bound})")
+                f"counters) must lie in {limit}"
             )
         rep.accept_length, rep.accepted_drafts_per_step = 1 + acc / drafts, acc / drafts
         rep.per_position_acceptance = [
