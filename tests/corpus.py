@@ -1004,6 +1004,28 @@ def output_cases() -> list[Case]:
             stdout_has='"bad\\udcff"',
         ),  # fmt: skip
         Case("json-name-not-utf8-validate", ["validate", "--json", _NOT_UTF8], 0, copy_in("d", _NOT_UTF8)),
+        # serve's --swap-root: the one folder the hook trusts (more in tests/corpus_serve.py)
+        Case(
+            "serve-swap-root-missing",
+            [*_SERVE, "--swap-root", "nope"],
+            2,
+            _SERVE_TREE,
+            stderr_has="nope: the swap root is not a folder",
+        ),  # fmt: skip
+        Case(
+            "serve-swap-root-link-loop",
+            [*_SERVE, "--swap-root", "loop"],
+            2,
+            both(_SERVE_TREE, lambda d, b: (d / "loop").symlink_to("loop")),
+            stderr_has="not a folder",
+        ),  # fmt: skip
+        Case(
+            "serve-swap-root-holds-not-the-drafter",
+            [*_SERVE, "--swap-root", "t"],
+            2,
+            _SERVE_TREE,
+            stderr_has="not under the swap root",
+        ),  # fmt: skip
         # a cache snapshot without an index whose weights link outside the cache: refused, as with an index
         Case(
             "hub-snapshot-single-file-links-outside",
@@ -1015,6 +1037,8 @@ def output_cases() -> list[Case]:
     ]
 
 
+_SERVE = ["serve", "--engine", "sglang==0.5.17", "--target", "t", "--drafter", "root/d", "--api-key", "k", "--print"]
+_SERVE_TREE = both(copy_in("t"), copy_in("d", "root/d"))
 _NOT_UTF8 = os.fsdecode(b"bad\xff")  # a file name whose bytes are not UTF-8 (made here: no such constant in the source)
 _SNAP = "hf/hub/models--org--d/snapshots/0123456789abcdef0123456789abcdef01234567"
 _BLOB = "a" * 64  # the weights' blob (a name of the form huggingface_hub gives)
