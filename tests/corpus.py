@@ -602,6 +602,37 @@ def config_cases() -> list[Case]:
         cfg = d / "t" / "config.json"
         cfg.write_bytes(b"\xef\xbb\xbf" + cfg.read_bytes())
 
+    def bom_d(d: Path, base: Path) -> None:
+        cfg = d / "d" / "config.json"
+        cfg.write_bytes(b"\xef\xbb\xbf" + cfg.read_bytes())
+
+    # ckpttools reads past a byte-order mark, the engines' config reader (transformers') does not:
+    # validate says so, for the drafter and the target, and --fix writes the config without it
+    out += [
+        Case("config-d-bom-validate", ["validate", "d"], 1, both(copy_in("d"), bom_d), stdout_has="[config.bom]"),
+        Case(
+            "config-d-bom-validate-vllm",
+            ["validate", "d", "--engine", "vllm"],
+            1,
+            both(copy_in("d"), bom_d),
+            stdout_has="byte-order mark: vLLM",
+        ),
+        Case(
+            "config-t-bom-validate",
+            ["validate", "d", "--target", "t"],
+            1,
+            both(copy_in("d"), copy_in("t"), bom),
+            stdout_has="[target.bom]",
+        ),
+        Case(
+            "config-d-bom-fix",
+            ["validate", "d", "--fix", "-o", "fixed"],
+            0,
+            both(copy_in("d"), bom_d),
+            out="fixed",
+            stdout_has="byte-order mark left out",
+        ),
+    ]
     out += [
         Case(
             "config-t-bom-torch",
@@ -722,6 +753,23 @@ def mapping_cases() -> list[Case]:
             Case(f"map-{fname}-diff", ["diff-vocab", "d", fname], 2, setup),
             Case(f"map-{fname}-remap", ["remap", "d", "--to", fname, "-o", "out"], 2, setup, out="out"),
         ]
+    # a damaged mapping file is named for what it is, not as a target's safetensors weights
+    for fname, data, says in (
+        ("not-numpy.npy", b"garbage", "not a .npy file"),
+        ("floats.npy", npy_bytes["npy-floats"], "flat list of integers"),
+        ("floats.json", json_bytes["json-floats"], "integers"),
+    ):
+        setup = both(copy_in("d"), write(fname, data))
+        out.append(
+            Case(
+                f"map-{fname}-remap-says-why",
+                ["remap", "d", "--to", fname, "-o", "out"],
+                2,
+                setup,
+                out="out",
+                stderr_has=says,
+            )
+        )
     evil = _evil_pt()
     if evil is not None:
         out.append(

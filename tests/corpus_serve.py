@@ -166,6 +166,60 @@ def serve_cases() -> list[Case]:
             engine="sglang==0.5.17",
             stderr_has="sets --speculative-num-steps",
         ),
+        # the engines' other spellings of those flags (the release tables' flag_spellings): aliases,
+        # vLLM's --a_b for --a-b and its --flag.key, which it appends after the rest
+        _serve(
+            "serve-engine-arg-tp-short-vllm",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=-tp",
+            "--engine-arg=2",
+            stderr_has="sets --tensor-parallel-size",
+        ),  # fmt: skip
+        _serve(
+            "serve-engine-arg-underscores-vllm",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=--tensor_parallel_size=2",
+            stderr_has="sets --tensor-parallel-size",
+        ),  # fmt: skip
+        _serve(
+            "serve-engine-arg-dotted-spec-vllm",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=--speculative-config.model=/etc",
+            stderr_has="sets --speculative-config in another spelling",
+        ),  # fmt: skip
+        _serve(
+            "serve-engine-arg-sc-vllm",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=-sc",
+            '--engine-arg={"model": "/etc"}',
+            stderr_has="sets --speculative-config in another spelling",
+        ),  # fmt: skip
+        _serve(
+            "serve-engine-arg-alias-tp-sglang",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=--tensor-parallel-size=2",
+            engine="sglang==0.5.17",
+            stderr_has="sets --tp-size",
+        ),  # fmt: skip
+        _serve(
+            "serve-engine-arg-alias-drafter-sglang",
+            2,
+            *KEY,
+            "--print",
+            "--engine-arg=--speculative-draft-model=/etc",
+            engine="sglang==0.5.17",
+            stderr_has="sets --speculative-draft-model-path",
+        ),  # fmt: skip
         _serve("serve-swap-root-empty", 2, *KEY, "--print", "--swap-root", "", stderr_has="an empty path"),
         _serve("serve-log-empty", 2, *KEY, "--print", "--log", "", stderr_has="an empty path"),
         _serve(

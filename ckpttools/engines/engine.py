@@ -125,6 +125,14 @@ class Engine:
         return type(self)(release)
 
     # ------------------------------------------------------------------ launching
+    def flag_spellings(self) -> dict[str, Any]:
+        """The release's other spellings of launch flags (releases.EngineRelease.flag_spellings): this
+        object's release, else the one applied."""
+        from ckpttools.engines.claims import applied
+
+        rel = self.release if self.release is not None else applied(self.name)
+        return dict(rel.flag_spellings.value)
+
     def launch_argv(self, s: Any) -> list[str]:
         """The server command line for a :class:`ckpttools.engines.launch.LaunchSpec`."""
         raise ValueError(f"cannot launch engine {self.name!r}")
@@ -335,7 +343,7 @@ class SGLang(Engine):
             "--port",
             str(s.port),
         ]
-        _refuse_own_flags(base, s.engine_args)
+        _refuse_own_flags(base, s.engine_args, spellings=self.flag_spellings())
         return [*base, *s.engine_args]
 
     def command_setting(self, spec: Any, setting: dict[str, int]) -> dict[str, Any]:
@@ -421,7 +429,12 @@ class VLLM(Engine):
             "--port",
             str(s.port),
         ]
-        _refuse_own_flags(base, engine_args, mergeable=("--speculative-config", "--per-request-spec-decode-metrics"))
+        _refuse_own_flags(
+            base,
+            engine_args,
+            mergeable=("--speculative-config", "--per-request-spec-decode-metrics"),
+            spellings=self.flag_spellings(),
+        )
         return [*base, *engine_args]
 
     def sweep_setting_refused(self, setting: dict[str, int]) -> str | None:
@@ -494,24 +507,48 @@ _MAX_SPEC_CONFIG = 64 << 10
 _SPEC_CONFIG_EXAMPLE = '{"attention_backend": "CPU_MLA"}'
 
 
-def _refuse_own_flags(base: Sequence[str], given: Sequence[str], mergeable: tuple[str, ...] = ()) -> None:
+def _refuse_own_flags(
+    base: Sequence[str], given: Sequence[str], mergeable: tuple[str, ...] = (), spellings: Any = None
+) -> None:
     """Refuse an engine argument that sets a flag ckpttools puts on the command line itself (the
     target, the drafter and the steps, the tensor parallel size, the host and the port): the engines
     parse their flags with argparse, where the last occurrence wins and an unambiguous prefix names
     a flag, so such an argument would silently override what ckpttools checked and reports (a
-    drafter outside the swap root, another port). ``mergeable``: flags ckpttools merges with the
-    user's (vLLM's ``--speculative-config``, checked by :func:`_given_speculative_config`)."""
-    own = sorted({a for a in base if a.startswith("--")} - set(mergeable))
+    drafter outside the swap root, another port). ``spellings``: the release table's other spellings
+    of a flag (``flag_spellings``: aliases such as vLLM's ``-tp``, ``--a_b`` for ``--a-b``, vLLM's
+    ``--flag.key``), each refused too, with argparse's prefixes of it. ``mergeable``: flags ckpttools
+    merges with the user's (vLLM's ``--speculative-config``, checked by :func:`_given_speculative_config`),
+    taken in their own spelling only."""
+    sp = spellings or {}
+    names = {f: f for f in (a.split("=", 1)[0] for a in base) if f.startswith("--")}
+    for flag, others in (sp.get("aliases") or {}).items():
+        if flag in names:
+            names.update(dict.fromkeys(others, flag))
     for a in given:
-        if not a.startswith("--"):
+        if not a.startswith("-") or a == "-" or a.lstrip("-").isdigit():
             continue
         name = a.split("=", 1)[0]
-        hit = next((o for o in own if o == name or (len(name) > 3 and o.startswith(name))), None)
-        if hit is not None:
+        spelled = name
+        if sp.get("underscores") and name.startswith("--"):
+            spelled = "--" + name[2:].replace("_", "-")
+        if sp.get("dotted") and "." in spelled:
+            spelled = spelled.split(".", 1)[0]
+        long = spelled.startswith("--")
+        hit = next(
+            (f for n, f in names.items() if n == spelled or (long and len(spelled) > 3 and n.startswith(spelled))),
+            None,
+        )
+        if hit is None or (hit in mergeable and name == hit):
+            continue
+        if hit in mergeable:
             raise CkptError(
-                f"{opt('engine_args')} {a[:80]!r} sets {hit}, which ckpttools sets itself",
-                hint=f"give the target, the drafter, the steps, {opt('tp')}, {opt('host')} and {opt('port')} as options of their own",
+                f"{opt('engine_args')} {a[:80]!r} sets {hit} in another spelling, which ckpttools would not see",
+                hint=f"give it as {hit}=VALUE: ckpttools merges that with its own",
             )
+        raise CkptError(
+            f"{opt('engine_args')} {a[:80]!r} sets {hit}, which ckpttools sets itself",
+            hint=f"give the target, the drafter, the steps, {opt('tp')}, {opt('host')} and {opt('port')} as options of their own",
+        )
 
 
 def _given_speculative_config(args: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:

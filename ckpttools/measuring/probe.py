@@ -406,19 +406,9 @@ def _transformers_log_held() -> Iterator[Callable[[], None]]:
 def _no_bom(path: Path) -> None:
     """Refuse a config.json that starts with a UTF-8 byte-order mark: ckpttools reads past one,
     transformers' reader refuses it ("not a valid JSON file"), so say which it is."""
-    import os
+    from ckpttools.io.checkpoint import starts_with_bom
 
-    from ckpttools.io.fsutil import open_regular
-
-    try:
-        fd = open_regular(path)
-    except (OSError, CkptError):  # read already by the check: what it says stands
-        return
-    try:
-        head = os.pread(fd, 3, 0)
-    finally:
-        os.close(fd)
-    if head == b"\xef\xbb\xbf":
+    if starts_with_bom(path):
         raise ConfigError(
             f"{path}: starts with a UTF-8 byte-order mark, which transformers refuses",
             path=str(path),
@@ -671,6 +661,11 @@ def _validate_first(
     from ckpttools.errors import EXIT_FINDINGS
     from ckpttools.ops.validate import validate
 
+    from ckpttools.io.checkpoint import local_config_path
+
+    bom_at = local_config_path(target)
+    if bom_at is not None:  # the probe's own reader of the target, transformers, is what refuses it
+        _no_bom(bom_at)
     opened, t = open_once(drafter), open_target(target)
     try:
         opened.require_checkpoint()  # a config.json alone: refused here, as the load would

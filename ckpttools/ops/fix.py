@@ -51,6 +51,8 @@ def _fix_config(ck: Checkpoint, report: ValidationReport, tcfg: dict[str, Any] |
     """The architecture validate can repair, then what export repairs too, where missing (engines/repairs.py)."""
     cfg = copy.deepcopy(ck.config or {})
     changes: list[str] = []
+    if any(f.id == "config.bom" for f in report.findings):
+        changes.append("config: the byte-order mark left out (written as plain UTF-8)")
     archs = cfg.get("architectures") or []
     arch_fixable = any(f.id == "config.architectures" and fix_repairs(f) for f in report.findings)
     if archs and archs[0] in FIXABLE_ARCHS and arch_fixable:

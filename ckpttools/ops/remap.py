@@ -143,6 +143,9 @@ def _dest_mapping(
     try:
         m = load_mapping(to)
     except MappingError:
+        p = Path(str(to))
+        if p.suffix.lower() in (".npy", ".json", ".pt") and p.name != "config.json":
+            raise  # a mapping file's own fault: read as a target's weights, it would be named as theirs
         # a target checkpoint's own full vocabulary
         with open_checkpoint(to) as ck:
             if VocabMapping.from_checkpoint(ck, allow_missing=True) is not None:

@@ -25,7 +25,7 @@ from ckpttools.engines.aux_rules import sglang_default_aux_ids
 from ckpttools.engines.opened import OpenedDrafter, OpenedTarget, open_once, open_target
 from ckpttools.formats.conventions import TargetOnce, load_target_config
 from ckpttools.io.checkpoint import Checkpoint, open_checkpoint
-from ckpttools.ops.validate_config import check_config, config_findings
+from ckpttools.ops.validate_config import bom_findings, check_config, config_findings
 from ckpttools.ops.validate_report import (
     open_drafter,
     FIX_REPAIRS,
@@ -206,6 +206,7 @@ def _validate(
         )
     else:
         checked.append("config")
+        findings += bom_findings(ck if ck is not None else opened.source, engine)
         findings += config_findings(opened.facts, engine)
     if ck is not None:
         checked.append("tensors")
@@ -218,6 +219,7 @@ def _validate(
     if target is not None and cfg is not None:
         tname = target.read()[1]
         checked.append("target")
+        findings += bom_findings(target, engine, whose="target")
         findings += target_findings(opened.facts, target.facts, ck, engine, engine_args)
     if deep and ck is not None:
         checked.append("deep")

@@ -16,7 +16,7 @@ from ckpttools.formats.config import config_problems, default_num_layers
 from ckpttools.engines.aux_rules import LATER_LAYER_NORM
 from ckpttools.ops.validate_report import Finding, schema
 
-__all__ = ["check_config", "type_findings", "schema_findings", "sglang_said"]
+__all__ = ["bom_findings", "check_config", "type_findings", "schema_findings", "sglang_said"]
 
 
 def _arch_message(arch: str) -> str:
@@ -58,6 +58,25 @@ def config_findings(f: ConfigFacts, engine: str) -> list[Finding]:
     out += _field_findings(f, engine)
     out += _dtype_findings(f.e, engine)
     return out
+
+
+def bom_findings(source: Any, engine: str, whose: str = "") -> list[Finding]:
+    """``source``'s config.json (the drafter's, or the target's: ``whose="target"``) on disk starting with
+    a UTF-8 byte-order mark: ckpttools reads past it, the engine's reader refuses it (engines/claims.py:
+    ``config.bom``). An error: the server does not start. ``validate --fix`` and ``export`` write it anew."""
+    from ckpttools.io.checkpoint import local_config_path, starts_with_bom
+
+    path = local_config_path(source)
+    if path is None or not starts_with_bom(path):
+        return []
+    msg = f"starts with a UTF-8 byte-order mark: {claim(engine + ':config.bom')}"
+    fix = "save config.json as UTF-8 without the mark"
+    fix += " (ckpt validate --fix does)" if not whose else ""
+    return [
+        Finding(
+            f"{whose or 'config'}.bom", "error", str(path), f"the target's config.json {msg}" if whose else msg, fix
+        )
+    ]
 
 
 def sglang_said(engine: str) -> str:

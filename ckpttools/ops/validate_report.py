@@ -24,6 +24,7 @@ SEVERITIES = ("error", "warning", "info")
 #: the errors ``validate --fix`` repairs (architectures only for engines.flavor.FIXABLE_ARCHS; the fields only when missing)
 FIX_REPAIRS = {
     "config.architectures",
+    "config.bom",
     "target.context_length",
     "config.num_hidden_layers",
     "config.draft_vocab_size",

@@ -440,6 +440,12 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
     if is_file and p.suffix in (".npy", ".json", ".pt") and p.name != "config.json":
         ensure_regular(p)
     if is_file and p.suffix == ".npy":
+        with open(p, "rb") as f:
+            magic = f.read(6)
+        if magic != b"\x93NUMPY":  # numpy would call any other bytes "pickled data"
+            raise MappingError(
+                f"{p}: not a .npy file (it does not start with NumPy's magic)", path=p, hint=_MAPPING_HINT
+            )
         try:
             arr = np.load(p, allow_pickle=False)
         except (ValueError, EOFError, OSError) as e:
