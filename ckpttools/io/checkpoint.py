@@ -123,16 +123,12 @@ def starts_with_bom(path: Path) -> bool:
     """Whether the file starts with a UTF-8 byte-order mark, which ckpttools' JSON reader skips and
     transformers' does not (engines/claim_texts.py: ``config.bom``). A file that cannot be read: False
     (whoever reads it says why)."""
-    from ckpttools.io.fsutil import open_regular
+    from ckpttools.io.fsutil import starts_with
 
     try:
-        fd = open_regular(path)
+        return starts_with(path, b"\xef\xbb\xbf")
     except (OSError, CkptError):
         return False
-    try:
-        return os.pread(fd, 3, 0) == b"\xef\xbb\xbf"
-    finally:
-        os.close(fd)
 
 
 def hub_config(repo: Any) -> dict[str, Any]:

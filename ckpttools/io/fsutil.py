@@ -20,6 +20,7 @@ from ckpttools.errors import CheckpointFormatError, OutputExistsError
 __all__ = [
     "remove_entry",
     "open_regular",
+    "starts_with",
     "read_regular_bytes",
     "ensure_regular",
     "temp_name",
@@ -115,6 +116,16 @@ def ensure_regular(path: str | Path) -> Path:
     if not stat.S_ISREG(mode):
         raise _not_regular(p, mode)
     return p
+
+
+def starts_with(path: str | Path, prefix: bytes) -> bool:
+    """Whether the regular file ``path`` begins with ``prefix`` (opened by :func:`open_regular`, which
+    raises what it raises; only ``len(prefix)`` bytes are read)."""
+    fd = open_regular(path)
+    try:
+        return os.pread(fd, len(prefix), 0) == prefix
+    finally:
+        os.close(fd)
 
 
 def read_regular_bytes(path: str | Path, limit: int = MAX_SIDE_FILE_BYTES) -> bytes:

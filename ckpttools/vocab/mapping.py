@@ -440,18 +440,19 @@ def load_mapping(src: str | Path | Checkpoint | VocabMapping) -> VocabMapping:
     if is_file and p.suffix in (".npy", ".json", ".pt") and p.name != "config.json":
         ensure_regular(p)
     if is_file and p.suffix == ".npy":
-        with open(p, "rb") as f:
-            magic = f.read(6)
-        if magic != b"\x93NUMPY":  # numpy would call any other bytes "pickled data"
-            raise MappingError(
-                f"{p}: not a .npy file (it does not start with NumPy's magic)", path=p, hint=_MAPPING_HINT
-            )
+        from ckpttools.io.fsutil import starts_with
+
         try:
-            arr = np.load(p, allow_pickle=False)
+            npy = starts_with(p, b"\x93NUMPY")  # numpy would call any other bytes "pickled data"
+            arr = np.load(p, allow_pickle=False) if npy else None
         except (ValueError, EOFError, OSError) as e:
             raise MappingError(
                 f"{p}: not a plain .npy array ({e.__class__.__name__}: {e})", path=p, hint=_MAPPING_HINT
             ) from None
+        if not npy:
+            raise MappingError(
+                f"{p}: not a .npy file (it does not start with NumPy's magic)", path=p, hint=_MAPPING_HINT
+            )
         return _from_obj(arr, str(p), name)
     if is_file and p.suffix == ".json" and p.name != "config.json":
         from ckpttools.io.inputs import read_json
