@@ -26,13 +26,24 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
-#: servers kept running at once (each holds about 2 GB with its KV cache); the least recently used goes first
+#: servers kept running at once (each holds about 1 GB with its KV cache); the least recently used goes first
 MAX_ALIVE = 2
-ARGS = ["--max-model-len=1024", "--dtype=bfloat16", "--enforce-eager", "--skip-tokenizer-init"]
+#: --kv-cache-memory-bytes=128M: a KV cache of 58,240 tokens here (the tests ask for a few thousand at most);
+#: vLLM's CPU build fills the cache it is given at start-up, and 1 GiB (VLLM_CPU_KVCACHE_SPACE=1, these
+#: settings before 2026-12-06) took 4.3-5.3 s of each start against 0.4 s for 128 MiB ("init engine
+#: (profile, create kv cache, warmup model) took ...", vllm/v1/engine/core.py:401-404; a size given either way
+#: skips the warm-up run, v1/worker/cpu_worker.py:189-206). VLLM_CPU_KVCACHE_SPACE, where set, wins over it
+#: (vllm/platforms/cpu.py:323-327): the servers' settings below leave it out
+ARGS = [
+    "--max-model-len=1024",
+    "--dtype=bfloat16",
+    "--enforce-eager",
+    "--skip-tokenizer-init",
+    "--kv-cache-memory-bytes=128M",
+]
 STEPS = 3
 #: the settings of every real vLLM server the tests start at tensor parallel 1 (the pool's, and through
 #: ``server_env`` those `verify --launch` starts in the test modules), each for start-up time on 2 cores:
-#: - a 1 GiB KV cache (vLLM's CPU build reserves VLLM_CPU_KVCACHE_SPACE GiB; vllm/platforms/cpu.py:323-327);
 #: - the worker in the engine-core process: vLLM's CPU build turns the one-process executor ("uni", the
 #:   default at TP 1) into the multiprocess one unless VLLM_ENABLE_V1_MULTIPROCESSING=0
 #:   (vllm/platforms/cpu.py:333-341), which spawns a third process that imports torch and vLLM once more.
@@ -45,7 +56,7 @@ STEPS = 3
 #: - one vLLM cache for the session (conftest.py: CKPT_VLLM_CACHE_ROOT): vLLM inspects each model class in
 #:   a subprocess that imports vLLM and torch, once per cache (its modelinfos,
 #:   vllm/model_executor/models/registry.py:1044-1088), so only the session's first server of a class pays.
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 #: every pool server's settings beyond ARGS and SERVER_ENV: a log window per second (ckpt logs reads them)
 ENV = {"VLLM_LOG_STATS_INTERVAL": "1", **SERVER_ENV}
 
