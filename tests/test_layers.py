@@ -94,7 +94,7 @@ def test_library_messages_never_name_cli_flags() -> None:
     engine_flags = re.compile(
         r"--(speculative|dtype|model|tp-size|tensor-parallel|host|port|max-model-len|enforce|skip-tokenizer|"
         r"attention-backend|sampling-backend|grammar-backend|disable-cuda|per-request-spec-decode-metrics|context-length|"
-        r"max-total-tokens|quantization)"
+        r"max-total-tokens|quantization|kv-cache-memory-bytes)"
     )
     bad = []
     for path in sorted(PKG.rglob("*.py")):

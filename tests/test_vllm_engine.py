@@ -233,14 +233,19 @@ def test_early_stop_against_a_real_server(running, pairs):
 @pytest.fixture(scope="module")
 def readme_demo(tmp_path_factory, vllm_env):
     """`ckpt demo --engine vllm --engine-python .venv-vllm/bin/python`, exactly as the README
-    prints it (a process of its own, none of the tests' vLLM settings in the environment), run once for
-    the two demo tests: the demo's own command starts its own servers."""
+    prints it (a process of its own, none of the tests' server settings in the environment), run once
+    for the two demo tests: the demo's own command starts its own servers. One setting a user may have
+    is kept: VLLM_CACHE_ROOT, the session's vLLM cache (tests/conftest.py), which the demo uses where
+    set (demo/story.py:_server_env), so that its two servers find the class facts tests/vllm_warm.py
+    wrote there instead of inspecting both classes in subprocesses of their own (about 19 s each)."""
     import subprocess
 
-    env = dict(os.environ)  # as it was outside this module's vllm_env, less the KV cache size and cache root
+    env = dict(os.environ)  # as it was outside this module's vllm_env, less the KV cache size
     for k, v in vllm_env.items():
         env.pop(k, None) if v is None else env.__setitem__(k, v)
     env = {k: v for k, v in env.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")}
+    if os.environ.get("CKPT_VLLM_CACHE_ROOT"):
+        env["VLLM_CACHE_ROOT"] = os.environ["CKPT_VLLM_CACHE_ROOT"]
     return subprocess.run(
         [sys.executable, "-m", "ckpttools", "demo", "--engine", "vllm", "--engine-python", VLLM_PY],
         cwd=tmp_path_factory.mktemp("readme-demo"),

@@ -98,10 +98,9 @@ SERVER_STARTS: list[int] = []
 
 
 #: vllm: a KV cache of 128 MiB (58,240 tokens of the demo's models; 12 prompts of 64 tokens need far
-#: less). vLLM's CPU build fills the cache it is given at start-up: its default size was killed for
-#: memory beside the model on a 24 GiB machine; 1 GiB (VLLM_CPU_KVCACHE_SPACE=1, the demo's setting
-#: before 2026-12-06) took 4.3-5.3 s of each server's start against 0.4 s for 128 MiB (vLLM 0.32, CPU).
-#: VLLM_CPU_KVCACHE_SPACE, where the user set it, wins (vllm/platforms/cpu.py:323-327)
+#: less): the engine fills the cache it is given as it starts, and 1 GiB, the demo's size before
+#: 2026-12-06, cost each server's start 4-5 s more (VLLM_CLAIMS "cpu.kv_cache"); a size the user set in
+#: VLLM_CPU_KVCACHE_SPACE wins. The engine's own default was killed for memory on a 24 GiB machine
 _DEMO_ARGS = {
     "vllm": [
         "--max-model-len=1024",
