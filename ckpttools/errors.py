@@ -80,6 +80,8 @@ class CkptError(Exception):
 
     exit_code: int = EXIT_USAGE
     default_hint: str | None = None
+    #: the error is a request that got no whole answer within its deadline (io/net.py sets it)
+    timed_out: bool = False
 
     def __init__(
         self,

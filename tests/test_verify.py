@@ -162,6 +162,29 @@ def test_faults_are_clear_and_partial_results_kept(prompts_file, tmp_path):
     assert rep.completed == 2 and rep.failed == 2 and rep.accept_length == 2.0
 
 
+def test_a_server_that_stops_answering_ends_the_run_after_three_timeouts_in_a_row(prompts_file):
+    """Six prompts on a server that answers none within --timeout: the run stops after three
+    requests in a row timed out (measuring/verify.py STALLED_AFTER), says so, and sends no more,
+    instead of waiting out every prompt's timeout. Timeouts that are not in a row do not stop it."""
+    import time
+
+    ok = {"completion_tokens": 8, "spec_verify_ct": 4, "spec_num_correct_drafts": 4}
+    with FakeSGLang(lambda i, b: ok, delay=1.5) as s:
+        t0 = time.monotonic()
+        r = CliRunner().invoke(
+            cli, ["verify", "--host", s.url, "--prompts", prompts_file, "--num-prompts", "6", "--timeout", "0.3"]
+        )
+        took = time.monotonic() - t0
+        sent = len(s.requests)
+    assert r.exit_code == 3 and "ckpt: error: accept length could not be measured" in r.stderr, r.output
+    assert sent == 3 and took < 6 * 0.3 + 1.0, (sent, took)
+    assert "3 requests in a row timed out: the run stopped, 3 prompt(s) not measured" in r.stdout
+    with FakeSGLang(lambda i, b: (time.sleep(1.0) if i % 3 else None) or ok) as s:  # every third answers
+        rep = verify(s.url, prompts=prompts_file, num_prompts=6, timeout=0.3)
+    assert len(rep.requests) == 6 and rep.completed == 2 and rep.failed == 4 and rep.accept_length == 2.0
+    assert not any("in a row" in e for e in rep.errors)
+
+
 def test_bar_verdict_and_early_stop(prompts_file):
     with FakeSGLang(
         lambda i, b: {"completion_tokens": 10, "spec_verify_ct": 10, "spec_num_correct_drafts": i % 2}

@@ -444,7 +444,9 @@ def _err(ctx: _Ctx, detail: str, hint: str | None = None) -> CkptError:
 def _timeout(ctx: _Ctx) -> CkptError:
     w = ctx.wording
     total = ctx.deadline_at - ctx.started
-    return w.error(w.timeout.format(where=ctx.where, what=ctx.what, deadline=total), url=ctx.url, hint=w.timeout_hint)
+    err = w.error(w.timeout.format(where=ctx.where, what=ctx.what, deadline=total), url=ctx.url, hint=w.timeout_hint)
+    err.timed_out = True
+    return err
 
 
 def _check_content_range(value: str | None, start: int, end: int, ctx: _Ctx) -> int:

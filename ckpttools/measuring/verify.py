@@ -346,6 +346,7 @@ def _measure(
     the run stopped early (None: it did not)."""
     results: list[RequestResult] = []
     stop_reason: str | None = None
+    timeouts: set[int] = set()  # the requests that got no whole answer within --timeout
 
     def one(i: int, p: Prompt) -> RequestResult:
         try:
@@ -358,6 +359,8 @@ def _measure(
         except ServerError as e:
             if getattr(e, "fatal", False):  # impossible figures: the run is an error, never a mixed success
                 raise
+            if e.timed_out:
+                timeouts.add(i)
             return RequestResult(i, p.category, error=str(e))
 
     def done(r: RequestResult) -> bool:
@@ -367,7 +370,7 @@ def _measure(
         if progress:
             progress(len(results), len(prompts))
         stop_reason = _below_bar(results, min_accept_len) or (stop_if(results) if stop_if else None)
-        return stop_reason is not None
+        return stop_reason is not None or _stalled(results, len(prompts), timeouts)  # a stall: no early stop
 
     t0 = time.perf_counter()
     if concurrency <= 1:
@@ -384,6 +387,23 @@ def _measure(
                         g.cancel()
                     break
     return results, time.perf_counter() - t0, stop_reason
+
+
+#: requests in a row that time out end a measurement: the server is taken as not answering
+STALLED_AFTER = 3
+
+
+def _stalled(results: list[RequestResult], total: int, timeouts: set[int]) -> bool:
+    """True when the last STALLED_AFTER results all timed out and prompts are left: a server that
+    answers nothing would hold the run for every prompt's --timeout. The newest result's error then
+    says that the run stopped there (a failed run, not an early stop)."""
+    last = results[-STALLED_AFTER:]
+    left = total - len(results)
+    if left <= 0 or len(last) < STALLED_AFTER or any(x.index not in timeouts for x in last):
+        return False
+    note = f"{STALLED_AFTER} requests in a row timed out: the run stopped, {left} prompt(s) not measured"
+    last[-1].error = f"{last[-1].error}; {note}"
+    return True
 
 
 def _below_bar(results: list[RequestResult], min_accept_len: float | None) -> str | None:
