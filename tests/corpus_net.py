@@ -150,6 +150,10 @@ def _engine_cases() -> list[Case]:
     ):
         argv = ["verify", "--engine", "vllm", "--host", "{srv}/" + mode, *p]
         out.append(Case(f"net-verify-{mode}", argv, code, both(prompts)))
+    # a server that answers nothing within --timeout: three requests, then the run stops (exit 3, nothing
+    # measured) and says how many of the 40 prompts went unmeasured, in about 3 x 0.5 s, not 40 x 0.5 s
+    stall = ["verify", "--host", "{srv}/sg-timeout", "--prompts", "builtin", "--num-prompts", "40", "--timeout", "0.5"]
+    out.append(Case("net-verify-sg-timeout-stops-after-three", stall, 3, stdout_has="37 prompt(s) not measured"))
     return out
 
 
