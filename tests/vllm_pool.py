@@ -28,12 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 #: servers kept running at once (each holds about 1 GB with its KV cache); the least recently used goes first
 MAX_ALIVE = 2
-#: --kv-cache-memory-bytes=128M: a KV cache of 58,240 tokens here (the tests ask for a few thousand at most);
-#: vLLM's CPU build fills the cache it is given at start-up, and 1 GiB (VLLM_CPU_KVCACHE_SPACE=1, these
-#: settings before 2026-12-06) took 4.3-5.3 s of each start against 0.4 s for 128 MiB ("init engine
-#: (profile, create kv cache, warmup model) took ...", vllm/v1/engine/core.py:401-404; a size given either way
-#: skips the warm-up run, v1/worker/cpu_worker.py:189-206). VLLM_CPU_KVCACHE_SPACE, where set, wins over it
-#: (vllm/platforms/cpu.py:323-327): the servers' settings below leave it out
+#: --kv-cache-memory-bytes=128M: a KV cache of 58,240 tokens here (the tests ask for a few thousand at most),
+#: filled at start-up in 0.4 s against 4.3-5.3 s for the 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) these servers had
+#: before 2026-12-06: the engine fact, with its sources, is VLLM_CLAIMS["cpu.kv_cache"]. The settings below
+#: leave VLLM_CPU_KVCACHE_SPACE out, since where set it wins. The same arguments as the demo's (demo/story.py)
 ARGS = [
     "--max-model-len=1024",
     "--dtype=bfloat16",
