@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import threading
-from contextlib import redirect_stderr
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -150,6 +149,16 @@ def _byte_tensors(payload: str) -> list[tuple[str, Any]]:
     return list(Only(io.BytesIO(base64.b64decode(payload))).load())
 
 
+class _OwnStderr:
+    """A hook module's ``sys``: the process's, but with ``stderr`` its server's log."""
+
+    def __init__(self, log: io.StringIO) -> None:
+        self.stderr = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+
 class HookServer:
     """One MODE's server: its own copy of the hook module (state, lock, environment)."""
 
@@ -164,6 +173,13 @@ class HookServer:
         assert spec_ is not None and spec_.loader is not None
         mod = importlib.util.module_from_spec(spec_)
         spec_.loader.exec_module(mod)
+        # the hook's own lines (print(..., file=sys.stderr): a server's log) go to this server's log
+        # through the module's own `sys`. Not contextlib.redirect_stderr: that swaps the process's
+        # sys.stderr from this server's request thread, and an in-process corpus case on the main
+        # thread meanwhile wrote its error line there, its stderr captured empty (exit 2, re-run in a
+        # process: serve-swap-check-huge, serve-opt-port-0, serve-swap-min-below-one, 2026-12-05/06)
+        self.log = io.StringIO()
+        mod.sys = _OwnStderr(self.log)
         first = root / ("sg-d" if mode == "sg" else "d")
         release = resolve("sglang==0.5.17" if mode == "sg" else "vllm==0.32.0")
         spec = server_spec(release, first)
@@ -188,15 +204,13 @@ class HookServer:
         runner = type("Runner", (), {"get_draft_model": lambda s: draft, "get_model": lambda s: self.target_model})()
         self.worker = type("Worker", (mod.VllmDrafterSwap,), {"model_runner": runner})()
         self.mod, self.mode, self.target, self.draft = mod, mode, target, draft
-        self.log = io.StringIO()
         self.lock = threading.Lock()
 
     def rpc(self, body: dict[str, Any]) -> tuple[int, Any]:
         method = body.get("method")
         if not isinstance(method, str) or not method.startswith("ckpt_"):
             return 400, {"error": f"no method {method!r}"}
-        with redirect_stderr(self.log):  # the hook's own line, as the server's log has it
-            answer = getattr(self.worker, method)(*body.get("args", []))
+        answer = getattr(self.worker, method)(*body.get("args", []))
         if self.mode == "tamper" and method == "ckpt_swap":  # a swap that writes one target element too
             import torch
 
@@ -218,9 +232,8 @@ class HookServer:
         if headers.get("Authorization") != f"Bearer {KEY}":
             return 401, {"error": "Unauthorized"}
         named = _byte_tensors(body["serialized_named_tensors"][0])
-        with redirect_stderr(self.log):
-            self.mod.sglang_load_drafter(self.draft, named)
-            self.mod.sglang_load_drafter(self.target_model, named)
+        self.mod.sglang_load_drafter(self.draft, named)
+        self.mod.sglang_load_drafter(self.target_model, named)
         if body.get("weight_version") is not None:
             self.label = body["weight_version"]
         return 200, {"success": True, "message": "Success"}

@@ -123,6 +123,30 @@ def test_one_line_per_swap_names_the_drafter_by_digest(host: HookHost) -> None:
         assert (m["rank"], m["world"], m["maps"]) == ("0", "1", "replaced")
 
 
+def test_the_hook_host_writes_its_lines_without_touching_the_processs_stderr(host: HookHost) -> None:
+    """The hook's line goes to its server's log while sys.stderr stays what it was: a request thread
+    that swapped sys.stderr (contextlib.redirect_stderr) took the error line of an in-process corpus
+    case running on the main thread meanwhile, whose stderr was then captured empty."""
+    import sys
+
+    srv = host.server("ok-stderr")
+    seen: list[object] = []
+
+    class Log:
+        def write(self, s: str) -> int:
+            seen.append(sys.stderr)  # what the process's stderr is while the hook writes its line
+            return len(s)
+
+        def flush(self) -> None:
+            pass
+
+    srv.mod.sys.stderr = Log()
+    before = sys.stderr
+    _swap(srv, host.root / "d2")
+    assert seen and all(x is before for x in seen), seen
+    assert sys.stderr is before
+
+
 def test_two_swaps_at_once_are_never_interleaved(host: HookHost) -> None:
     """Two swaps sent at once to one worker (no engine lock in between): the hook's lock makes the
     second wait; each write is whole, and the state is the last one's."""
