@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpttools.demo.story import ENGINE_ARGS
+
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 #: servers kept running at once (each holds about 1 GB with its KV cache); the least recently used goes first
@@ -31,14 +33,9 @@ MAX_ALIVE = 2
 #: --kv-cache-memory-bytes=128M: a KV cache of 58,240 tokens here (the tests ask for a few thousand at most),
 #: filled at start-up in 0.4 s against 4.3-5.3 s for the 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) these servers had
 #: before 2026-12-06: the engine fact, with its sources, is VLLM_CLAIMS["cpu.kv_cache"]. The settings below
-#: leave VLLM_CPU_KVCACHE_SPACE out, since where set it wins. The same arguments as the demo's (demo/story.py)
-ARGS = [
-    "--max-model-len=1024",
-    "--dtype=bfloat16",
-    "--enforce-eager",
-    "--skip-tokenizer-init",
-    "--kv-cache-memory-bytes=128M",
-]
+#: leave VLLM_CPU_KVCACHE_SPACE out, since where set it wins. The demo's own arguments (the test models are
+#: the demo's size), so that the two cannot drift apart
+ARGS = list(ENGINE_ARGS["vllm"])
 STEPS = 3
 #: the settings of every real vLLM server the tests start at tensor parallel 1 (the pool's, and through
 #: ``server_env`` those `verify --launch` starts in the test modules), each for start-up time on 2 cores:

@@ -45,7 +45,7 @@ def _naive_swap(drafter: Path, mapping: Path, out: Path) -> Path:
 
 def _server_env(engine: str, work: Path) -> dict[str, str]:
     """vLLM's own cache under the demo's work directory, unless the user set one. (Its KV cache is
-    sized by _DEMO_ARGS: VLLM_CPU_KVCACHE_SPACE, where the user set it, wins over that.)"""
+    sized by ENGINE_ARGS: VLLM_CPU_KVCACHE_SPACE, where the user set it, wins over that.)"""
     if engine != "vllm":
         return {}
     return {"VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(work / "vllm-cache"))}
@@ -76,7 +76,7 @@ def _measurer(
             str(served[0]),
             port=port,
             steps=3,
-            engine_args=_DEMO_ARGS[engine],
+            engine_args=ENGINE_ARGS[engine],
             python=engine_python or sys.executable,
             log_path=str(work / f"{engine}-{port}.log"),
             env=_server_env(engine, work),
@@ -97,11 +97,12 @@ def _measurer(
 SERVER_STARTS: list[int] = []
 
 
-#: vllm: a KV cache of 128 MiB (58,240 tokens of the demo's models; 12 prompts of 64 tokens need far
+#: the engine arguments the demo's servers start with (the real-vLLM tests start theirs with the same,
+#: for models of the demo's size: tests/vllm_pool.py). vllm: a KV cache of 128 MiB (58,240 tokens of the demo's models; 12 prompts of 64 tokens need far
 #: less): the engine fills the cache it is given as it starts, and 1 GiB, the demo's size before
 #: 2026-12-06, cost each server's start 4-5 s more (VLLM_CLAIMS "cpu.kv_cache"); a size the user set in
 #: VLLM_CPU_KVCACHE_SPACE wins. The engine's own default was killed for memory on a 24 GiB machine
-_DEMO_ARGS = {
+ENGINE_ARGS: dict[str, list[str]] = {
     "vllm": [
         "--max-model-len=1024",
         "--dtype=bfloat16",
