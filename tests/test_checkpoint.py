@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from ckpttools.demo.tiny import build_huge_sparse, write_tensors
-from ckpttools.errors import CheckpointFormatError, OutputExistsError
+from ckpttools.errors import CheckpointFormatError, CkptError, OutputExistsError
 from ckpttools.io.checkpoint import open_checkpoint
 from ckpttools.io.writer import CheckpointWriter, TensorSpec, parse_size, plan_shards
 
@@ -52,6 +52,25 @@ def test_bf16_rows_are_read_with_ml_dtypes(tmp_path):
         got = ck.read_rows("w", 2, 4)
         assert got.dtype == ml_dtypes.bfloat16
         np.testing.assert_array_equal(got.astype(np.float32), a[2:4].astype(np.float32))
+
+
+def test_an_ml_dtypes_without_the_e8m0_type_is_one_clear_error(tmp_path, monkeypatch):
+    """F8_E8M0 data is read as ml_dtypes.float8_e8m0fnu, which ml_dtypes 0.4 lacks (pyproject asks for
+    0.5 or newer; an environment can still hold an older one): one clear error naming the version
+    to install, not an AttributeError."""
+    a = np.array([0.5, 1.0, 2.0, 4.0], dtype=np.float32).astype(ml_dtypes.float8_e8m0fnu)
+    header = json.dumps({"s": {"dtype": "F8_E8M0", "shape": [4], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
+    with open_checkpoint(tmp_path / "c") as ck:
+        assert ck.tensors["s"].dtype == "F8_E8M0"
+        np.testing.assert_array_equal(ck.read("s").astype(np.float32), [0.5, 1.0, 2.0, 4.0])
+        monkeypatch.delattr(ml_dtypes, "float8_e8m0fnu")  # as in ml_dtypes 0.4.1
+        with pytest.raises(CkptError) as e:
+            ck.read("s")
+    assert "ml_dtypes.float8_e8m0fnu" in str(e.value) and f"ml_dtypes {ml_dtypes.__version__}" in str(e.value)
+    assert e.value.hint is not None and "ml_dtypes>=0.5" in e.value.hint
 
 
 def test_each_shard_is_mapped_once(ckpts):

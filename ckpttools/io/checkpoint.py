@@ -64,22 +64,24 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
     }
     if st_dtype in plain:
         return np.dtype(plain[st_dtype])
-    import ml_dtypes
-
-    special = {
-        "BF16": ml_dtypes.bfloat16,
-        "F8_E4M3": ml_dtypes.float8_e4m3fn,
-        "F8_E5M2": ml_dtypes.float8_e5m2,
-        "F8_E8M0": ml_dtypes.float8_e8m0fnu,
-    }
     if st_dtype == "C64":
         return np.dtype(np.complex64)
+    special = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
     if st_dtype not in special:
         raise CheckpointFormatError(
             f"tensors of dtype {st_dtype} cannot be read or converted by ckpttools",
             hint="this dtype is valid safetensors but has no numpy equivalent",
         )
-    return np.dtype(special[st_dtype])
+    import ml_dtypes
+
+    dt = getattr(ml_dtypes, special[st_dtype], None)
+    if dt is None:  # an ml_dtypes older than the package asks for (float8_e8m0fnu came in 0.5.0)
+        raise CkptError(
+            f"tensors of dtype {st_dtype} are read as ml_dtypes.{special[st_dtype]}, which the installed "
+            f"ml_dtypes {getattr(ml_dtypes, '__version__', '(version unknown)')} does not have",
+            hint="pip install 'ml_dtypes>=0.5,<0.7' (the versions ckpttools asks for)",
+        )
+    return np.dtype(dt)
 
 
 def load_config(path: Path) -> dict[str, Any]:
