@@ -75,7 +75,7 @@ def numpy_dtype(st_dtype: str) -> np.dtype:
     import ml_dtypes
 
     dt = getattr(ml_dtypes, special[st_dtype], None)
-    if dt is None:  # an ml_dtypes older than the package asks for (float8_e8m0fnu came in 0.5.0)
+    if dt is None:  # an ml_dtypes older than the one pyproject asks for (float8_e8m0fnu is newer)
         raise CkptError(
             f"tensors of dtype {st_dtype} are read as ml_dtypes.{special[st_dtype]}, which the installed "
             f"ml_dtypes {getattr(ml_dtypes, '__version__', '(version unknown)')} does not have",
