@@ -30,11 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 VLLM_PY = os.environ.get("CKPT_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
 #: servers kept running at once (each holds about 1 GB with its KV cache); the least recently used goes first
 MAX_ALIVE = 2
-#: --kv-cache-memory-bytes=128M: a KV cache of 58,240 tokens here (the tests ask for a few thousand at most),
-#: filled at start-up in 0.4 s against 4.3-5.3 s for the 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) these servers had
-#: before 2026-12-06: the engine fact, with its sources, is VLLM_CLAIMS["cpu.kv_cache"]. The settings below
-#: leave VLLM_CPU_KVCACHE_SPACE out, since where set it wins. The demo's own arguments (the test models are
-#: the demo's size), so that the two cannot drift apart
+#: the demo's own arguments (the test models are the demo's size; why a 128 MiB KV cache: there), so that the
+#: two cannot drift apart. The tests ask for a few thousand tokens at most. The settings below leave
+#: VLLM_CPU_KVCACHE_SPACE out, since where set it wins over the KV cache size given here
 ARGS = list(ENGINE_ARGS["vllm"])
 STEPS = 3
 #: the settings of every real vLLM server the tests start at tensor parallel 1 (the pool's, and through

@@ -98,10 +98,11 @@ SERVER_STARTS: list[int] = []
 
 
 #: the engine arguments the demo's servers start with (the real-vLLM tests start theirs with the same,
-#: for models of the demo's size: tests/vllm_pool.py). vllm: a KV cache of 128 MiB (58,240 tokens of the demo's models; 12 prompts of 64 tokens need far
-#: less): the engine fills the cache it is given as it starts, and 1 GiB, the demo's size before
-#: 2026-12-06, cost each server's start 4-5 s more (VLLM_CLAIMS "cpu.kv_cache"); a size the user set in
-#: VLLM_CPU_KVCACHE_SPACE wins. The engine's own default was killed for memory on a 24 GiB machine
+#: for models of the demo's size: tests/vllm_pool.py). vllm: a KV cache of 128 MiB (58,240 tokens of the
+#: demo's models; 12 prompts of 64 tokens need far less): the engine fills the cache it is given as it
+#: starts, and 1 GiB, the demo's size before 2026-12-06, cost each server's start 4-5 s more (VLLM_CLAIMS
+#: "cpu.kv_cache"); a size the user set in VLLM_CPU_KVCACHE_SPACE wins. The engine's own default was
+#: killed for memory on a 24 GiB machine
 ENGINE_ARGS: dict[str, list[str]] = {
     "vllm": [
         "--max-model-len=1024",
