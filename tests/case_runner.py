@@ -3,7 +3,7 @@ process of its own (``python -m ckpttools``). tests/corpus.py:run_case judges bo
 
 A case runs in this process unless it needs its own (:func:`static_reason`, :func:`dir_reason`):
 an environment that a library reads once, at import (huggingface_hub: HF_*; any case ``env``
-counts, to be safe); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
+counts, to be safe, but for the variables of :data:`READ_WHEN_RUN`); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
 server mode that stalls; the demo (models and servers, minutes); a FIFO, socket or device among
 its inputs (an open that blocks); a user's regular expression (backtracking in C that no signal
 stops). ``Case.process`` asks for a process outright. When unsure: a process.
@@ -45,6 +45,13 @@ from tests.fake_servers import HOSTILE
 #: server modes (a ``{srv}/MODE`` argument) that answer slowly or never: their cases get a process
 STALLING = (*HOSTILE, "timeout", "slow", "stall", "hang", "sleep")
 
+#: variables that nothing in this process reads at import: a case whose ``env`` holds only these may run
+#: here (test_corpus.py::test_cases_with_variables_read_when_run_read_alike runs them both ways)
+READ_WHEN_RUN = {
+    "CKPT_FAKE_ENGINE": "read by tests/fake_engine's server, a process of its own that ckpt starts",
+    "CKPT_API_KEY": "read as the command's options are parsed (click's envvar), and by measuring.serve when called",
+}
+
 #: a Hub repo id as the CLI reads one: ``org/name`` with an optional ``@revision``
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*(@.*)?")
 
@@ -61,7 +68,7 @@ def static_reason(process: bool, argv: Sequence[str], env: Mapping[str, str]) ->
     """Why a case needs its own process, from what it says (None: it need not, so far)."""
     if process:
         return "asked: Case.process"
-    if env:
+    if set(env) - READ_WHEN_RUN.keys():
         return f"environment: {', '.join(sorted(env))} (may be read at import)"
     if argv[:1] == ["demo"]:  # the whole story: models, servers, minutes (a --launch case's server is
         return "demo: it may run models and servers"  # stopped by its own cleanup when the watchdog stops it)
@@ -414,19 +421,19 @@ def _showwarning_to_stderr(
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-def _logger_state() -> dict[str, tuple[int, list[logging.Handler], bool, bool]]:
+def _logger_state() -> list[tuple[logging.Logger, int, list[logging.Handler], bool, bool]]:
     logging.getLogger("ckpttools")  # the CLI configures this one each run: put it back after
     loggers = [logging.getLogger()] + [
         lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
     ]
-    return {lg.name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers}
+    return [(lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
 
 
-def _restore_loggers(state: dict[str, tuple[int, list[logging.Handler], bool, bool]]) -> None:
+def _restore_loggers(state: list[tuple[logging.Logger, int, list[logging.Handler], bool, bool]]) -> None:
     """Loggers that were there before the case, as they were (the CLI's note handler, level and
-    propagation undone); loggers made during it stay as their import made them, as in a fresh process."""
-    for name, (level, handlers, propagate, disabled) in state.items():
-        lg = logging.getLogger(name if name != "root" else None)
+    propagation undone); loggers made during it stay as their import made them, as in a fresh process.
+    Held as objects, not looked up by name: logging never replaces a Logger once made."""
+    for lg, level, handlers, propagate, disabled in state:
         if lg.level != level:  # setLevel clears every logger's cache: ~90 loggers, each case, cost 8 s a corpus
             lg.setLevel(level)
         lg.handlers[:] = handlers

@@ -6,6 +6,7 @@ cases run both ways with the same outcome."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -47,12 +48,31 @@ def both_ways_sample(cases: list[Case], n: int) -> list[str]:
 SAMPLE = both_ways_sample(CASES, 80)
 
 
+def read_when_run_sample(cases: list[Case]) -> list[str]:
+    """The cases whose environment holds only variables of case_runner.READ_WHEN_RUN (so that they
+    run in this process): the first of each class and exit code, and the first of each variable."""
+    from tests.case_runner import READ_WHEN_RUN
+
+    firsts: dict[object, str] = {}
+    for c in cases:
+        if c.env and set(c.env) <= READ_WHEN_RUN.keys() and process_reason(c) is None:
+            firsts.setdefault((c.name.split("-", 1)[0], c.code), c.name)
+            firsts.setdefault(frozenset(c.env), c.name)
+    return list(dict.fromkeys(firsts.values()))
+
+
+ENV_SAMPLE = read_when_run_sample(CASES)
+
+
 def _selected(request: pytest.FixtureRequest) -> set[str]:
     """The case names this session runs (all of them unless -k or node ids narrowed it)."""
     here = [i for i in request.session.items if i.module is request.module]
     if any(i.name == "test_totals" for i in here):  # the totals need every case
         return set(NAMES)
     sample = set(SAMPLE) if any(i.name == "test_both_ways_alike" for i in here) else set()
+    sample |= (
+        set(ENV_SAMPLE) if any(i.name == "test_cases_with_variables_read_when_run_read_alike" for i in here) else set()
+    )
     return sample | {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
 
 
@@ -150,6 +170,28 @@ def test_both_ways_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
         sub = dict(zip(chosen, pool.map(run, chosen)))
     differ = [f"{n}: in-process {_alike(outcomes[n])!r}, process {_alike(sub[n])!r}" for n in chosen]
     differ = [d for n, d in zip(chosen, differ) if _alike(outcomes[n]) != _alike(sub[n])]
+    assert not differ, "\n".join(differ)
+
+
+def test_cases_with_variables_read_when_run_read_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
+    """A case whose environment holds only variables of case_runner.READ_WHEN_RUN ran in this process
+    (the corpus run); run again in processes of their own (where every variable is read afresh at
+    import), a sample of them across classes, exit codes and variables ends alike, case by case."""
+    from tests.case_runner import READ_WHEN_RUN
+
+    chosen = ENV_SAMPLE
+    seen = {k for c in CASES if c.name in chosen for k in c.env}
+    assert len(chosen) >= 5 and seen == READ_WHEN_RUN.keys(), (chosen, seen)
+    assert all(outcomes[n].how == "in-process" for n in chosen), [(n, outcomes[n].how) for n in chosen]
+    work = bench.tmp.mktemp("corpus-env-both-ways")
+    cases = {c.name: bench.case(c) for c in CASES if c.name in chosen}
+    run = lambda n: run_case(cases[n], bench.base, work, bench.subst, how="process")  # noqa: E731
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        sub = dict(zip(chosen, pool.map(run, chosen)))
+    port = re.compile(r"(127\.0\.0\.1:|--port )\d+")  # each run starts its server on a free port of its own
+    alike = lambda o: port.sub(r"\1<port>", repr(_alike(o)))  # noqa: E731
+    differ = [f"{n}: in-process {alike(outcomes[n])!r}, process {alike(sub[n])!r}" for n in chosen]
+    differ = [d for n, d in zip(chosen, differ) if alike(outcomes[n]) != alike(sub[n])]
     assert not differ, "\n".join(differ)
 
 

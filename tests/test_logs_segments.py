@@ -5,6 +5,7 @@ printed before; every source of a split; the fast path equal to reading line by 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -234,6 +235,10 @@ def test_10000_swaps_in_bounded_time_memory_and_output(tmp_path: Path) -> None:
     text = render_logs(r, show=10)
     assert took < 5 and len(text) < 20_000 and len(r.verdict) < 1000, (took, len(text))
     assert "... 9981 more segments (all in --json)" in text
+    d = r.to_dict()  # as dataclasses.asdict makes it, copied: changing it leaves the report as it was
+    assert d == dataclasses.asdict(r)
+    d["segments"][1]["drafter"]["ranks"] = -1
+    assert r.segments[1]["drafter"]["ranks"] == 2
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "out.json"
     # the CLI's own peak: VmHWM of its process image, read as it exits (ru_maxrss would count the pages

@@ -189,15 +189,16 @@ def _is_length(v: Any) -> bool:
 
 
 def _histogram(h: Any, where: str) -> list[int]:
-    """An acceptance histogram from a server: at most MAX_DRAFT_STEPS + 1 bins of counts."""
-    if not isinstance(h, list) or not h or not all(_is_count(x) for x in h):
-        raise ServerError(f"{where} is {str(h)[:60]!r}: expected a list of counts")
-    if len(h) > MAX_DRAFT_STEPS + 1:
+    """An acceptance histogram from a server: at most MAX_DRAFT_STEPS + 1 bins of counts (the length
+    checked first: a list of 300,000 bins is refused without a look at each)."""
+    if isinstance(h, list) and len(h) > MAX_DRAFT_STEPS + 1:
         raise ServerError(
             f"{where} has {len(h)} bins: no chain has more than {MAX_DRAFT_STEPS} draft steps "
             f"({MAX_DRAFT_STEPS + 1} bins)",
             hint=_BROKEN,
         )
+    if not isinstance(h, list) or not h or not all(_is_count(x) for x in h):
+        raise ServerError(f"{where} is {str(h)[:60]!r}: expected a list of counts")
     return list(h)
 
 
@@ -549,7 +550,7 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
     if steps > 0:
         r.verify_steps, r.accepted_drafts = steps, acc
         r.accept_length = 1 + acc / steps
-        if isinstance(hist, list) and all(_is_count(x) for x in hist):
+        if isinstance(hist, list) and (len(hist) > MAX_DRAFT_STEPS + 1 or all(_is_count(x) for x in hist)):
             r.histogram = _histogram(hist, "metrics.speculative_decoding.acceptance_histogram")
     r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
     return r
