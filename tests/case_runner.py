@@ -131,6 +131,13 @@ def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: float)
     return r.returncode, r.stdout, r.stderr
 
 
+def run_zygote(zygote: Any, argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, str]:
+    """``python -m ckpttools ARGV`` from ``cwd`` in a child of ``zygote`` (tests/zygote.py), under the
+    environment it was started with: as :func:`run_process` gives it."""
+    rc, so, se = zygote.run(argv, cwd, timeout)
+    return rc, _text(so), _text(se)
+
+
 def _text(b: bytes | str | None) -> str:
     """What subprocess's text mode makes of a child's bytes (the locale's encoding, universal newlines)."""
     if b is None:

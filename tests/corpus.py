@@ -13,15 +13,17 @@ it needs one: tests/case_runner.py), and is judged on:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -171,10 +173,15 @@ def prepare(c: Case, base: Path, work: Path, subst: dict[str, str], environ: dic
         argv.append(a)
     skip = {c.out.split("/")[0]} if c.out else set()
     before = tree_digest(d, skip)
+    return Prepared(c, d, argv, case_env(c, work, environ), skip, before, process_reason(c, d, argv))
+
+
+def case_env(c: Case, work: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment case ``c`` runs under, from ``environ`` (default: this process's now)."""
     env = {**(os.environ if environ is None else environ), "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty")}
     env.update(c.env)
     env.pop("CKPT_DEBUG", None)
-    return Prepared(c, d, argv, env, skip, before, process_reason(c, d, argv))
+    return env
 
 
 def run_case(
@@ -200,9 +207,13 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     if how == "inprocess" and p.why is not None:
         raise ValueError(f"{c.name} needs its own process: {p.why}")
     inproc = how == "inprocess" or (how == "auto" and p.why is None and R.inprocess_possible())
+    zygote = _ZYGOTES.get(_env_key(p.env)) if how == "zygote" and _zygote_dir_ok(p) else None
     t0 = time.perf_counter()
     problems: list[str] = []
-    rc, so, se = (R.run_inprocess if inproc else R.run_process)(p.argv, d / (c.cwd or ""), p.env, timeout)
+    if zygote is not None:
+        rc, so, se = R.run_zygote(zygote, p.argv, d / (c.cwd or ""), timeout)
+    else:
+        rc, so, se = (R.run_inprocess if inproc else R.run_process)(p.argv, d / (c.cwd or ""), p.env, timeout)
     rerun = ""
     if inproc and rc not in (None, 0, 1) and not se and tree_digest(d, skip) == before:
         # an error exit (2 and up: exit 1, a finding or a missed bar, writes no stderr) whose stderr came
@@ -245,7 +256,45 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     if rc is not None:
         shutil.rmtree(d, ignore_errors=True)  # keep failures' dirs only when they hung
     how_ = "in-process" if inproc else f"process: {rerun or p.why or 'asked'}"
+    if zygote is not None:
+        how_ = f"process: zygote: {p.why}"
     return Outcome(c, rc, so, se, problems, dt, how_, str(d))
+
+
+# ----------------------------------------------------------------------------- zygotes
+#: the zygotes of the corpus run now (tests/zygote.py), by their environment
+_ZYGOTES: dict[frozenset[tuple[str, str]], Any] = {}
+#: an environment of this many process cases or more gets a zygote
+ZYGOTE_CASES = 5
+
+
+def _env_key(env: dict[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset(env.items())
+
+
+def zygote_able(c: Case, env: dict[str, str]) -> bool:
+    """Whether a child of a zygote started with ``env`` may stand for case ``c``'s own process: its
+    only reasons for a process are its environment and a Hub repo id (tests/case_runner.py). The
+    variables the interpreter reads as it starts (PYTHON*) the zygote read as it started, and its
+    children inherit what they made (the streams, the warning filters), but for a relative path in
+    PYTHONPATH: it is looked up from the cwd at each import, the zygote's for what it imported."""
+    from tests import case_runner as R
+
+    return (
+        bool(c.env)
+        and all(os.path.isabs(q) for q in env.get("PYTHONPATH", "").split(os.pathsep) if q)
+        and R.static_reason(c.process, c.argv, {}) is None
+        and R.static_reason(False, c.argv, c.env) is not None
+    )
+
+
+def _zygote_dir_ok(p: Prepared) -> bool:
+    """Nothing among the case's inputs needs a process for itself (a FIFO, a device), and no ``.py``
+    file is in it (``-m`` puts the cwd first on sys.path: it could stand in for a module)."""
+    from tests import case_runner as R
+
+    why = R.dir_reason(p.argv, p.dir, p.dir / (p.case.cwd or ""))
+    return (why is None or why.startswith("hub: ")) and not any(p.dir.rglob("*.py"))
 
 
 def process_reason(c: Case, d: Path | None = None, argv: list[str] | None = None) -> str | None:
@@ -272,15 +321,39 @@ def run_corpus(cases: list[Case], base: Path, work: Path, subst: dict[str, str],
     if here and any("torch" in c.argv for c in cases):
         _warm_model_imports()
     done: dict[str, Outcome | Future[Outcome]] = {}
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    groups: dict[frozenset[tuple[str, str]], int] = {}
+    for c in cases:
+        if zygote_able(c, env := case_env(c, work, environ)):
+            groups[_env_key(env)] = groups.get(_env_key(env), 0) + 1
+    with ThreadPoolExecutor(max_workers=threads) as pool, zygotes(groups, work) as zy:
         for c in cases:
             if process_reason(c) is not None or not here:
-                done[c.name] = pool.submit(run_case, c, base, work, subst, how="process", environ=environ)
+                how = "zygote" if _env_key(case_env(c, work, environ)) in zy else "process"
+                done[c.name] = pool.submit(run_case, c, base, work, subst, how=how, environ=environ)
         for c in cases:
             if c.name not in done:
                 p = prepare(c, base, work, subst, environ)
                 done[c.name] = pool.submit(execute, p, "process") if p.why else execute(p, "inprocess")
         return [o.result() if isinstance(o, Future) else o for o in (done[c.name] for c in cases)]
+
+
+@contextlib.contextmanager
+def zygotes(groups: dict[frozenset[tuple[str, str]], int], work: Path) -> Iterator[set[frozenset[tuple[str, str]]]]:
+    """A zygote for each environment of ZYGOTE_CASES cases or more in ``groups``, while in the block."""
+    from tests.zygote import Zygote
+
+    started: list[frozenset[tuple[str, str]]] = []
+    try:
+        for i, (key, n) in enumerate(groups.items()):
+            if n >= ZYGOTE_CASES:
+                scratch = work / f".zygote-{i}"
+                scratch.mkdir()
+                _ZYGOTES[key] = Zygote(dict(key), scratch)
+                started.append(key)
+        yield set(started)
+    finally:
+        for key in started:
+            _ZYGOTES.pop(key).close()
 
 
 def _warm_model_imports() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -15,7 +16,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import note_for_summary
-from tests.corpus import Case, Outcome, all_cases, build_base, process_reason, run_case, run_corpus
+from tests.corpus import (
+    Case,
+    Outcome,
+    all_cases,
+    build_base,
+    case_env,
+    process_reason,
+    run_case,
+    run_corpus,
+    ZYGOTE_CASES,
+    zygote_able,
+)
 from tests.corpus_net import hub_repos
 from tests.fake_servers import MisbehavingServer
 from tests.hook_host import HookHost
@@ -64,15 +76,33 @@ def read_when_run_sample(cases: list[Case]) -> list[str]:
 ENV_SAMPLE = read_when_run_sample(CASES)
 
 
+def zygote_sample(cases: list[Case]) -> list[str]:
+    """Cases a zygote runs (tests/zygote.py: an environment of ZYGOTE_CASES cases or more; their
+    directories once made may still say no): the first two of each class, exit code and environment."""
+    envs = {c.name: frozenset(case_env(c, Path("/w"), {}).items()) for c in cases}
+    able = [c for c in cases if zygote_able(c, dict(envs[c.name]))]
+    sizes = Counter(envs[c.name] for c in able)
+    firsts: dict[object, list[str]] = {}
+    for c in able:  # not a -once mode: the Hub answers it alike only the first time (tests/local_hub.py)
+        if sizes[envs[c.name]] >= ZYGOTE_CASES and not c.name.endswith("-once"):
+            got = firsts.setdefault((c.name.split("-", 1)[0], c.code, envs[c.name]), [])
+            got += [c.name] if len(got) < 2 else []
+    return [n for names in firsts.values() for n in names]
+
+
+ZYGOTE_SAMPLE = zygote_sample(CASES)
+
+
 def _selected(request: pytest.FixtureRequest) -> set[str]:
     """The case names this session runs (all of them unless -k or node ids narrowed it)."""
     here = [i for i in request.session.items if i.module is request.module]
     if any(i.name == "test_totals" for i in here):  # the totals need every case
         return set(NAMES)
-    sample = set(SAMPLE) if any(i.name == "test_both_ways_alike" for i in here) else set()
-    sample |= (
-        set(ENV_SAMPLE) if any(i.name == "test_cases_with_variables_read_when_run_read_alike" for i in here) else set()
-    )
+    names = {i.name for i in here}
+    sample = set(SAMPLE) if "test_both_ways_alike" in names else set()
+    sample |= set(ENV_SAMPLE) if "test_cases_with_variables_read_when_run_read_alike" in names else set()
+    if "test_cases_run_by_a_zygote_read_alike" in names:  # and the rest of their zygotes' cases
+        sample |= {c.name for c in CASES if zygote_able(c, case_env(c, Path("/w"), {}))}
     return sample | {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
 
 
@@ -183,14 +213,29 @@ def test_cases_with_variables_read_when_run_read_alike(outcomes: dict[str, Outco
     seen = {k for c in CASES if c.name in chosen for k in c.env}
     assert len(chosen) >= 5 and seen == READ_WHEN_RUN.keys(), (chosen, seen)
     assert all(outcomes[n].how == "in-process" for n in chosen), [(n, outcomes[n].how) for n in chosen]
-    work = bench.tmp.mktemp("corpus-env-both-ways")
+    _rerun_alike(outcomes, bench, chosen, "in-process")
+
+
+def test_cases_run_by_a_zygote_read_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
+    """The Hub cases of a shared environment ran in children of a zygote (tests/zygote.py) that had
+    imported ckpt and huggingface_hub under it; run again each in a fresh ``python -m ckpttools``, a
+    sample of them across classes, exit codes and environments ends alike, case by case."""
+    chosen = [n for n in ZYGOTE_SAMPLE if outcomes[n].how.startswith("process: zygote: ")]
+    envs = {frozenset(c.env.items()) for c in CASES if c.name in chosen}
+    assert len(chosen) >= 8 and len(envs) >= 2 and len({n.split("-", 1)[0] for n in chosen}) >= 3, chosen
+    _rerun_alike(outcomes, bench, chosen, "zygote")
+
+
+def _rerun_alike(outcomes: dict[str, Outcome], bench: Bench, chosen: list[str], how: str) -> None:
+    """Cases ``chosen`` of the corpus run, run again each in a fresh process: each ends alike."""
+    work = bench.tmp.mktemp("corpus-rerun")
     cases = {c.name: bench.case(c) for c in CASES if c.name in chosen}
     run = lambda n: run_case(cases[n], bench.base, work, bench.subst, how="process")  # noqa: E731
     with ThreadPoolExecutor(max_workers=4) as pool:
         sub = dict(zip(chosen, pool.map(run, chosen)))
     port = re.compile(r"(127\.0\.0\.1:|--port )\d+")  # each run starts its server on a free port of its own
     alike = lambda o: port.sub(r"\1<port>", repr(_alike(o)))  # noqa: E731
-    differ = [f"{n}: in-process {alike(outcomes[n])!r}, process {alike(sub[n])!r}" for n in chosen]
+    differ = [f"{n}: {how} {alike(outcomes[n])!r}, process {alike(sub[n])!r}" for n in chosen]
     differ = [d for n, d in zip(chosen, differ) if alike(outcomes[n]) != alike(sub[n])]
     assert not differ, "\n".join(differ)
 
