@@ -127,7 +127,7 @@ def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: float)
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as e:
-        return None, _text(e.stdout), _text(e.stderr)
+        return None, as_text(e.stdout), as_text(e.stderr)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -135,10 +135,10 @@ def run_zygote(zygote: Any, argv: list[str], cwd: Path, timeout: float) -> tuple
     """``python -m ckpttools ARGV`` from ``cwd`` in a child of ``zygote`` (tests/zygote.py), under the
     environment it was started with: as :func:`run_process` gives it."""
     rc, so, se = zygote.run(argv, cwd, timeout)
-    return rc, _text(so), _text(se)
+    return rc, as_text(so), as_text(se)
 
 
-def _text(b: bytes | str | None) -> str:
+def as_text(b: bytes | str | None) -> str:
     """What subprocess's text mode makes of a child's bytes (the locale's encoding, universal newlines)."""
     if b is None:
         return ""
@@ -375,7 +375,7 @@ def run_inprocess(
         rc = None
     out_f.seek(0)
     err_f.seek(0)
-    so, se = _text(out_f.read()), _text(err_f.read())
+    so, se = as_text(out_f.read()), as_text(err_f.read())
     out_f.close()
     err_f.close()
     return rc, so, se

@@ -18,7 +18,10 @@ relative path is in PYTHONPATH (looked up from the cwd at each import), or where
 directory holds a ``.py`` file (``-m`` puts the cwd first on ``sys.path``: such a file could stand
 in for a module the zygote imported already).
 
-Protocol, one line each: the client writes ``{"id", "argv", "cwd", "out", "err"}`` as JSON to the
+tests/test_kill.py runs its commands in a zygote's children too: a child killed at a step is a
+process killed there, and the next run a process of its own.
+
+Protocol, one line each: the client writes ``{"id", "argv", "cwd", "out", "err", "env"}`` as JSON to the
 zygote's stdin; it answers ``started ID PID`` and, once that child has ended, ``exited ID CODE``.
 """
 
@@ -32,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: what the zygote imports before its first fork: the CLI and what the Hub cases import
+#: what the corpus's zygotes import before their first fork: the CLI and what the Hub cases import
 PRELOAD = (
     "ckpttools.cli.commands",
     "ckpttools.io.hub",
@@ -46,14 +49,14 @@ PRELOAD = (
 
 
 # ----------------------------------------------------------------------------- the zygote's side
-def _serve() -> None:
+def _serve(preload: list[str]) -> None:
     import importlib
     import selectors
 
     # as every command does before huggingface_hub is imported (ckpttools.cli.commands._notes_to_stderr,
     # ckpttools.cli.entry._notes_to_stderr): its root logger reads the variable at import
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
-    for m in PRELOAD:
+    for m in preload:
         importlib.import_module(m)
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ, None)
@@ -94,6 +97,9 @@ def _child(req: dict[str, Any]) -> None:
     """Become ``python -m ckpttools ARGV`` run from ``cwd``; never returns normally."""
     import runpy
 
+    if req["env"] is not None:  # it differs from the zygote's in variables read when a command runs only
+        os.environ.clear()
+        os.environ.update(req["env"])
     os.chdir(req["cwd"])
     fds = [os.open(os.devnull, os.O_RDONLY)]
     fds += [os.open(req[k], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for k in ("out", "err")]
@@ -111,12 +117,20 @@ def _child(req: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- the client's side
 class Zygote:
-    """A zygote started with ``env``; :meth:`run` runs a case in a child of it (thread-safe)."""
+    """A zygote started with ``env`` that has imported ``preload``; :meth:`run` runs ``ckpt`` in a
+    child of it (thread-safe), under ``env`` or one that differs from it in ``run_vars`` only:
+    variables nothing reads at import (the caller's word; the child sets them before it runs)."""
 
-    def __init__(self, env: dict[str, str], scratch: Path) -> None:
-        self.env, self._scratch = dict(env), scratch
+    def __init__(
+        self,
+        env: dict[str, str],
+        scratch: Path,
+        preload: tuple[str, ...] = PRELOAD,
+        run_vars: frozenset[str] = frozenset(),
+    ) -> None:
+        self.env, self._scratch, self._run_vars = dict(env), scratch, run_vars
         self._proc = subprocess.Popen(
-            [sys.executable, __file__],
+            [sys.executable, __file__, *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.env,
@@ -146,8 +160,16 @@ class Zygote:
                 w["event"].set()
                 w["done"].set()
 
-    def run(self, argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, bytes, bytes]:
+    def run(
+        self, argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+    ) -> tuple[int | None, bytes, bytes]:
         """(exit code, or None when it ran out of time; stdout; stderr), as subprocess.run gives them."""
+        if env is not None:
+            differ = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)}
+            if differ - self._run_vars:
+                raise ValueError(
+                    f"a zygote's child runs under its environment: {sorted(differ - self._run_vars)} differ"
+                )
         with self._lock:
             if self._dead:
                 raise RuntimeError(f"the zygote has ended (exit {self._proc.poll()})")
@@ -155,7 +177,7 @@ class Zygote:
             rid = str(self._next)
             w = self._waiting[rid] = {"event": threading.Event(), "done": threading.Event()}
             out, err = self._scratch / f"{rid}.out", self._scratch / f"{rid}.err"
-            req = {"id": rid, "argv": argv, "cwd": str(cwd), "out": str(out), "err": str(err)}
+            req = {"id": rid, "argv": argv, "cwd": str(cwd), "out": str(out), "err": str(err), "env": env}
             assert self._proc.stdin is not None
             self._proc.stdin.write(json.dumps(req).encode() + b"\n")
             self._proc.stdin.flush()
@@ -184,4 +206,4 @@ class Zygote:
 
 if __name__ == "__main__":
     sys.path.pop(0)  # this file's directory: the child puts the case's directory there, as -m does
-    _serve()
+    _serve(sys.argv[1:])
