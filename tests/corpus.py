@@ -273,28 +273,21 @@ def _env_key(env: dict[str, str]) -> frozenset[tuple[str, str]]:
 
 
 def zygote_able(c: Case, env: dict[str, str]) -> bool:
-    """Whether a child of a zygote started with ``env`` may stand for case ``c``'s own process: its
-    only reasons for a process are its environment and a Hub repo id (tests/case_runner.py). The
-    variables the interpreter reads as it starts (PYTHON*) the zygote read as it started, and its
-    children inherit what they made (the streams, the warning filters), but for a relative path in
-    PYTHONPATH: it is looked up from the cwd at each import, the zygote's for what it imported."""
-    from tests import case_runner as R
-
-    return (
-        bool(c.env)
-        and all(os.path.isabs(q) for q in env.get("PYTHONPATH", "").split(os.pathsep) if q)
-        and R.static_reason(c.process, c.argv, {}) is None
-        and R.static_reason(False, c.argv, c.env) is not None
-    )
+    """Whether a child of a zygote started with ``env`` may stand for case ``c``'s own process, for
+    any reason tests/case_runner.py gives for one but the case's own ask (``Case.process``): an
+    environment read at import (the zygote read this very one as it started), a Hub repo id (the
+    same), a stalling server, a FIFO, a user's regex, the demo (a child is stopped at its time limit
+    as a process is: it is one). The variables the interpreter reads as it starts (PYTHON*) the
+    zygote read as it started, and its children inherit what they made (the streams, the warning
+    filters), but for a relative path in PYTHONPATH: it is looked up from the cwd at each import, the
+    zygote's for what it imported."""
+    return not c.process and all(os.path.isabs(q) for q in env.get("PYTHONPATH", "").split(os.pathsep) if q)
 
 
 def _zygote_dir_ok(p: Prepared) -> bool:
-    """Nothing among the case's inputs needs a process for itself (a FIFO, a device), and no ``.py``
-    file is in it (``-m`` puts the cwd first on sys.path: it could stand in for a module)."""
-    from tests import case_runner as R
-
-    why = R.dir_reason(p.argv, p.dir, p.dir / (p.case.cwd or ""))
-    return (why is None or why.startswith("hub: ")) and not any(p.dir.rglob("*.py"))
+    """No ``.py`` file among the case's inputs (``-m`` puts the cwd first on sys.path: one could stand
+    in for a module the zygote imported already)."""
+    return not any(p.dir.rglob("*.py"))
 
 
 def process_reason(c: Case, d: Path | None = None, argv: list[str] | None = None) -> str | None:
@@ -321,19 +314,20 @@ def run_corpus(cases: list[Case], base: Path, work: Path, subst: dict[str, str],
     if here and any("torch" in c.argv for c in cases):
         _warm_model_imports()
     done: dict[str, Outcome | Future[Outcome]] = {}
-    groups: dict[frozenset[tuple[str, str]], int] = {}
+    groups: dict[frozenset[tuple[str, str]], int] = {}  # the cases that say they need a process, by environment
     for c in cases:
-        if zygote_able(c, env := case_env(c, work, environ)):
+        if process_reason(c) is not None and zygote_able(c, env := case_env(c, work, environ)):
             groups[_env_key(env)] = groups.get(_env_key(env), 0) + 1
     with ThreadPoolExecutor(max_workers=threads) as pool, zygotes(groups, work) as zy:
+        own = lambda c, env: "zygote" if zygote_able(c, env) and _env_key(env) in zy else "process"  # noqa: E731
         for c in cases:
             if process_reason(c) is not None or not here:
-                how = "zygote" if _env_key(case_env(c, work, environ)) in zy else "process"
+                how = own(c, case_env(c, work, environ))
                 done[c.name] = pool.submit(run_case, c, base, work, subst, how=how, environ=environ)
         for c in cases:
             if c.name not in done:
                 p = prepare(c, base, work, subst, environ)
-                done[c.name] = pool.submit(execute, p, "process") if p.why else execute(p, "inprocess")
+                done[c.name] = pool.submit(execute, p, own(c, p.env)) if p.why else execute(p, "inprocess")
         return [o.result() if isinstance(o, Future) else o for o in (done[c.name] for c in cases)]
 
 
@@ -1356,7 +1350,10 @@ def verify_cases() -> list[Case]:
         ("sg-info-steps-string", 0),
     ):
         extra = ["--timeout", "0.5"] if mode == "sg-timeout" else []
-        out.append(Case(f"verify-{mode}", ["verify", "--host", "{srv}/" + mode, *p, *extra], code, prompts))
+        said = "no whole answer within 0.5 s)" if mode == "sg-timeout" else None  # the --timeout asked
+        out.append(
+            Case(f"verify-{mode}", ["verify", "--host", "{srv}/" + mode, *p, *extra], code, prompts, stderr_has=said)
+        )
     for mode, code in (
         ("vl-static", 3),
         ("vl-decreasing", 2),

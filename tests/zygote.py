@@ -1,10 +1,11 @@
 """A process of its own for a corpus case, forked from one that has imported what ``ckpt`` imports.
 
-The corpus's Hub cases need a process of their own: huggingface_hub reads its HF_* variables once,
-at import. 58 of them share one environment of two, and each paid a fresh interpreter and
-huggingface_hub's import (0.3-0.5 s of CPU a case). A zygote is started once per such environment,
-with exactly that environment: it imports ``ckpttools.cli.commands`` and huggingface_hub, as a fresh
-process does under it, then forks a child per case. The child is a process of its own, as
+Some corpus cases need a process of their own (tests/case_runner.py says why: huggingface_hub
+reads its HF_* variables once, at import; a stalling server, a FIFO or a regex blocks in ways only
+a process's end stops), and each paid a fresh interpreter and its imports (0.3-0.5 s of CPU a
+case). Where 5 or more of them share one environment, a zygote is started once for it, with exactly
+that environment: it imports ``ckpttools.cli.commands`` and huggingface_hub, as a fresh process does
+under it, then forks a child per case. The child is a process of its own, as
 ``python -m ckpttools ARGV`` from the case's directory is: its cwd, ``sys.argv`` and ``sys.path[0]``
 as ``-m`` sets them, stdin /dev/null, stdout and stderr to files, killed at its time limit, and it
 ends as an interpreter ends (atexit, threads joined, streams flushed); its exit status is reported
