@@ -3,7 +3,7 @@ process of its own (``python -m ckpttools``). tests/corpus.py:run_case judges bo
 
 A case runs in this process unless it needs its own (:func:`static_reason`, :func:`dir_reason`):
 an environment that a library reads once, at import (huggingface_hub: HF_*; any case ``env``
-counts, to be safe, but for the variables of :data:`READ_WHEN_RUN`); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
+counts, to be safe); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
 server mode that stalls; the demo (models and servers, minutes); a FIFO, socket or device among
 its inputs (an open that blocks); a user's regular expression (backtracking in C that no signal
 stops). ``Case.process`` asks for a process outright. When unsure: a process.
@@ -45,8 +45,8 @@ from tests.fake_servers import HOSTILE
 #: server modes (a ``{srv}/MODE`` argument) that answer slowly or never: their cases get a process
 STALLING = (*HOSTILE, "timeout", "slow", "stall", "hang", "sleep")
 
-#: variables that nothing in this process reads at import: a case whose ``env`` holds only these may run
-#: here (test_corpus.py::test_cases_with_variables_read_when_run_read_alike runs them both ways)
+#: variables that nothing reads at import: a zygote's child (tests/zygote.py) may take them from the case
+#: as it starts (test_corpus.py::test_cases_with_variables_read_when_run_read_alike runs such cases both ways)
 READ_WHEN_RUN = {
     "CKPT_FAKE_ENGINE": "read by tests/fake_engine's server, a process of its own that ckpt starts",
     "CKPT_API_KEY": "read as the command's options are parsed (click's envvar), and by measuring.serve when called",
@@ -68,7 +68,7 @@ def static_reason(process: bool, argv: Sequence[str], env: Mapping[str, str]) ->
     """Why a case needs its own process, from what it says (None: it need not, so far)."""
     if process:
         return "asked: Case.process"
-    if set(env) - READ_WHEN_RUN.keys():
+    if env:
         return f"environment: {', '.join(sorted(env))} (may be read at import)"
     if argv[:1] == ["demo"]:  # the whole story: models, servers, minutes (a --launch case's server is
         return "demo: it may run models and servers"  # stopped by its own cleanup when the watchdog stops it)
@@ -131,10 +131,13 @@ def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: float)
     return r.returncode, r.stdout, r.stderr
 
 
-def run_zygote(zygote: Any, argv: list[str], cwd: Path, timeout: float) -> tuple[int | None, str, str]:
-    """``python -m ckpttools ARGV`` from ``cwd`` in a child of ``zygote`` (tests/zygote.py), under the
-    environment it was started with: as :func:`run_process` gives it."""
-    rc, so, se = zygote.run(argv, cwd, timeout)
+def run_zygote(
+    zygote: Any, argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> tuple[int | None, str, str]:
+    """``python -m ckpttools ARGV`` from ``cwd`` in a child of ``zygote`` (tests/zygote.py), under
+    ``env`` (the zygote's, or one that differs from it in READ_WHEN_RUN only): as :func:`run_process`
+    gives it."""
+    rc, so, se = zygote.run(argv, cwd, timeout, env)
     return rc, as_text(so), as_text(se)
 
 

@@ -211,7 +211,7 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     t0 = time.perf_counter()
     problems: list[str] = []
     if zygote is not None:
-        rc, so, se = R.run_zygote(zygote, p.argv, d / (c.cwd or ""), timeout)
+        rc, so, se = R.run_zygote(zygote, p.argv, d / (c.cwd or ""), p.env, timeout)
     else:
         rc, so, se = (R.run_inprocess if inproc else R.run_process)(p.argv, d / (c.cwd or ""), p.env, timeout)
     rerun = ""
@@ -269,7 +269,11 @@ ZYGOTE_CASES = 5
 
 
 def _env_key(env: dict[str, str]) -> frozenset[tuple[str, str]]:
-    return frozenset(env.items())
+    """The environment of the zygote that runs a case under ``env``: ``env`` but the variables its
+    child takes from the case as it starts (case_runner.READ_WHEN_RUN)."""
+    from tests.case_runner import READ_WHEN_RUN
+
+    return frozenset((k, v) for k, v in env.items() if k not in READ_WHEN_RUN)
 
 
 def zygote_able(c: Case, env: dict[str, str]) -> bool:
@@ -334,6 +338,7 @@ def run_corpus(cases: list[Case], base: Path, work: Path, subst: dict[str, str],
 @contextlib.contextmanager
 def zygotes(groups: dict[frozenset[tuple[str, str]], int], work: Path) -> Iterator[set[frozenset[tuple[str, str]]]]:
     """A zygote for each environment of ZYGOTE_CASES cases or more in ``groups``, while in the block."""
+    from tests.case_runner import READ_WHEN_RUN
     from tests.zygote import Zygote
 
     started: list[frozenset[tuple[str, str]]] = []
@@ -342,7 +347,7 @@ def zygotes(groups: dict[frozenset[tuple[str, str]], int], work: Path) -> Iterat
             if n >= ZYGOTE_CASES:
                 scratch = work / f".zygote-{i}"
                 scratch.mkdir()
-                _ZYGOTES[key] = Zygote(dict(key), scratch)
+                _ZYGOTES[key] = Zygote(dict(key), scratch, run_vars=frozenset(READ_WHEN_RUN))
                 started.append(key)
         yield set(started)
     finally:

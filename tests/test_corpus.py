@@ -61,13 +61,13 @@ SAMPLE = both_ways_sample(CASES, 80)
 
 
 def read_when_run_sample(cases: list[Case]) -> list[str]:
-    """The cases whose environment holds only variables of case_runner.READ_WHEN_RUN (so that they
-    run in this process): the first of each class and exit code, and the first of each variable."""
+    """The cases whose environment holds only variables of case_runner.READ_WHEN_RUN (so that a zygote
+    of the base environment runs them): the first of each class and exit code, and of each variable."""
     from tests.case_runner import READ_WHEN_RUN
 
     firsts: dict[object, str] = {}
     for c in cases:
-        if c.env and set(c.env) <= READ_WHEN_RUN.keys() and process_reason(c) is None:
+        if c.env and set(c.env) <= READ_WHEN_RUN.keys() and not c.process:
             firsts.setdefault((c.name.split("-", 1)[0], c.code), c.name)
             firsts.setdefault(frozenset(c.env), c.name)
     return list(dict.fromkeys(firsts.values()))
@@ -206,16 +206,18 @@ def test_both_ways_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
 
 
 def test_cases_with_variables_read_when_run_read_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
-    """A case whose environment holds only variables of case_runner.READ_WHEN_RUN ran in this process
-    (the corpus run); run again in processes of their own (where every variable is read afresh at
-    import), a sample of them across classes, exit codes and variables ends alike, case by case."""
+    """A case whose environment holds only variables of case_runner.READ_WHEN_RUN ran in a child of
+    the base environment's zygote, which set them as it started (the corpus run); run again in fresh
+    processes (where every variable is read at import), a sample of them across classes, exit codes
+    and variables ends alike, case by case."""
     from tests.case_runner import READ_WHEN_RUN
 
     chosen = ENV_SAMPLE
     seen = {k for c in CASES if c.name in chosen for k in c.env}
     assert len(chosen) >= 5 and seen == READ_WHEN_RUN.keys(), (chosen, seen)
-    assert all(outcomes[n].how == "in-process" for n in chosen), [(n, outcomes[n].how) for n in chosen]
-    _rerun_alike(outcomes, bench, chosen, "in-process")
+    zygote = [n for n in chosen if outcomes[n].how.startswith("process: zygote: ")]
+    assert zygote == chosen, [(n, outcomes[n].how) for n in chosen]
+    _rerun_alike(outcomes, bench, chosen, "zygote")
 
 
 def test_cases_run_by_a_zygote_read_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:

@@ -4,8 +4,10 @@ Some corpus cases need a process of their own (tests/case_runner.py says why: hu
 reads its HF_* variables once, at import; a stalling server, a FIFO or a regex blocks in ways only
 a process's end stops), and each paid a fresh interpreter and its imports (0.3-0.5 s of CPU a
 case). Where 5 or more of them share one environment, a zygote is started once for it, with exactly
-that environment: it imports ``ckpttools.cli.commands`` and huggingface_hub, as a fresh process does
-under it, then forks a child per case. The child is a process of its own, as
+that environment: it imports what :data:`PRELOAD` names (the CLI, the commands' modules,
+huggingface_hub), as a fresh process does under it, then forks a child per case (and a case whose
+environment differs from it only in variables nothing reads at import, case_runner.READ_WHEN_RUN,
+runs in a child that sets them as it starts). The child is a process of its own, as
 ``python -m ckpttools ARGV`` from the case's directory is: its cwd, ``sys.argv`` and ``sys.path[0]``
 as ``-m`` sets them, stdin /dev/null, stdout and stderr to files, killed at its time limit, and it
 ends as an interpreter ends (atexit, threads joined, streams flushed); its exit status is reported
@@ -36,16 +38,31 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: what the corpus's zygotes import before their first fork: the CLI and what the Hub cases import
+#: what the corpus's zygotes import before their first fork: the CLI, the commands' modules and what
+#: they import (none imports torch), huggingface_hub
 PRELOAD = (
-    "ckpttools.cli.commands",
-    "ckpttools.io.hub",
-    "ckpttools.io.net",
+    "numpy",
+    "ml_dtypes",
+    "jsonschema",
+    "safetensors.numpy",
+    "httpx",
     "huggingface_hub",
     "huggingface_hub.file_download",
     "huggingface_hub.hf_api",
     "huggingface_hub.errors",
-    "httpx",
+    "ckpttools.cli.commands",
+    "ckpttools.io.hub",
+    "ckpttools.io.net",
+    "ckpttools.ops.inspect",
+    "ckpttools.ops.validate",
+    "ckpttools.ops.export",
+    "ckpttools.ops.remap",
+    "ckpttools.measuring.verify",
+    "ckpttools.measuring.compare",
+    "ckpttools.measuring.logs",
+    "ckpttools.measuring.serve",
+    "ckpttools.engines.launch",
+    "ckpttools.engines.swap",
 )
 
 
