@@ -6,7 +6,9 @@ an environment that a library reads once, at import (huggingface_hub: HF_*; any 
 counts, to be safe); a Hub repo id (huggingface_hub's import-time HF_HOME/HF_HUB_OFFLINE); a
 server mode that stalls; the demo (models and servers, minutes); a FIFO, socket or device among
 its inputs (an open that blocks); a user's regular expression (backtracking in C that no signal
-stops). ``Case.process`` asks for a process outright. When unsure: a process.
+stops). ``Case.process`` asks for a process outright. When unsure: a process. Such a process is
+forked from a zygote where 5 or more such cases share an environment (tests/zygote.py; the
+corpus's run_corpus decides), else started afresh (:func:`run_process`).
 
 In this process a case gets what a fresh ``python -m ckpttools`` gets: its own directory as
 cwd, exactly the environment the subprocess would have, stdin empty (/dev/null), stdout and

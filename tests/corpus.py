@@ -195,7 +195,8 @@ def run_case(
     environ: dict[str, str] | None = None,
 ) -> Outcome:
     """Make the case's inputs, run it, judge it. ``how``: "auto" (in this process unless it needs its
-    own: tests/case_runner.py), "process", or "inprocess" (only for cases that may run so)."""
+    own: tests/case_runner.py), "process", "inprocess" (only for cases that may run so), or "zygote"
+    (a child of the zygote of the case's environment, while run_corpus has one; else "process")."""
     return execute(prepare(c, base, work, subst, environ), how, timeout)
 
 
