@@ -115,20 +115,20 @@ def _child(req: dict[str, Any]) -> None:
     """Become ``python -m ckpttools ARGV`` run from ``cwd``; never returns normally."""
     import runpy
 
-    if req["env"] is not None:  # it differs from the zygote's in variables read when a command runs only
-        os.environ.clear()
-        os.environ.update(req["env"])
-    os.chdir(req["cwd"])
-    fds = [os.open(os.devnull, os.O_RDONLY)]
+    fds = [os.open(os.devnull, os.O_RDONLY)]  # first: whatever fails below is said in the case's stderr
     fds += [os.open(req[k], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for k in ("out", "err")]
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
         os.close(fd)
+    if req["env"] is not None:  # it differs from the zygote's in variables read when a command runs only
+        os.environ.clear()
+        os.environ.update(req["env"])
+    os.chdir(req["cwd"])
     import ckpttools
 
     main = str(Path(ckpttools.__file__).with_name("__main__.py"))
     sys.argv = [main, *req["argv"]]
-    sys.path[0] = os.getcwd()  # as -m puts it
+    sys.path.insert(0, os.getcwd())  # as -m puts it (the zygote took this file's directory out)
     runpy.run_module("ckpttools", run_name="__main__", alter_sys=True)
     sys.exit(0)
 
