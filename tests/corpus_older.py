@@ -27,7 +27,10 @@ from pathlib import Path
 from tests.corpus import Case, Setup, both, copy_in, write
 from tests.corpus_net import HUB_ENV
 
-_P = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8", "--timeout", "2"]
+#: --timeout 30: the stand-in answers at once, and none of these cases is about a deadline; with 2 s,
+#: older-steps-sg-info-steps-huge ran out of it once in a clean clone (2026-12-06: its /server_info, served
+#: by a thread of the test worker, under the whole suite's load on 2 cores)
+_P = ["--prompts", "prompts.jsonl", "--num-prompts", "2", "--max-new-tokens", "8", "--timeout", "30"]
 
 
 def _net_cases() -> list[Case]:
