@@ -76,11 +76,16 @@ def read_when_run_sample(cases: list[Case]) -> list[str]:
 ENV_SAMPLE = read_when_run_sample(CASES)
 
 
+def zygote_able_cases(cases: list[Case]) -> list[Case]:
+    """The cases that say they need a process of their own and that a zygote's child may run."""
+    return [c for c in cases if process_reason(c) is not None and zygote_able(c, case_env(c, Path("/w"), {}))]
+
+
 def zygote_sample(cases: list[Case]) -> list[str]:
     """Cases a zygote runs (tests/zygote.py: an environment of ZYGOTE_CASES cases or more; their
     directories once made may still say no): the first of each class, exit code and environment."""
-    envs = {c.name: frozenset(case_env(c, Path("/w"), {}).items()) for c in cases}
-    able = [c for c in cases if process_reason(c) is not None and zygote_able(c, dict(envs[c.name]))]
+    able = zygote_able_cases(cases)
+    envs = {c.name: frozenset(case_env(c, Path("/w"), {}).items()) for c in able}
     sizes = Counter(envs[c.name] for c in able)
     firsts: dict[object, str] = {}
     for c in able:  # not a -once mode: the Hub answers it alike only the first time (tests/local_hub.py)
@@ -101,9 +106,7 @@ def _selected(request: pytest.FixtureRequest) -> set[str]:
     sample = set(SAMPLE) if "test_both_ways_alike" in names else set()
     sample |= set(ENV_SAMPLE) if "test_cases_with_variables_read_when_run_read_alike" in names else set()
     if "test_cases_run_by_a_zygote_read_alike" in names:  # and the rest of their zygotes' cases
-        sample |= {
-            c.name for c in CASES if process_reason(c) is not None and zygote_able(c, case_env(c, Path("/w"), {}))
-        }
+        sample |= {c.name for c in zygote_able_cases(CASES)}
     return sample | {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
 
 

@@ -33,26 +33,13 @@ from .zygote import Zygote
 STEPS = ["mid-write", "sealing", "before-rename", "after-exchange", "after-rename"]
 
 
-#: what the commands below import: their zygote imports it once (tests/zygote.py)
-PRELOAD = (
-    "ckpttools.cli.commands",
-    "ckpttools.ops.export",
-    "ckpttools.ops.remap",
-    "ckpttools.ops.fix",
-    "ckpttools.ops.validate",
-    "ckpttools.vocab.diff",
-    "jsonschema",
-    "safetensors.numpy",
-)
-
-
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
     """``python -m ckpttools`` forked from a process that has imported it (each run a process of its
     own, killed as one): the module's ~80 runs without an interpreter's start and imports each."""
     env = {k: v for k, v in os.environ.items() if k != "CKPT_TEST_KILL_AT"}
     z = Zygote(
-        env, tmp_path_factory.mktemp("kill-zygote"), PRELOAD, frozenset({"CKPT_TEST_KILL_AT", "PYTEST_CURRENT_TEST"})
+        env, tmp_path_factory.mktemp("kill-zygote"), run_vars=frozenset({"CKPT_TEST_KILL_AT", "PYTEST_CURRENT_TEST"})
     )
     yield z
     z.close()

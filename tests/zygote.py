@@ -38,8 +38,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: what the corpus's zygotes import before their first fork: the CLI, the commands' modules and what
-#: they import (none imports torch), huggingface_hub
+#: what a zygote imports before its first fork: the CLI, the commands' modules and what they import
+#: (none imports torch), huggingface_hub (the corpus's zygotes, test_kill's)
 PRELOAD = (
     "numpy",
     "ml_dtypes",
@@ -57,6 +57,8 @@ PRELOAD = (
     "ckpttools.ops.validate",
     "ckpttools.ops.export",
     "ckpttools.ops.remap",
+    "ckpttools.ops.fix",
+    "ckpttools.vocab.diff",
     "ckpttools.measuring.verify",
     "ckpttools.measuring.compare",
     "ckpttools.measuring.logs",
