@@ -202,6 +202,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("vllm-demo"))
         elif item.module.__name__.endswith("test_corpus"):
             item.add_marker(pytest.mark.xdist_group("corpus"))
+        elif "zygote" in getattr(item, "fixturenames", ()):  # a module's zygote (tests/zygote.py), started once
+            item.add_marker(pytest.mark.xdist_group(f"zygote-{item.module.__name__}"))
     _launching_first(items)
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return

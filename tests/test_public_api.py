@@ -1,13 +1,16 @@
-"""The Python API: every public name, in random orders, in fresh interpreters; and the
-README's Python section, run as written."""
+"""The Python API: every public name, in random orders, each in an interpreter that has imported no
+ckpttools module (a child of a zygote that imported torch and transformers only, tests/zygote.py);
+and the README's Python section, run as written in a fresh interpreter."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,8 @@ import ckpttools
 from ckpttools.demo.tiny import build_drafter, build_target
 from ckpttools.vocab.diff import save_mapping
 from ckpttools.vocab.mapping import VocabMapping
+
+from .zygote import TORCH, Zygote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,6 +81,14 @@ def inputs(tmp_path_factory) -> Path:
     return w
 
 
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    """Children that start with torch and transformers imported and no ckpttools module."""
+    z = Zygote(dict(os.environ), tmp_path_factory.mktemp("api-zygote"), preload=TORCH)
+    yield z
+    z.close()
+
+
 def test_no_public_name_is_a_submodule() -> None:
     pkg = REPO / "ckpttools"
     modules = {p.stem for p in pkg.glob("*.py")} | {p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
@@ -83,7 +96,7 @@ def test_no_public_name_is_a_submodule() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_every_public_name_in_a_random_order(inputs: Path, tmp_path: Path, seed: int) -> None:
+def test_every_public_name_in_a_random_order(inputs: Path, tmp_path: Path, zygote: Zygote, seed: int) -> None:
     names = list(ckpttools.__all__)
     random.Random(seed).shuffle(names)
     lines = ["import types, numpy as np, ckpttools", "from pathlib import Path", f"out = Path({str(tmp_path)!r})"]
@@ -94,9 +107,12 @@ def test_every_public_name_in_a_random_order(inputs: Path, tmp_path: Path, seed:
             lines.append(CALLS[n])
         # submodules imported by the calls so far must not have replaced an earlier name
         lines.append(f"assert all(not isinstance(getattr(ckpttools, m), types.ModuleType) for m in {names[: i + 1]!r})")
-    code = "\n".join(lines)
-    r = subprocess.run([sys.executable, "-c", code], cwd=inputs, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"order {names}:\n{r.stderr[-2000:]}"
+    lines.append("assert not ckpttools_before, ckpttools_before")
+    code = "import sys\nckpttools_before = [m for m in sys.modules if m.split('.')[0] == 'ckpttools']\n" + "\n".join(
+        lines
+    )
+    rc, _, err = zygote.run([], inputs, 600, code=code)
+    assert rc == 0, f"order {names}:\n{err.decode(errors='replace')[-2000:]}"
 
 
 def test_every_operation_is_called() -> None:

@@ -24,7 +24,11 @@ in for a module the zygote imported already).
 tests/test_kill.py runs its commands in a zygote's children too: a child killed at a step is a
 process killed there, and the next run a process of its own.
 
-Protocol, one line each: the client writes ``{"id", "argv", "cwd", "out", "err", "env"}`` as JSON to the
+tests/test_public_api.py runs its random import orders as ``python -c`` children (the request's
+``code``) of a zygote that imported torch and transformers only, not ckpttools: each order starts
+with no ckpttools module imported, as a fresh interpreter does, and pays no torch import (4-5 s).
+
+Protocol, one line each: the client writes ``{"id", "argv", "cwd", "out", "err", "env", "code"}`` as JSON to the
 zygote's stdin; it answers ``started ID PID`` and, once that child has ended, ``exited ID CODE``.
 """
 
@@ -67,9 +71,22 @@ PRELOAD = (
     "ckpttools.engines.swap",
 )
 
+#: torch, transformers and the modules of theirs the torch engine loads a Llama-shaped tiny model with
+#: (ckpttools.measuring.probe): 4-5 s of imports a process (tests/test_public_api.py's orders)
+TORCH = (
+    "numpy",
+    "torch",
+    "transformers",
+    "transformers.cache_utils",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.llama.configuration_llama",
+    "transformers.models.llama.modeling_llama",
+)
+
 
 # ----------------------------------------------------------------------------- the zygote's side
 def _serve(preload: list[str]) -> None:
+    import gc
     import importlib
     import selectors
 
@@ -78,6 +95,9 @@ def _serve(preload: list[str]) -> None:
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     for m in preload:
         importlib.import_module(m)
+    # as a forking server does: what is imported already is left out of the children's collections,
+    # their last one at exit included (1.2 s against 0.4 s for a child of a zygote holding torch)
+    gc.freeze()
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ, None)
     pidfds: dict[int, tuple[str, int]] = {}
@@ -114,7 +134,8 @@ def _serve(preload: list[str]) -> None:
 
 
 def _child(req: dict[str, Any]) -> None:
-    """Become ``python -m ckpttools ARGV`` run from ``cwd``; never returns normally."""
+    """Become ``python -m ckpttools ARGV`` (or ``python -c CODE``) run from ``cwd``; never returns
+    normally."""
     import runpy
 
     fds = [os.open(os.devnull, os.O_RDONLY)]  # first: whatever fails below is said in the case's stderr
@@ -126,6 +147,15 @@ def _child(req: dict[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
     os.chdir(req["cwd"])
+    if req.get("code") is not None:  # as -c: sys.argv ['-c'], the cwd ('') first on sys.path, a new __main__
+        import types
+
+        sys.argv = ["-c"]
+        sys.path.insert(0, "")
+        main_mod = types.ModuleType("__main__")
+        sys.modules["__main__"] = main_mod
+        exec(compile(req["code"], "<string>", "exec"), main_mod.__dict__)
+        sys.exit(0)
     import ckpttools
 
     main = str(Path(ckpttools.__file__).with_name("__main__.py"))
@@ -181,9 +211,10 @@ class Zygote:
                 w["done"].set()
 
     def run(
-        self, argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+        self, argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None, code: str | None = None
     ) -> tuple[int | None, bytes, bytes]:
-        """(exit code, or None when it ran out of time; stdout; stderr), as subprocess.run gives them."""
+        """(exit code, or None when it ran out of time; stdout; stderr), as subprocess.run gives them.
+        ``code``: the child is ``python -c CODE`` instead (``argv`` then unused)."""
         if env is not None:
             differ = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)}
             if differ - self._run_vars:
@@ -197,7 +228,7 @@ class Zygote:
             rid = str(self._next)
             w = self._waiting[rid] = {"event": threading.Event(), "done": threading.Event()}
             out, err = self._scratch / f"{rid}.out", self._scratch / f"{rid}.err"
-            req = {"id": rid, "argv": argv, "cwd": str(cwd), "out": str(out), "err": str(err), "env": env}
+            req = {"id": rid, "argv": argv, "cwd": str(cwd), "out": str(out), "err": str(err), "env": env, "code": code}
             assert self._proc.stdin is not None
             self._proc.stdin.write(json.dumps(req).encode() + b"\n")
             self._proc.stdin.flush()
