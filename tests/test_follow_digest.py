@@ -31,11 +31,12 @@ def test_a_followed_digest_waits_for_the_copy_and_is_the_files(tmp_path: Path) -
     p = _big(tmp_path)
     size = p.stat().st_size
     d = BackgroundDigests([p], follow={str(p): (100, size)})
+    d.start()
     try:
         d.copied(str(p), FOLLOW_CHUNK + 100)  # the copy has read the first chunk only
         time.sleep(0.3)
-        (fut,) = d._futures.values()
-        assert not fut.done()  # it waits at the second chunk (its own limit is 2 s)
+        assert d._thread is not None and d._thread.is_alive()  # it waits at the second chunk (its own limit is 2 s)
+        assert str(p) not in d._done
         for pos in range(2 * FOLLOW_CHUNK, size, FOLLOW_CHUNK):
             d.copied(str(p), pos)
         d.copied(str(p), size)
@@ -47,6 +48,7 @@ def test_a_followed_digest_waits_for_the_copy_and_is_the_files(tmp_path: Path) -
 def test_a_followed_digest_whose_copy_never_reports_still_finishes(tmp_path: Path) -> None:
     p = _big(tmp_path)
     d = BackgroundDigests([p], follow={str(p): (0, p.stat().st_size)})
+    d.start()
     timer = threading.Timer(0.2, d.release)  # what execute does once the tensors are written
     timer.start()
     try:

@@ -98,7 +98,8 @@ def make_manifest(
 
 
 class BackgroundDigests:
-    """Digest files in a worker thread while the caller copies them; :meth:`result` waits.
+    """Digest files in a worker thread while the caller copies them: :meth:`start` starts it (as the
+    copy starts: :func:`ckpttools.io.plan.execute`), :meth:`result` waits.
 
     The copy runs in the kernel and hashing through a memory map on the other core, so
     the manifest costs almost no wall time. ``follow`` (path -> the byte range ``[start, end)``
@@ -111,20 +112,36 @@ class BackgroundDigests:
 
     def __init__(self, paths: list[Path], follow: dict[str, tuple[int, int]] | None = None) -> None:
         import threading
-        from concurrent.futures import ThreadPoolExecutor
 
         self._cond = threading.Condition()
         self._copied: dict[str, int] = {}
         self._follow = {k: v for k, v in (follow or {}).items() if k in {str(p) for p in paths}}
         self._released = False
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._futures = {}
-        for p in paths:
-            paced = str(p) in self._follow
-            chunk = FOLLOW_CHUNK if paced else 64 << 20
-            self._futures[str(p)] = self._pool.submit(
-                file_digest, p, chunk, ready=self._pacer(str(p)) if paced else None
-            )
+        self._closed = False
+        self._paths = [str(p) for p in paths]
+        self._done: dict[str, dict[str, str]] = {}
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start digesting, one file after another on a thread of its own (once; :meth:`result`
+        starts it where nothing did)."""
+        import threading
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ckpt-digests", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for p in self._paths:
+                if self._closed:
+                    return
+                paced = p in self._follow
+                chunk = FOLLOW_CHUNK if paced else 64 << 20
+                self._done[p] = file_digest(p, chunk, ready=self._pacer(p) if paced else None)
+        except BaseException as e:  # noqa: BLE001 - raised again by result()
+            self._error = e
 
     def copied(self, path: str, pos: int) -> None:
         """The copy of ``path`` has read its bytes up to offset ``pos``."""
@@ -152,8 +169,16 @@ class BackgroundDigests:
 
     def result(self) -> dict[str, dict[str, str]]:
         self.release()
-        return {k: f.result() for k, f in self._futures.items()}
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return dict(self._done)
 
     def close(self) -> None:
+        """Stop after the file being digested (if any) and wait for it."""
+        self._closed = True
         self.release()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join()

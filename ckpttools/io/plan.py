@@ -134,9 +134,16 @@ def _execute_directory(
     # to trail the copy (BackgroundDigests' follow), the Kimi-K2-shaped export (3.66 GB) took 4.57 s
     # against 3.79 s unpaced, median of 8 runs each after `sync`, 2026-12-02 (benchmarks/bench_export.py)
     hashes = BackgroundDigests([p for p in hashed if str(p) not in plan.manifest.unhashed]) if plan.manifest else None
-    # what the manifest (the tool's version: importlib.metadata) and the check import after the copy
-    warm = _warm(("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ()))
-    during = _Beside(plan.during, "ckpt-during-write")
+    # beside the copy, on one thread: the plan's checks, then what the manifest (the tool's version:
+    # importlib.metadata) and the check import after the copy
+    warm = ("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ())
+    during = _Beside([*plan.during, *_imports(warm)], "ckpt-beside-copy")
+
+    def beside() -> None:
+        if hashes is not None:
+            hashes.start()
+        during.start()
+
     result = None
     try:
         with CheckpointWriter(
@@ -151,12 +158,15 @@ def _execute_directory(
             backup=backup,
         ) as w:
             w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
-            w.before_copy = during.start
+            if 0 in _copy_runs(plan.tensors):  # the threads start as the first kernel copy does
+                w.before_copy = beside
+            else:  # the interpreter writes: they start now (it leaves the interpreter free at times)
+                beside()
             _write_tensors(w, plan, progress)
             if hashes is not None:
                 hashes.release()
+            beside()  # where no kernel copy started them
             during.result()
-            warm.join()
             if plan.config is not None:
                 w.add_json("config.json", plan.config)
             for s in plan.side_files:
@@ -171,7 +181,6 @@ def _execute_directory(
                 result = plan.check.run(w.seal())
     finally:
         during.join()
-        warm.join()
         if hashes is not None:
             hashes.close()
     return Written(dest, plan.bytes_total, result)
@@ -217,10 +226,10 @@ class _Beside:
             raise self._error
 
 
-def _warm(modules: tuple[str, ...]) -> _Beside:
-    """What comes after the copy (the manifest, the check) imports ``modules``: imported beside
-    the copy, from the start, they cost no import time there. A module that fails here is left
-    for the import that needs it to raise."""
+def _imports(modules: tuple[str, ...]) -> list[Callable[[], None]]:
+    """Tasks that import ``modules``, for what runs after the copy: imported beside the copy, they
+    cost no import time there. A module that fails here is left for the import that needs it to
+    raise."""
 
     def load(m: str) -> None:
         import importlib
@@ -230,9 +239,7 @@ def _warm(modules: tuple[str, ...]) -> _Beside:
         except Exception:  # noqa: BLE001 - the import that needs it raises it again, where it belongs
             pass
 
-    warm = _Beside([partial(load, m) for m in modules], "ckpt-warm-imports")
-    warm.start()
-    return warm
+    return [partial(load, m) for m in modules]
 
 
 def _manifest(m: ManifestPlan, hashes: BackgroundDigests) -> dict[str, Any]:
