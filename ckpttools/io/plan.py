@@ -137,13 +137,7 @@ def _execute_directory(
     # beside the copy, on one thread: the plan's checks, then what the manifest (the tool's version:
     # importlib.metadata) and the check import after the copy
     warm = ("ckpttools.io.version",) * (plan.manifest is not None) + (plan.check.warm if plan.check else ())
-    during = _Beside([*plan.during, *_imports(warm)], "ckpt-beside-copy")
-
-    def beside() -> None:
-        if hashes is not None:
-            hashes.start()
-        during.start()
-
+    during = _Beside([*plan.during, *_imports(warm)], "ckpt-beside-copy", hashes)
     result = None
     try:
         with CheckpointWriter(
@@ -159,21 +153,14 @@ def _execute_directory(
         ) as w:
             w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
             if 0 in _copy_runs(plan.tensors):  # the threads start as the first kernel copy does
-                w.before_copy = beside
+                w.before_copy = during.start
             else:  # the interpreter writes: they start now (it leaves the interpreter free at times)
-                beside()
+                during.start()
             _write_tensors(w, plan, progress)
             if hashes is not None:
                 hashes.release()
-            beside()  # where no kernel copy started them
             during.result()
-            if plan.config is not None:
-                w.add_json("config.json", plan.config)
-            for s in plan.side_files:
-                if s.data is not None:
-                    w.add_bytes(s.name, s.data)
-                elif s.skipped is None:
-                    w.add_file(s.name, s.path)
+            _add_files(w, plan)
             if plan.manifest is not None:
                 assert hashes is not None
                 w.add_json(MANIFEST_NAME, _manifest(plan.manifest, hashes))
@@ -186,19 +173,32 @@ def _execute_directory(
     return Written(dest, plan.bytes_total, result)
 
 
+def _add_files(w: Any, plan: WritePlan) -> None:
+    """The config and the side files, after the tensors."""
+    if plan.config is not None:
+        w.add_json("config.json", plan.config)
+    for s in plan.side_files:
+        if s.data is not None:
+            w.add_bytes(s.name, s.data)
+        elif s.skipped is None:
+            w.add_file(s.name, s.path)
+
+
 class _Beside:
     """Work on a thread of its own beside the tensor copy: the kernel copy and the hashing release
-    the interpreter, so the work costs no wall time there. :meth:`start` starts it once (the
-    writer's ``before_copy`` does, as the first kernel copy begins: started earlier, the thread
-    takes the interpreter from the work before the copy); :meth:`result` starts it if nothing
-    did, waits, and raises the first task's error."""
+    the interpreter, so the work costs no wall time there. :meth:`start` starts it once, and the
+    ``digests`` with it (the writer's ``before_copy`` does, as the first kernel copy begins: started
+    earlier, the threads take the interpreter from the work before the copy); :meth:`result`
+    starts it if nothing did, waits, and raises the first task's error."""
 
-    def __init__(self, tasks: list[Callable[[], None]], name: str) -> None:
-        self._tasks, self._name = tasks, name
+    def __init__(self, tasks: list[Callable[[], None]], name: str, digests: BackgroundDigests | None = None) -> None:
+        self._tasks, self._name, self._digests = tasks, name, digests
         self._thread: Any = None
         self._error: BaseException | None = None
 
     def start(self) -> None:
+        if self._digests is not None:
+            self._digests.start()
         if self._thread is not None or not self._tasks:
             return
         import contextvars
