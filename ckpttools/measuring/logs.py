@@ -313,7 +313,10 @@ def _skip(rep: LogsReport, why: str, example: str, line: bool = True) -> None:
 def _text(b: bytes, limit: int = 300) -> str:
     s = b.decode("utf-8", errors="replace").strip()
     cut = len(s) > limit  # cut before the character-by-character pass, which keeps the length
-    s = "".join(c if c.isprintable() else "\ufffd" for c in (s[: limit - 3] if cut else s))
+    if cut:
+        s = s[: limit - 3]
+    if not s.isprintable():  # the pass only where a character needs it (most lines: none)
+        s = "".join(c if c.isprintable() else "\ufffd" for c in s)
     return s + "..." if cut else s
 
 
