@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckpttools.errors import ConfigError
-from ckpttools.measuring.logs import read_logs
+from ckpttools.measuring.logs import _text, read_logs
 
 from .conftest import SHARED
 
@@ -342,3 +344,14 @@ def test_stdin_reads_as_the_file(tmp_path: Path) -> None:
     a = CliRunner().invoke(cli, ["logs", str(p), "--json"])
     b = CliRunner().invoke(cli, ["logs", "-", "--json"], input=p.read_bytes())
     assert a.exit_code == b.exit_code and a.stdout.replace(json.dumps(str(p))[1:-1], "<stdin>") == b.stdout
+
+
+@given(st.binary(max_size=400), st.sampled_from([3, 5, 40, 300]))
+@settings(max_examples=400, deadline=None)
+def test_a_lines_text_is_the_character_pass_where_one_is_needed_and_the_line_where_not(b: bytes, limit: int) -> None:
+    """logs._text skips the character-by-character pass where every character is printable: the
+    same text as the pass gives (non-printable characters as U+FFFD, cut at ``limit`` with '...')."""
+    s = b.decode("utf-8", errors="replace").strip()
+    cut = len(s) > limit
+    want = "".join(c if c.isprintable() else "\ufffd" for c in (s[: limit - 3] if cut else s)) + ("..." * cut)
+    assert _text(b, limit) == want
