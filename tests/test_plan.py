@@ -264,8 +264,8 @@ def test_one_large_copy_lands_at_its_sources_offset_in_a_page(tmp_path: Path) ->
     ]
     small = [PlannedTensor("x", "F32", (4,), Copy(TensorRef("x", "src", 1728, "F32", (4,))))]
     assert _copy_runs(big) == {0: 2}  # consecutive in one file: one run, one copy
-    assert _page_offsets(big, [[TensorSpec(t.name, t.dtype, t.shape) for t in big]]) == {0: 1728}
-    assert _page_offsets(small, [[TensorSpec("x", "F32", (4,))]]) == {}
+    assert _page_offsets(big, [[TensorSpec(t.name, t.dtype, t.shape) for t in big]], _copy_runs(big)) == {0: 1728}
+    assert _page_offsets(small, [[TensorSpec("x", "F32", (4,))]], _copy_runs(small)) == {}
     tmp = tmp_path / ".o.ckpt-tmp-1-write"
     tmp.mkdir()
     with SafetensorsFileWriter(tmp / "a.safetensors", [TensorSpec("x", "F32", (4,))], page_offset=1728) as w:

@@ -151,12 +151,13 @@ def _execute_directory(
             in_place=in_place,
             backup=backup,
         ) as w:
-            w.page_offsets.update(_page_offsets(plan.tensors, w.plan))
-            if 0 in _copy_runs(plan.tensors):  # the threads start as the first kernel copy does
+            runs = _copy_runs(plan.tensors)
+            w.page_offsets.update(_page_offsets(plan.tensors, w.plan, runs))
+            if 0 in runs:  # the threads start as the first kernel copy does
                 w.before_copy = during.start
             else:  # the interpreter writes: they start now (it leaves the interpreter free at times)
                 during.start()
-            _write_tensors(w, plan, progress)
+            _write_tensors(w, plan, runs, progress)
             if hashes is not None:
                 hashes.release()
             during.result()
@@ -282,13 +283,12 @@ def _copy_runs(tensors: list[PlannedTensor]) -> dict[int, int]:
 _PAGE_ALIGN_MIN = 64 << 20
 
 
-def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]]) -> dict[int, int]:
+def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]], runs: dict[int, int]) -> dict[int, int]:
     """For each output shard whose largest run of copied bytes is at least 64 MiB: where its data
     section must start within a page for that run to land at its source's offset within a page
     (a page-congruent kernel copy). Shards of small or computed tensors keep the 8-byte padding."""
     from ckpttools.io.writer import PAGE
 
-    runs = _copy_runs(tensors)
     shard_of = {s.name: i for i, shard in enumerate(shards) for s in shard}
     at: dict[str, int] = {}  # each tensor's offset in its shard's data section
     for shard in shards:
@@ -309,9 +309,9 @@ def _page_offsets(tensors: list[PlannedTensor], shards: list[list[Any]]) -> dict
     return {k: want for k, (_, want) in best.items()}
 
 
-def _write_tensors(w: Any, plan: WritePlan, progress: Progress | None) -> None:
+def _write_tensors(w: Any, plan: WritePlan, runs: dict[int, int], progress: Progress | None) -> None:
+    """The plan's tensors, in order; ``runs``: :func:`_copy_runs` of them (each run one kernel copy)."""
     total, done = plan.bytes_total, 0
-    runs = _copy_runs(plan.tensors)
     skip = 0
     for i, t in enumerate(plan.tensors):
         src = t.source
