@@ -188,10 +188,15 @@ def _is_length(v: Any) -> bool:
     return True
 
 
+def _over_bins(h: Any) -> bool:
+    """A list of more bins than any chain has (MAX_DRAFT_STEPS + 1)."""
+    return isinstance(h, list) and len(h) > MAX_DRAFT_STEPS + 1
+
+
 def _histogram(h: Any, where: str) -> list[int]:
     """An acceptance histogram from a server: at most MAX_DRAFT_STEPS + 1 bins of counts (the length
     checked first: a list of 300,000 bins is refused without a look at each)."""
-    if isinstance(h, list) and len(h) > MAX_DRAFT_STEPS + 1:
+    if _over_bins(h):
         raise ServerError(
             f"{where} has {len(h)} bins: no chain has more than {MAX_DRAFT_STEPS} draft steps "
             f"({MAX_DRAFT_STEPS + 1} bins)",
@@ -550,7 +555,7 @@ def parse_vllm_request_metrics(spec: dict[str, Any], r: RequestResult) -> Reques
     if steps > 0:
         r.verify_steps, r.accepted_drafts = steps, acc
         r.accept_length = 1 + acc / steps
-        if isinstance(hist, list) and (len(hist) > MAX_DRAFT_STEPS + 1 or all(_is_count(x) for x in hist)):
+        if _over_bins(hist) or (isinstance(hist, list) and all(_is_count(x) for x in hist)):
             r.histogram = _histogram(hist, "metrics.speculative_decoding.acceptance_histogram")
     r.source = "vLLM per-request metrics.speculative_decoding (1 + num_accepted_draft_tokens / num_spec_steps)"
     return r
