@@ -99,7 +99,13 @@ def test_no_public_name_is_a_submodule() -> None:
 def test_every_public_name_in_a_random_order(inputs: Path, tmp_path: Path, zygote: Zygote, seed: int) -> None:
     names = list(ckpttools.__all__)
     random.Random(seed).shuffle(names)
-    lines = ["import types, numpy as np, ckpttools", "from pathlib import Path", f"out = Path({str(tmp_path)!r})"]
+    lines = [
+        "import sys",
+        "ckpttools_before = [m for m in sys.modules if m.split('.')[0] == 'ckpttools']",
+        "import types, numpy as np, ckpttools",
+        "from pathlib import Path",
+        f"out = Path({str(tmp_path)!r})",
+    ]
     for i, n in enumerate(names):
         lines.append(f"obj = getattr(ckpttools, {n!r})")
         lines.append(f"assert not isinstance(obj, types.ModuleType), {n!r}")
@@ -108,10 +114,7 @@ def test_every_public_name_in_a_random_order(inputs: Path, tmp_path: Path, zygot
         # submodules imported by the calls so far must not have replaced an earlier name
         lines.append(f"assert all(not isinstance(getattr(ckpttools, m), types.ModuleType) for m in {names[: i + 1]!r})")
     lines.append("assert not ckpttools_before, ckpttools_before")
-    code = "import sys\nckpttools_before = [m for m in sys.modules if m.split('.')[0] == 'ckpttools']\n" + "\n".join(
-        lines
-    )
-    rc, _, err = zygote.run([], inputs, 600, code=code)
+    rc, _, err = zygote.run([], inputs, 600, code="\n".join(lines))
     assert rc == 0, f"order {names}:\n{err.decode(errors='replace')[-2000:]}"
 
 
