@@ -213,6 +213,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+class Scratch:
+    """Fresh directories for a property test's examples, under one root: a plain mkdir each.
+    ``tmp_path_factory.mktemp`` lists the worker's whole base directory to number every one it
+    makes, and all the directories made before stay there: 1,500 examples spent 3-4 s of CPU in
+    that listing, and every later ``tmp_path`` of the worker listed their directories again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._n = 0
+
+    def fresh(self) -> Path:
+        self._n += 1
+        d = self.root / str(self._n)
+        d.mkdir()
+        return d
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Scratch:
+    """A :class:`Scratch` for this module's property tests."""
+    return Scratch(tmp_path_factory.mktemp("examples"))
+
+
 @pytest.fixture(scope="session")
 def ckpts(tmp_path_factory):
     """One tiny checkpoint of each kind, built once."""

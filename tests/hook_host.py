@@ -36,6 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.fake_servers import SHUTDOWN_POLL
+
 KEY = "sesame-key"
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "ckpttools" / "engines" / "serverside" / "ckpt_swap.py"
@@ -347,7 +349,7 @@ class HookHost:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
 
     def server(self, segment: str) -> HookServer:
         with self._lock:

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from ckpttools.errors import CheckpointFormatError
 from ckpttools.io.safetensors_header import DTYPE_BITS, _fast_columns, _parse_entries, read_header
 
+from .conftest import Scratch
+
 torch = pytest.importorskip("torch")
 from safetensors import safe_open  # noqa: E402
 
@@ -96,8 +98,8 @@ def _theirs(path: Path):
     max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=safetensors_file())
-def test_reader_agrees_with_safetensors(tmp_path_factory, data: bytes) -> None:
-    p = tmp_path_factory.mktemp("prop") / "x.safetensors"
+def test_reader_agrees_with_safetensors(scratch: Scratch, data: bytes) -> None:
+    p = scratch.fresh() / "x.safetensors"
     p.write_bytes(data)
     theirs = _theirs(p)
     try:
@@ -208,12 +210,12 @@ def compact_file(draw) -> tuple[bytes, str]:
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(case=compact_file())
-def test_compact_headers_agree_with_safetensors(tmp_path_factory, case: tuple[bytes, str]) -> None:
+def test_compact_headers_agree_with_safetensors(scratch: Scratch, case: tuple[bytes, str]) -> None:
     """The headers real checkpoints have (compact text), each with one tweak aimed at a guard of the
     column-wise path: we accept exactly what safetensors accepts, read the same, and the column-wise
     path agrees with the entry-by-entry one."""
     data, tweak = case
-    p = tmp_path_factory.mktemp("compact") / "x.safetensors"
+    p = scratch.fresh() / "x.safetensors"
     p.write_bytes(data)
     theirs = _theirs(p)
     try:

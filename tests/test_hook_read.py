@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from .conftest import Scratch
 from .test_header_property import compact_file, safetensors_file
 
 torch = pytest.importorskip("torch")
@@ -66,12 +67,12 @@ def _as_bytes(t) -> bytes:
     max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.one_of(safetensors_file(), compact_file().map(lambda x: x[0])))
-def test_the_hooks_read_agrees_with_safetensors(tmp_path_factory, data: bytes) -> None:
+def test_the_hooks_read_agrees_with_safetensors(scratch: Scratch, data: bytes) -> None:
     theirs = _theirs(data)
     if theirs is not None and not _dtypes(data) <= set(MOD._DTYPES):
         SEEN["other dtypes"] += 1  # F4, F6, E8M0: no torch dtype a swap loads; refused with the reason
         return
-    p = tmp_path_factory.mktemp("hook") / "model.safetensors"
+    p = scratch.fresh() / "model.safetensors"
     p.write_bytes(data)
     try:
         ours = MOD._read_one("model.safetensors", str(p), MOD.Digest())

@@ -311,6 +311,34 @@ def test_launch_failure_shows_the_log(tmp_path):
     assert (tmp_path / "s.log").read_text().startswith("$ /bin/false -m sglang.launch_server")
 
 
+def test_a_launched_server_is_polled_soon_at_first_then_once_a_second(tmp_path, monkeypatch):
+    """wait_ready's polls: 0.05 s, 0.1 s, 0.2 s... after the start, at most READY_POLL apart. A real
+    process that answers /health 200 after 2 s (its "python" a script that waits, then serves)."""
+    from ckpttools.engines import launch
+
+    script = tmp_path / "slowpy"
+    serve = (
+        "import sys, time, http.server as h; time.sleep(2.0); port = int(sys.argv[sys.argv.index('--port') + 1])\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.send_header('Content-Length', '0'); self.end_headers()\n"
+        "    def log_message(self, *a): pass\n"
+        "h.HTTPServer(('127.0.0.1', port), H).serve_forever()\n"
+    )
+    (tmp_path / "serve.py").write_text(serve)
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "serve.py"}" "$@"\n')
+    script.chmod(0o755)
+    slept: list[float] = []
+    real_sleep = launch.time.sleep
+    monkeypatch.setattr(launch.time, "sleep", lambda s: (slept.append(s), real_sleep(s))[1])
+    spec = LaunchSpec("sglang", "t", "d", port=launch.free_port(), python=str(script), log_path=str(tmp_path / "s.log"))
+    with launch.RunningServer(spec) as srv:
+        waited = srv.wait_ready(None)
+        polls = list(slept)  # (not the sleeps of the stop that follows)
+    assert polls == [min(launch.READY_POLL, 0.05 * 2**i) for i in range(len(polls))], polls
+    assert polls[:5] == [0.05, 0.1, 0.2, 0.4, 0.8] and polls[-1] == launch.READY_POLL == 1.0 and waited >= 2.0
+
+
 def test_launch_refuses_what_is_knowable_before_any_server_starts(tmp_path):
     """A missing prompts file, a drafter with validate errors against the target, a port in use:
     each refused before the (minutes-long) server load, with no server started and no log."""

@@ -26,6 +26,10 @@ __all__ = [
 ]
 
 
+#: the longest wait between two readiness polls of a launched server, in seconds; the first come after
+#: 0.05 s, 0.1 s, 0.2 s...: a small server answers within a fraction of a second of its start, and a
+#: poll a second later made every launch take at least a second
+READY_POLL = 1.0
 #: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
 _COLOUR = re.compile(rb"\x1b\[[0-9;]{0,16}m")
 #: an exception's line in a server log: ``RuntimeError: ...`` at the start of a line, after a process
@@ -162,6 +166,7 @@ class RunningServer:
 
     def wait_ready(self, client: Any) -> float:
         """Poll /health until 200; raise ServerError with the log's tail if it dies or times out.
+        The polls come soon at first, then once a second (READY_POLL).
 
         ``client`` is a :class:`ckpttools.io.net.NetClient` (any other object: a fresh one is used)."""
         from ckpttools.io.net import NetClient, Wording
@@ -170,6 +175,7 @@ class RunningServer:
         quiet = Wording(connect="{where}: not up yet", timeout="{where}: no answer yet")
         t0 = time.monotonic()
         url = self.spec.url + engine_for(self.spec.engine).health_path  # readiness, as the engine says it
+        polls = 0
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -194,7 +200,8 @@ class RunningServer:
                     f"{self.log_path}:\n{self.log_tail()}",
                     hint=f"raise {opt('ready_timeout')}, or read the log",
                 )
-            time.sleep(1.0)
+            time.sleep(min(READY_POLL, 0.05 * 2**polls))
+            polls += 1
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``grace`` seconds; returns once the
