@@ -190,6 +190,17 @@ def _launching_first(items: list) -> None:
         items[:] = launching + [i for i in items if id(i) not in chosen]
 
 
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture: such tests share one worker, which makes the
+    fixture once (spread over three workers, each made its own: test_wheel's wheel, test_hub's repos)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        defs and defs[-1].scope == "module" for defs in (info.name2fixturedefs.get(n) for n in info.names_closure)
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     _pool_order(items)
@@ -204,6 +215,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("corpus"))
         elif "zygote" in getattr(item, "fixturenames", ()):  # a module's zygote (tests/zygote.py), started once
             item.add_marker(pytest.mark.xdist_group(f"zygote-{item.module.__name__}"))
+        elif item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.module.__name__}"))
     _launching_first(items)
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return
