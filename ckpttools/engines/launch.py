@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,18 @@ __all__ = [
 #: 0.05 s, 0.1 s, 0.2 s...: a small server answers within a fraction of a second of its start, and a
 #: poll a second later made every launch take at least a second
 READY_POLL = 1.0
+
+
+def _poll_delays() -> Iterator[float]:
+    """The waits between a launched server's readiness polls: 0.05 s, doubled each time up to
+    READY_POLL, then READY_POLL for as long as the wait lasts (a doubling counted in an exponent had
+    overflowed a float after 1,024 polls, about 17 minutes into a long --ready-timeout)."""
+    d = 0.05
+    while True:
+        yield d
+        d = min(READY_POLL, d * 2)
+
+
 #: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
 _COLOUR = re.compile(rb"\x1b\[[0-9;]{0,16}m")
 #: an exception's line in a server log: ``RuntimeError: ...`` at the start of a line, after a process
@@ -175,7 +188,7 @@ class RunningServer:
         quiet = Wording(connect="{where}: not up yet", timeout="{where}: no answer yet")
         t0 = time.monotonic()
         url = self.spec.url + engine_for(self.spec.engine).health_path  # readiness, as the engine says it
-        polls = 0
+        delays = _poll_delays()
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -200,8 +213,7 @@ class RunningServer:
                     f"{self.log_path}:\n{self.log_tail()}",
                     hint=f"raise {opt('ready_timeout')}, or read the log",
                 )
-            time.sleep(min(READY_POLL, 0.05 * 2**polls))
-            polls += 1
+            time.sleep(next(delays))
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``grace`` seconds; returns once the
