@@ -32,11 +32,11 @@ import json
 import os
 import shutil
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from tests.fake_servers import SHUTDOWN_POLL
+from tests.fake_servers import QuietHTTPServer
 
 KEY = "sesame-key"
 REPO = Path(__file__).resolve().parents[1]
@@ -346,10 +346,9 @@ class HookHost:
                     return self._send(200, {**out, "metrics": {"speculative_decoding": spec}})
                 self._send(404, {"detail": "Not Found"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), H)  # daemon threads; shutdown seen within SHUTDOWN_POLL
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def server(self, segment: str) -> HookServer:
         with self._lock:

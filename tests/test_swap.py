@@ -249,7 +249,7 @@ class FakeRanks:
         return 200, b"{}"
 
     def __enter__(self) -> FakeRanks:
-        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()  # polls every SHUTDOWN_POLL
         return self
 
     def __exit__(self, *exc: Any) -> None:
