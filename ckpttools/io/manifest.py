@@ -21,13 +21,16 @@ FOLLOW_CHUNK = 8 << 20
 #: how long a digest waits for a followed copy to pass a chunk before reading it anyway (seconds)
 _FOLLOW_WAIT = 2.0
 #: the step of a digest that is not paced: the most its thread hashes between two looks at
-#: whether to stop and hand the rest over (BackgroundDigests.result)
+#: whether to stop and hand the rest over (BackgroundDigests.result), and the most of the file it
+#: holds mapped at once (the export of benchmarks/bench_export.py peaked at 55 MiB RSS, against
+#: 103 MiB with the 64 MiB step before)
 DIGEST_CHUNK = 16 << 20
 #: the digest thread's nice value: it yields the core to the writing thread (and to the kernel's
-#: writeback) whenever they want it. The Kimi-K2-shaped export (benchmarks/bench_export.py) waited
-#: 40-70 ms on the run queue behind it, against 15-20 ms with it at 19 (2 cores, 2026-12-07). A
-#: starved digest costs no wall time at the end: BackgroundDigests.result finishes it on the
-#: caller's thread.
+#: writeback) whenever they want it. In the Kimi-K2-shaped export (benchmarks/bench_export.py) the
+#: writing thread waited 40-70 ms on the run queue with the digest at the default, 15-20 ms with it
+#: at 19 (/proc's schedstat, 3 runs each, 2 cores, 2026-12-07); the export's wall time did not
+#: change measurably. A digest starved by other work does not hold up the end: once the copy is
+#: done, BackgroundDigests.result hashes what is left on the caller's thread, at its priority.
 DIGEST_NICE = 19
 
 
