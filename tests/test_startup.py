@@ -106,6 +106,21 @@ def test_inspect_as_a_table_loads_the_renderers(tiny: Path) -> None:
     assert not mods & set(NEVER_FOR_READING), sorted(mods & set(NEVER_FOR_READING))
 
 
+#: what an export of an unquantized drafter to SGLang does not use: TensorRT-LLM's layout and FP8
+#: dequantization (shutil, which the writer now imports only to clean up or copy a side file, comes
+#: beside the copy with importlib.metadata's zipfile, for the manifest's version)
+NOT_FOR_EXPORT = ["ckpttools.ops.export_trtllm", "ckpttools.ops.quantize"]
+
+
+def test_export_to_sglang_imports_neither_trtllm_nor_quantize(tiny: Path) -> None:
+    """The whole run of the common export, validate of the output included: what it does not use
+    it does not import."""
+    mods, out = imported("export", str(tiny / "drafter"), "-o", "out", "--quiet", cwd=tiny)
+    assert (tiny / "out" / "model.safetensors").is_file() and "OK: no errors" in out, out
+    assert {"ckpttools.ops.export", "ckpttools.io.writer"} <= mods
+    assert not mods & set(NOT_FOR_EXPORT), sorted(mods & set(NOT_FOR_EXPORT))
+
+
 def test_help_imports_no_library_module(tiny: Path) -> None:
     mods, out = imported("--help", cwd=tiny)
     assert "inspect" in out and "export" in out

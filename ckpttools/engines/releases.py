@@ -19,7 +19,6 @@ newer release's source was compared against them.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1284,6 +1283,8 @@ def _near_miss(name: str, names: Sequence[str]) -> str | None:
     plain = _NEAR_MISSES.get(plain, plain)
     if plain in names:
         return plain
+    import difflib
+
     close = difflib.get_close_matches(plain, list(names), n=1, cutoff=0.75)
     return close[0] if close else None
 

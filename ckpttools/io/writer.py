@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
@@ -399,6 +398,8 @@ class CheckpointWriter:
         self.in_place = in_place
         self.tmp = temp_name(self.out, "fix" if in_place else "write", ino)
         if os.path.lexists(self.tmp):  # this process's own, from an earlier failed call
+            import shutil
+
             shutil.rmtree(self.tmp, ignore_errors=True)
         os.mkdir(self.tmp)
         self._shard_of = {s.name: i for i, shard in enumerate(self.plan) for s in shard}
@@ -471,6 +472,8 @@ class CheckpointWriter:
             f.write(data)
 
     def add_file(self, relname: str, src: str | Path) -> None:
+        import shutil
+
         with open(src, "rb") as s, open_new(self.tmp / relname) as f:
             shutil.copyfileobj(s, f)
 
@@ -540,6 +543,8 @@ class CheckpointWriter:
     def abort(self) -> None:
         if self._cur is not None:
             self._cur.abort()
+        import shutil  # (on an error only: shutil brings the compression modules)
+
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> CheckpointWriter:

@@ -12,7 +12,7 @@ import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpttools.errors import CkptError, ConfigError, opt
 from ckpttools.engines.config_rules import canonical_shapes, weight_problems
@@ -57,9 +57,10 @@ from ckpttools.ops.export_common import (
     target_arch,
     without_d2t,
 )
-from ckpttools.ops.export_trtllm import plan_trtllm
 from ckpttools.ops import quant_export
-from ckpttools.vocab.mapping import VocabMapping
+
+if TYPE_CHECKING:
+    from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = ["ExportReport", "ExportRejected", "plan_export", "export", "FORMATS", "DTYPES"]
 
@@ -207,6 +208,8 @@ def _plan(
     check_output(out, [ck.root, *([target] if target is not None else [])])
     if format == "trtllm":
         quant_export.refuse_quantized(ck, "export to TensorRT-LLM")
+        from ckpttools.ops.export_trtllm import plan_trtllm
+
         return plan_trtllm(ck, str(src), out, target, target_cfg, dtype, out_dtype, max_shard_size)
     flavor = _eagle3_flavor(ck, str(src), format)
     shown_dtype = dtype if dtype != "auto" else f"auto ({out_dtype or 'keep'})"
@@ -352,6 +355,8 @@ def _checked_mapping(
 ) -> VocabMapping | None:
     if "d2t" not in names.values():
         return None
+    from ckpttools.vocab.mapping import VocabMapping
+
     mapping = VocabMapping.from_checkpoint(ck)
     if mapping is not None and mapping.order != "ascending" and kept:
         report.notes.append(

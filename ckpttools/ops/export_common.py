@@ -21,7 +21,6 @@ from ckpttools.io.checkpoint import Checkpoint
 from ckpttools.io.plan import Cast, Check, Copy, Gather, ManifestPlan, PlannedTensor, TensorRef, WritePlan
 from ckpttools.io.preflight import refuse_shared_names
 from ckpttools.io.writer import parse_size
-from ckpttools.vocab.mapping import VocabMapping
 
 __all__ = [
     "ExportReport",
@@ -208,6 +207,8 @@ def without_d2t(
     if d2t is None:
         return tensors
     out = [t for t in tensors if t.name != names[d2t]]
+    from ckpttools.vocab.mapping import VocabMapping
+
     ids = VocabMapping.from_checkpoint(ck).ids  # type: ignore[union-attr]  # a d2t is there
     v = len(ids)
     if np.array_equal(ids, np.arange(v)):

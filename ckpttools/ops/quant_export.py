@@ -24,7 +24,6 @@ from ckpttools.errors import CheckpointFormatError, ConfigError, opt
 from ckpttools.formats.quant import QuantScheme, read_scheme
 from ckpttools.io.checkpoint import Checkpoint, numpy_dtype
 from ckpttools.io.plan import Copy, Data, PlannedTensor, TensorRef
-from ckpttools.ops.quantize import dequantize_weight
 
 __all__ = ["adjust", "scheme_of_checkpoint"]
 
@@ -131,6 +130,8 @@ def _dequantized(
         if src in quant:
             w = quant[src]
             assert w.scale is not None
+            from ckpttools.ops.quantize import dequantize_weight  # FP8 weights only
+
             v = dequantize_weight(ck.read(src), ck.read(w.scale), w.block)
             if not np.isfinite(v).all():
                 raise CheckpointFormatError(
