@@ -490,7 +490,11 @@ class TorchSpeculator:
         torch = _torch()
         from transformers import DynamicCache
 
-        with torch.no_grad():
+        # inference mode, not no_grad: no view or version tracking on the tensors made here (only the
+        # drafter's KV cache outlives the call, and the next generate starts a new one); on the story's
+        # models the 12 prompts' generation took a median 1.41 s of CPU against 1.54 s, the same tokens
+        # (8 alternating runs each, 2026-12-07)
+        with torch.inference_mode():
             cache = DynamicCache()
             d = self.drafter
             d.cache = [(None, None)] * d.L
