@@ -49,11 +49,9 @@ def pytest_configure(config):
         config._ckpt_vllm_cache = os.environ["CKPT_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ckpt-vllm-cache-")
     worker = getattr(config, "workerinput", {}).get("workerid", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); the shared servers get a
-        # core of their own, and every other worker's servers the rest (tests/vllm_pool.py: POOL_CORE)
-        from tests.vllm_pool import OTHER_CORES
-
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = OTHER_CORES
+        # vLLM's CPU build binds a server's threads to core 0 by default ("auto"); servers of two workers
+        # at once would share that core while the other idles: each worker's servers get a core of their own
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(worker[2:]) % (os.cpu_count() or 1))
     if worker.startswith("gw"):
         # one thread per worker for torch (the probe) and what it starts: two workers on two cores
         # would otherwise run four threads that wait on each other

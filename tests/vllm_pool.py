@@ -56,13 +56,6 @@ ENV = {"VLLM_LOG_STATS_INTERVAL": "1", **SERVER_ENV}
 #: keep vLLM's 10 s windows: an idle server with 1 s windows used 1.44 s of CPU in 20 s here, with 10 s
 #: windows 0.43 s (2026-12-06), and the pool keeps two servers up while one of them waits
 LOGGED = frozenset({"llama"})
-#: the cores the pool's servers run on, and every other real vLLM server the tests start (tests/conftest.py
-#: sets the latter for each worker; vLLM's CPU build binds a server's one thread there, vllm/utils/
-#: ompmultiprocessing.py:122-170): the pool's tests run one after another and are the run's longest path
-#: (about 500 s on 2 cores), so its servers get the last core to themselves, and the servers of the other
-#: workers' tests, at most two at a time, the others. A run of 2026-12-07 bound each worker's servers to
-#: its own core by worker number: the pool's and another worker's shared core 0 while core 1 ran a third's
-POOL_CORE, OTHER_CORES = (str(n - 1), "0" if n <= 2 else f"0-{n - 2}") if (n := os.cpu_count() or 1) > 1 else ("0", "0")
 
 
 _PACKS_PROBE = """
@@ -279,11 +272,7 @@ class VllmPool:
             python=self.python,
             log_path=str(log),
             ready_timeout=600,
-            env={
-                **(ENV if key in LOGGED else SERVER_ENV),
-                "VLLM_CACHE_ROOT": cache_root(self.root / "vllm-cache"),
-                "VLLM_CPU_OMP_THREADS_BIND": POOL_CORE,
-            },
+            env={**(ENV if key in LOGGED else SERVER_ENV), "VLLM_CACHE_ROOT": cache_root(self.root / "vllm-cache")},
         )
         swap: dict[str, Any] = {}
         if drafter is not None:
