@@ -31,9 +31,6 @@ def pytest_configure(config):
         os.close(fd)
         os.environ["CKPT_LAUNCH_LEDGER"] = path
         config._ckpt_ledger = path  # the controller owns (and removes) it; xdist workers inherit the variable
-    if hasattr(config.option, "loadscopereorder"):
-        # pytest-xdist hands the work out in the order tests/conftest.py's _longest_first gives
-        config.option.loadscopereorder = False
     if "CKPT_TEST_NOTES" not in os.environ and not hasattr(config, "workerinput"):
         # lines a test leaves for the run's summary (the corpus totals), from whichever worker ran it
         import tempfile
@@ -179,43 +176,26 @@ def _pool_order(items: list) -> None:
             items[i] = item
 
 
-def _group(item: pytest.Item) -> str | None:
-    """The item's pytest-xdist group (its xdist_group marker's name), or None."""
-    m = item.get_closest_marker("xdist_group")
-    return None if m is None else (m.args[0] if m.args else m.kwargs.get("name"))
-
-
-def _longest_first(items: list) -> None:
-    """The order pytest-xdist hands the work out in (pytest_configure turns its own reordering off):
-    1. the shared vLLM servers' tests (one group, the run's longest: about 490 s here, one after another);
-    2. every other real-vLLM test, grouped or not (each starts servers of its own: 50-250 s a group);
-    3. the corpus (one group, about 150 s);
-    4. the rest: groups of more tests first (pytest-xdist's own rule), single tests in their order.
-    Each unit goes to the worker that runs out of work first, so the long ones start early and the
-    short ones fill in. pytest-xdist's own rule (the most tests first) put every one-test group and
-    ungrouped test last: a run of 2026-12-07 ended with the TP-2 test (64 s, a group of one) alone on
-    one worker while the other two had nothing left; a run of 2026-12-03 likewise (200 s idle)."""
-
-    def scope(i: int) -> str:
-        g = _group(items[i])
-        return items[i].nodeid if g is None else "@" + g
-
-    size: dict[str, int] = {}
-    for i in range(len(items)):
-        size[scope(i)] = size.get(scope(i), 0) + 1
-
-    def rank(i: int) -> tuple[int, int]:
-        g, item = _group(items[i]), items[i]
-        if g == "vllm-pool":
-            return (0, 0)
-        if item.get_closest_marker("vllm") is not None:
-            return (1, 0)
-        if g == "corpus":
-            return (2, 0)
-        return (3, -size[scope(i)])
-
-    order = sorted(range(len(items)), key=lambda i: (*rank(i), i))
-    items[:] = [items[i] for i in order]
+def _launching_first(items: list) -> None:
+    """The real-vLLM tests outside the shared servers' group (each starts servers of its own: 50-150 s
+    here) ahead of the other tests, in their own order. pytest-xdist's loadgroup hands out the groups
+    first, the largest first (the corpus, then the shared servers' tests), then the groups and tests of
+    one test in this order, each to the worker that runs out of work first: started last, these long
+    tests ran one after another on one worker at the end while the other had nothing left (a run of
+    2026-12-03: 200 s idle). A group of one test is one of them: the TP-2 test (64 s, a module group)
+    stayed in its module's place, last, and ran alone at the end of a clean clone of 2026-12-07.
+    Handing out every real-vLLM test before the corpus and the rest (tried the same day) ran them all at
+    once at the start: the shared servers' tests, the run's longest path, took 525-568 s against 494-497 s
+    (three clean clones against two), and the runs were no shorter."""
+    launching = [
+        i
+        for i in items
+        if i.get_closest_marker("vllm") is not None
+        and "vllm_pool" not in getattr(i, "fixturenames", ())  # the shared servers' group: handed out by its size
+    ]
+    if launching:
+        chosen = set(map(id, launching))
+        items[:] = launching + [i for i in items if id(i) not in chosen]
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:
@@ -245,7 +225,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(f"zygote-{item.module.__name__}"))
         elif item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(f"module-{item.module.__name__}"))
-    _longest_first(items)
+    _launching_first(items)
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="GPU test: set CKPT_GPU_TESTS=1 on a machine with a GPU and the SGLang bundle")
