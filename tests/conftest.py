@@ -177,21 +177,13 @@ def _pool_order(items: list) -> None:
 
 
 def _launching_first(items: list) -> None:
-    """The real-vLLM tests outside the shared servers' group (each starts servers of its own: 50-150 s
-    here) ahead of the other tests, in their own order. pytest-xdist's loadgroup hands out the groups
-    first, the largest first (the corpus, then the shared servers' tests), then the groups and tests of
-    one test in this order, each to the worker that runs out of work first: started last, these long
-    tests ran one after another on one worker at the end while the other had nothing left (a run of
-    2026-12-03: 200 s idle). A group of one test is one of them: the TP-2 test (64 s, a module group)
-    stayed in its module's place, last, and ran alone at the end of a clean clone of 2026-12-07.
-    Handing out every real-vLLM test before the corpus and the rest (tried the same day) ran them all at
-    once at the start: the shared servers' tests, the run's longest path, took 525-568 s against 494-497 s
-    (three clean clones against two), and the runs were no shorter."""
+    """The real-vLLM tests of no group (each starts servers of its own: 50-150 s here) ahead of the
+    other tests of no group, in their own order. pytest-xdist's loadgroup hands out the groups first,
+    the largest first (the corpus, then the shared servers' tests), then the other tests in this order,
+    each to the worker that runs out of work first: started last, these long tests ran one after another
+    on one worker at the end while the other had nothing left (a run of 2026-12-03: 200 s idle)."""
     launching = [
-        i
-        for i in items
-        if i.get_closest_marker("vllm") is not None
-        and "vllm_pool" not in getattr(i, "fixturenames", ())  # the shared servers' group: handed out by its size
+        i for i in items if i.get_closest_marker("vllm") is not None and i.get_closest_marker("xdist_group") is None
     ]
     if launching:
         chosen = set(map(id, launching))
