@@ -261,6 +261,30 @@ def test_an_uncaught_exception_reads_alike(tmp_path: Path) -> None:
     assert [se.splitlines()[-1] for _, _, se in ran][0] == [se.splitlines()[-1] for _, _, se in ran][1]
 
 
+def test_a_stop_that_python_swallows_is_sent_again(tmp_path: Path) -> None:
+    """The watchdog's first stop lands in a finaliser, where Python prints "Exception ignored" and
+    goes on (tests/swallowing_entry.py): it stops the case again every _REFIRE s, so a case that would
+    run 20 s more is still reported as a hang (rc None) within a few seconds, not when it ends."""
+    import time
+
+    from tests.case_runner import _REFIRE, run_inprocess
+
+    t = time.monotonic()
+    rc, _, se = run_inprocess(["20"], tmp_path, dict(os.environ), 0.5, entry="tests.swallowing_entry")
+    took = time.monotonic() - t
+    assert rc is None and "Exception ignored in" in se and "_Hang" in se, se
+    assert took < 0.5 + 4 * _REFIRE + 3, took
+
+
+def test_an_exception_that_ends_a_thread_of_the_case_is_in_its_stderr(tmp_path: Path) -> None:
+    """As in a fresh interpreter, not a warning of pytest's: the judge sees the traceback."""
+    from tests.case_runner import run_inprocess
+
+    rc, so, se = run_inprocess(["thread"], tmp_path, dict(os.environ), 30.0, entry="tests.swallowing_entry")
+    assert rc == 0 and so == "", se
+    assert se.startswith("Exception in thread") and "Traceback" in se and "ValueError: raised in a thread" in se, se
+
+
 def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:
     """The in-process watchdog: a verify that waits on a server which sleeps 2 s is stopped at its
     0.5 s limit and reported as a hang (rc None), and the process is left as it was."""
