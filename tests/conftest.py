@@ -24,6 +24,19 @@ def real_configs_dir() -> Path:
 def pytest_configure(config):
     """Every server any test launches (in this process or a ckpt subprocess) is one line in the
     launch ledger (ckpttools.engines.launch._ledger); the summary counts them."""
+    timeline = os.environ.get("CKPT_TEST_TIMELINE")
+    if timeline and not hasattr(config, "workerinput"):
+        # the workers append to it after each test: a path they cannot write failed every test with an
+        # INTERNALERROR per worker. Checked once, here; relative to where pytest runs (tests/run.sh makes
+        # it absolute from where it was called)
+        try:
+            with open(timeline, "a"):
+                pass
+        except OSError as e:
+            raise pytest.UsageError(
+                f"CKPT_TEST_TIMELINE={timeline}: cannot append there ({e.strerror or e}); "
+                "give a file in a directory that exists, or unset it"
+            ) from None
     if "CKPT_LAUNCH_LEDGER" not in os.environ and not hasattr(config, "workerinput"):
         import tempfile
 

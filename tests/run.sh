@@ -30,6 +30,11 @@
 # with pip; CKPT_INSTALL_ONLY=1 stops after the installs (to time them).
 # Other arguments go to pytest.
 set -euo pipefail
+# CKPT_TEST_TIMELINE=FILE (tests/conftest.py: a JSON line per test) is relative to where this was run
+case "${CKPT_TEST_TIMELINE:-/}" in
+  /*) ;;
+  *) export CKPT_TEST_TIMELINE="$PWD/$CKPT_TEST_TIMELINE" ;;
+esac
 cd "$(dirname "$0")/.."
 unset PYTHONDONTWRITEBYTECODE
 quick=0
