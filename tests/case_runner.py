@@ -54,6 +54,8 @@ READ_WHEN_RUN = {
     "CKPT_API_KEY": "read as the command's options are parsed (click's envvar), and by measuring.serve when called",
 }
 
+#: the CLI's options whose value is a path it writes (ckpttools/cli/commands.py, serve_cmds.py): never a Hub repo
+_OUTPUT_FLAGS = frozenset({"-o", "--output", "--plot", "--log"})
 #: a Hub repo id as the CLI reads one: ``org/name`` with an optional ``@revision``
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*(@.*)?")
 
@@ -91,6 +93,8 @@ def dir_reason(argv: Sequence[str], root: Path, cwd: Path) -> str | None:
             why = _blocking(Path(dirpath) / n)
             if why:
                 return why
+    outputs = {b for f, b in zip(argv, argv[1:]) if f in _OUTPUT_FLAGS}
+    outputs |= {a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] in _OUTPUT_FLAGS and "=" in a}
     for a in _arg_values(argv):
         if not a or a.startswith("-") or "://" in a:
             continue
@@ -98,8 +102,12 @@ def dir_reason(argv: Sequence[str], root: Path, cwd: Path) -> str | None:
         why = _blocking(p)
         if why:
             return why
-        if _REPO_ID.fullmatch(a) and not os.path.lexists(cwd / a.split("/", 1)[0]):  # org/...: no local path
+        if _REPO_ID.fullmatch(a) and a not in outputs and not os.path.lexists(cwd / a.split("@", 1)[0]):
+            # no such local path: the CLI asks the Hub, with a local org/ directory too (it looks for a
+            # typo there after the Hub's answer)
             return f"hub: {a} names a repo (huggingface_hub reads HF_HOME, HF_HUB_OFFLINE at import)"
+    if any(root.rglob("*.py")):  # -m puts the cwd first on sys.path: a jsonschema.py there is imported
+        return "python file: -m puts the case's directory first on sys.path"
     return None
 
 
@@ -181,8 +189,10 @@ class _Routed:
     (the test servers' request threads, the pool's) to where they wrote before (under ``lock``, so
     that the runner can move them back at the end)."""
 
-    def __init__(self, case: Any, other: Any, mine: Any, lock: threading.Lock) -> None:
+    def __init__(self, case: Any, other: Any, mine: Any, lock: threading.Lock, fd: int) -> None:
         self._case, self._other, self._mine, self._lock = case, other, mine, lock
+        #: 1 (stdout) or 2 (stderr)
+        self.fd = fd
 
     def _target(self) -> Any:
         return self._case if self._mine() else self._other
@@ -330,15 +340,17 @@ def run_inprocess(
     case_out = case_err = None
     lock = threading.Lock()
     routed: list[_Routed] = []
+    moved: list[tuple[logging.StreamHandler, Any]] = []
     watchdog = threading.Thread(target=watch, name="ckpt-case-watchdog", daemon=True)
     try:
         case_in = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc)
         case_out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, errors=oerr)
         case_err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc, errors=eerr, line_buffering=True)
         routed = [
-            _Routed(case_out, _elsewhere(saved_std[1], 1, saved_fds[1]), mine, lock),
-            _Routed(case_err, _elsewhere(saved_std[2], 2, saved_fds[2]), mine, lock),
+            _Routed(case_out, _elsewhere(saved_std[1], 1, saved_fds[1]), mine, lock, 1),
+            _Routed(case_err, _elsewhere(saved_std[2], 2, saved_fds[2]), mine, lock, 2),
         ]
+        moved = _follow_case(routed, saved_std)
         # the streams first, then the fds: from here other threads write where they wrote before (a
         # server thread's error print, made while fd 2 was the case's and sys.stderr not yet routed,
         # had landed in a case's stderr: tok-id-float-remap under pytest -s, 2026-12-04)
@@ -382,6 +394,8 @@ def run_inprocess(
                     pass
         threading.Thread.start = start  # type: ignore[method-assign]
         sys.unraisablehook, threading.excepthook = saved_hooks
+        for h, stream in moved:
+            h.setStream(stream)
         for s, h in saved_signals.items():
             if signal.getsignal(s) is not h and h is not None:
                 signal.signal(s, h)
@@ -435,12 +449,38 @@ def _call_main(argv: list[str], entry: str = "ckpttools.cli.commands") -> int:
     return 0
 
 
+def _follow_case(routed: list[_Routed], saved_std: tuple[Any, Any, Any]) -> list[tuple[logging.StreamHandler, Any]]:
+    """Point the log handlers that write to this process's stdout or stderr at the case's, and
+    return each with its stream, to be put back after the case. A library attaches such a handler
+    to the ``sys.stderr`` of when it was imported (transformers, huggingface_hub): imported before
+    the case, or in an earlier one, its lines went there, not to the case's stderr where a fresh
+    process prints them (found by a reviewer: transformers' ``Unrecognized keys in rope_parameters``
+    of a ``verify --engine torch`` run, 2026-12-07)."""
+    which = {id(saved_std[1]): 1, id(sys.__stdout__): 1, id(saved_std[2]): 2, id(sys.__stderr__): 2}
+    moved = []
+    for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for h in getattr(lg, "handlers", ()):  # a PlaceHolder has none
+            if not isinstance(h, logging.StreamHandler) or isinstance(h, logging.FileHandler):
+                continue
+            stream = h.stream
+            fd = stream.fd if isinstance(stream, _Routed) else which.get(id(stream))
+            if fd in (1, 2) and not any(h is m for m, _ in moved):
+                moved.append((h, stream))
+                h.setStream(routed[fd - 1])
+    return moved
+
+
 def _join_at_exit(threads: list[threading.Thread]) -> None:
     """Wait, as Python does before it exits, for the non-daemon threads the case started (the
-    watchdog still runs: one that never ends is a hang). concurrent.futures' workers are left:
-    at exit Python tells them to stop (they end once their executor is gone)."""
+    watchdog still runs: one that never ends is a hang). concurrent.futures' workers are left,
+    whatever their executor named them (``thread_name_prefix``): at exit Python tells them to stop
+    (they end once their executor is gone). Known by the function they run, which a running thread
+    still holds: a pool named ``ckpt-dg`` (engines/serverside/ckpt_swap.py) was waited on for good."""
+    from concurrent.futures import thread as futures_thread
+
     for t in threads:
-        if not t.daemon and not t.name.startswith("ThreadPoolExecutor-") and t is not threading.current_thread():
+        pool_worker = getattr(t, "_target", None) is futures_thread._worker
+        if not t.daemon and not pool_worker and t is not threading.current_thread():
             t.join()
 
 

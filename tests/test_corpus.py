@@ -263,14 +263,14 @@ def test_an_uncaught_exception_reads_alike(tmp_path: Path) -> None:
 
 def test_a_stop_that_python_swallows_is_sent_again(tmp_path: Path) -> None:
     """The watchdog's first stop lands in a finaliser, where Python prints "Exception ignored" and
-    goes on (tests/swallowing_entry.py): it stops the case again every _REFIRE s, so a case that would
+    goes on (tests/runner_entry.py): it stops the case again every _REFIRE s, so a case that would
     run 20 s more is still reported as a hang (rc None) within a few seconds, not when it ends."""
     import time
 
     from tests.case_runner import _REFIRE, run_inprocess
 
     t = time.monotonic()
-    rc, _, se = run_inprocess(["20"], tmp_path, dict(os.environ), 0.5, entry="tests.swallowing_entry")
+    rc, _, se = run_inprocess(["20"], tmp_path, dict(os.environ), 0.5, entry="tests.runner_entry")
     took = time.monotonic() - t
     assert rc is None and "Exception ignored in" in se and "_Hang" in se, se
     assert took < 0.5 + 4 * _REFIRE + 3, took
@@ -280,9 +280,66 @@ def test_an_exception_that_ends_a_thread_of_the_case_is_in_its_stderr(tmp_path: 
     """As in a fresh interpreter, not a warning of pytest's: the judge sees the traceback."""
     from tests.case_runner import run_inprocess
 
-    rc, so, se = run_inprocess(["thread"], tmp_path, dict(os.environ), 30.0, entry="tests.swallowing_entry")
+    rc, so, se = run_inprocess(["thread"], tmp_path, dict(os.environ), 30.0, entry="tests.runner_entry")
     assert rc == 0 and so == "", se
     assert se.startswith("Exception in thread") and "Traceback" in se and "ValueError: raised in a thread" in se, se
+
+
+def test_a_librarys_log_handler_made_before_the_case_writes_to_its_stderr(tmp_path: Path) -> None:
+    """A handler a library attached to ``sys.stderr`` at its import, before the case (transformers'
+    and huggingface_hub's are), writes to the case's stderr during it, as in a fresh process where the
+    import happens in the case; afterwards it writes where it wrote before."""
+    import io
+    import logging
+    import sys
+
+    from tests.case_runner import run_inprocess
+
+    lib = logging.getLogger("runner-entry-lib")
+    h = logging.StreamHandler()  # sys.stderr as it is now: this test's
+    before = h.stream
+    lib.addHandler(h)
+    try:
+        rc, so, se = run_inprocess(["log"], tmp_path, dict(os.environ), 30.0, entry="tests.runner_entry")
+        assert (rc, so, se) == (0, "", "a library's warning, through its own handler\n")
+        assert h.stream is before is sys.stderr
+        h.setStream(buf := io.StringIO())
+        rc, so, se = run_inprocess(["log"], tmp_path, dict(os.environ), 30.0, entry="tests.runner_entry")
+        assert (rc, se, h.stream) == (0, "", buf)  # a handler on a stream of its own keeps it
+        assert buf.getvalue() == "a library's warning, through its own handler\n"
+    finally:
+        lib.removeHandler(h)
+
+
+def test_a_pools_idle_worker_with_a_name_of_its_own_is_not_waited_on(tmp_path: Path) -> None:
+    """A module's thread pool named by ``thread_name_prefix`` (engines/serverside/ckpt_swap.py's
+    ``ckpt-dg``): a fresh process ends with its worker idle; in this process the case ends too (it
+    was waited on until its time ran out: a hang)."""
+    from tests.case_runner import run_inprocess
+
+    for _ in range(2):  # the pool made in the first run, used again in the second
+        rc, so, se = run_inprocess(["pool"], tmp_path, dict(os.environ), 10.0, entry="tests.runner_entry")
+        assert (rc, so, se) == (0, "", "")
+
+
+def test_cases_the_hub_or_a_python_file_could_change_get_a_process(tmp_path: Path) -> None:
+    """A repo-id-shaped input that is no local path goes to the Hub even where its org/ directory is
+    local (the CLI looks for a typo there after the Hub's answer): huggingface_hub's settings are read
+    at import, so such a case needs a process. An output path (-o, --output, --plot, --log) is never
+    a repo. A .py file among the inputs could stand in for a module (-m puts the cwd first on sys.path)."""
+    from tests.case_runner import dir_reason
+
+    (tmp_path / "root" / "step-0").mkdir(parents=True)
+    assert dir_reason(["serve", "--drafter", "root/gone"], tmp_path, tmp_path).startswith("hub: root/gone")
+    assert dir_reason(["inspect", "org/x@main"], tmp_path, tmp_path).startswith("hub: org/x@main")
+    assert dir_reason(["inspect", "root/step-0"], tmp_path, tmp_path) is None
+    for flag in ("-o", "--output", "--plot", "--log"):
+        assert dir_reason(["export", "root/step-0", flag, "root/out"], tmp_path, tmp_path) is None
+    assert dir_reason(["export", "root/step-0", "--output=root/out"], tmp_path, tmp_path) is None
+    (tmp_path / "root" / "step-0" / "jsonschema.py").write_text("")
+    assert dir_reason(["inspect", "root/step-0"], tmp_path, tmp_path) == (
+        "python file: -m puts the case's directory first on sys.path"
+    )
 
 
 def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:
