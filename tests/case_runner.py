@@ -13,9 +13,11 @@ corpus's run_corpus decides), else started afresh (:func:`run_process`).
 In this process a case gets what a fresh ``python -m ckpttools`` gets: its own directory as
 cwd, exactly the environment the subprocess would have, stdin empty (/dev/null), stdout and
 stderr captured at the file descriptors (C libraries' output too) through streams with a fresh
-interpreter's encoding and error handlers, Python's default warning filters, and an uncaught
-exception printed as Python prints it (exit 1). Afterwards cwd, environment, streams, loggers,
-warning filters, signal handlers and umask are put back as they were. It runs in the main
+interpreter's encoding and error handlers, Python's default warning filters, an uncaught
+exception printed as Python prints it (exit 1), Python's own hooks for an exception that ends a
+thread or cannot be raised (printed to its stderr), and the log handlers that write to the process's
+stdout or stderr writing to its. Afterwards cwd, environment, streams, loggers and their handlers'
+streams, warning filters, hooks, signal handlers and umask are put back as they were. It runs in the main
 thread (cwd and fds are the process's; SIGALRM deadlines need it), one case at a time; a
 watchdog interrupts it (SIGINT) past its time limit, and the case is then a hang.
 """
