@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import time
@@ -122,12 +123,21 @@ def damaged_safetensors() -> dict[str, bytes]:
     }
 
 
+#: a Python warning as the warnings module prints it (``file:line: UserWarning: text``)
+_PY_WARNING = re.compile(r":\d+: [A-Z]\w*Warning: ")
+
+
 def _mkfifo(p: Path) -> None:
     os.mkfifo(p)
 
 
 def tree_digest(root: Path, skip: set[str] = frozenset()) -> dict[str, str]:  # type: ignore[assignment]
-    """Every file and link under root: content hash (links: their target), and FIFOs by name."""
+    """Every file and link under root: content hash, permission bits and modification time (links:
+    their target), directories with their permission bits, and FIFOs by name. A file rewritten with
+    the same bytes, or chmod-ed, has changed (a directory's time is left out: an output made inside an
+    input directory, as some cases ask, changes it)."""
+    import stat
+
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for n in dirnames + filenames:
@@ -135,14 +145,16 @@ def tree_digest(root: Path, skip: set[str] = frozenset()) -> dict[str, str]:  # 
             rel = str(p.relative_to(root))
             if rel.split("/")[0] in skip:
                 continue
-            if p.is_symlink():
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
                 out[rel] = "link:" + os.readlink(p)
-            elif p.is_fifo():
+            elif stat.S_ISFIFO(st.st_mode):
                 out[rel] = "fifo"
-            elif p.is_file():
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            elif p.is_dir():
-                out[rel] = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
+                out[rel] = f"{digest} {stat.S_IMODE(st.st_mode):o} {st.st_mtime_ns}"
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = f"dir {stat.S_IMODE(st.st_mode):o}"
     return out
 
 
@@ -235,6 +247,10 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     if "Traceback" in se or "Traceback" in so:
         problems.append("traceback")
     lines = [ln for ln in se.splitlines() if ln.strip() and not ln.startswith("ckpt: note: ")]
+    if rc == 0:
+        bad = [ln for ln in lines if ln.startswith("ckpt: error: ") or _PY_WARNING.search(ln)]
+        if bad:
+            problems.append(f"exit 0 with an error or a Python warning on stderr: {bad[:3]!r}")
     if rc not in (0, 1):
         errs = [ln for ln in lines if ln.startswith("ckpt: error: ")]
         rest = [ln for ln in lines if not ln.startswith(("ckpt: error: ", "ckpt: hint: "))]
@@ -243,11 +259,13 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
             problems.append(f"stderr is not one error line plus a hint: {se[-400:]!r}")
     if tree_digest(d, skip) != before:
         problems.append("input tree changed")
-    left = [
-        q.name for q in d.iterdir() if ".ckpt-tmp-" in q.name and q.name not in before
-    ]  # a case input so named stays
+    left = [  # anywhere under the case's directory, an output's inside too; a case input so named stays
+        str(q.relative_to(d)) for q in d.rglob("*.ckpt-tmp-*") if str(q.relative_to(d)) not in before
+    ]
     if left:
         problems.append(f"temporaries left: {left}")
+    if c.out and rc == 0 and c.code == 0 and "--dry-run" not in p.argv and not os.path.lexists(d / c.out):
+        problems.append(f"exit 0 and nothing at OUT {c.out}")
     if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
         problems.append(f"something was left at OUT {c.out}")
     if c.stdout_has and c.stdout_has not in so:

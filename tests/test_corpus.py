@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,7 +163,8 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         "modified inputs": count("input tree changed"),
         "leftovers": count("temporaries left") + count("something was left"),
         "hangs": count("hang"),
-        "bad stderr": count("stderr is not"),
+        "bad stderr": count("stderr is not") + count("exit 0 with an error"),
+        "missing outputs": count("exit 0 and nothing at OUT"),
         "slowest case s": round(max(o.seconds for o in res), 2),
         "in-process": sum(o.how == "in-process" for o in res),
         "in-process s": round(sum(o.seconds for o in res if o.how == "in-process"), 1),
@@ -340,6 +343,80 @@ def test_cases_the_hub_or_a_python_file_could_change_get_a_process(tmp_path: Pat
     assert dir_reason(["inspect", "root/step-0"], tmp_path, tmp_path) == (
         "python file: -m puts the case's directory first on sys.path"
     )
+
+
+def _misbehaving(do: Any) -> Any:
+    """A run of ckpt that exits as ``do(cwd)`` says, after doing what it does: the product's part
+    played by a function, so that the judge (tests/corpus.py:execute) is what is under test."""
+
+    def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
+        return do(cwd)
+
+    return run
+
+
+def _tmp_in_out(cwd: Path) -> tuple[int, str, str]:
+    (cwd / "o").mkdir()
+    (cwd / "o" / ".m.ckpt-tmp-9-write").write_text("")
+    return 0, "", ""
+
+
+def _chmod_input(cwd: Path) -> tuple[int, str, str]:
+    (cwd / "o").mkdir()
+    os.chmod(cwd / "in.txt", 0)
+    return 0, "", ""
+
+
+def _rewrite_input(cwd: Path) -> tuple[int, str, str]:
+    (cwd / "o").mkdir()
+    data = (cwd / "in.txt").read_bytes()
+    (cwd / "in.txt").unlink()
+    time.sleep(0.01)
+    (cwd / "in.txt").write_bytes(data)  # the same bytes, a new file
+    return 0, "", ""
+
+
+@pytest.mark.parametrize(
+    ("do", "problem"),
+    [
+        (_tmp_in_out, "temporaries left: ['o/.m.ckpt-tmp-9-write']"),
+        (lambda cwd: (0, "", ""), "exit 0 and nothing at OUT o"),
+        (lambda cwd: ((cwd / "o").mkdir(), (0, "", "ckpt: error: boom\n"))[1], "exit 0 with an error"),
+        (
+            lambda cwd: ((cwd / "o").mkdir(), (0, "", "x.py:3: UserWarning: careful\n  warn()\n"))[1],
+            "exit 0 with an error or a Python warning",
+        ),
+        (_chmod_input, "input tree changed"),
+        (_rewrite_input, "input tree changed"),
+    ],
+    ids=["tmp-inside-out", "no-out", "error-line", "py-warning", "chmod", "same-bytes-new-file"],
+)
+def test_the_judge_sees_what_a_defect_leaves_on_success(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, do: Any, problem: str
+) -> None:
+    """A case that expects exit 0 and an output: each defect below passed the judge before (a
+    reviewer's audit, 2026-12-07) and is a problem now."""
+    from tests import case_runner as R
+    from tests.corpus import execute, prepare
+
+    case = Case("judge", ["export", "in.txt", "-o", "o"], 0, setup=lambda d, b: (d / "in.txt").write_text("x"), out="o")
+    p = prepare(case, tmp_path, tmp_path / "work", {})
+    monkeypatch.setattr(R, "run_process", _misbehaving(do))
+    o = execute(p, "process")
+    assert any(q.startswith(problem) for q in o.problems), o.problems
+
+
+def test_the_judge_passes_a_run_that_did_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control of the test above: the output made, the input untouched, notes only on stderr."""
+    from tests import case_runner as R
+    from tests.corpus import execute, prepare
+
+    case = Case("judge", ["export", "in.txt", "-o", "o"], 0, setup=lambda d, b: (d / "in.txt").write_text("x"), out="o")
+    p = prepare(case, tmp_path, tmp_path / "work", {})
+    monkeypatch.setattr(
+        R, "run_process", _misbehaving(lambda cwd: ((cwd / "o").mkdir(), (0, "", "ckpt: note: ok\n"))[1])
+    )
+    assert execute(p, "process").problems == []
 
 
 def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:

@@ -155,6 +155,8 @@ class FakeRanks:
         self.drafter, self.spec, self.ranks, self.mode = drafter, spec, ranks, mode
         self.payloads: list[str] = []
         self.answer_dir_mode: int | None = None
+        #: the files the answer-link mode planted outside the answer directory (removed at the end)
+        self.planted: list[Path] = []
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -238,6 +240,7 @@ class FakeRanks:
                 if self.mode == "answer-link":  # the answer a link to a file elsewhere
                     real = dest.parent.parent / f"{dest.parent.name}-planted.json"
                     real.write_text(text)
+                    self.planted.append(real)
                     dest.symlink_to(real)
                     continue
                 dest.write_text(text)
@@ -254,6 +257,8 @@ class FakeRanks:
 
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
+        for p in self.planted:  # in the system's temporary directory, beside ckpt's answer directory
+            p.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
