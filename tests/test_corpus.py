@@ -141,8 +141,30 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
 def outcomes(request: pytest.FixtureRequest, bench: Bench) -> dict[str, Outcome]:
     wanted = _selected(request)
     cases = [bench.case(c) for c in CASES if c.name in wanted]
-    res = run_corpus(cases, bench.base, bench.tmp.mktemp("corpus-work"), bench.subst)
+    work = bench.tmp.mktemp("corpus-work")
+    res = run_corpus(cases, bench.base, work, bench.subst)
+    _LEFT_BESIDE[:] = [
+        str(q.relative_to(work)) for q in work.rglob("*.ckpt-tmp-*") if not _in_a_kept_case_dir(q, work, res)
+    ]
     return {o.case.name: o for o in res}
+
+
+#: temporaries found in the corpus's work directory once every case had run, outside the cases' own
+#: directories (which the judge looks at, case by case): 34 cases write their --log beside their
+#: directory (`../NAME.log`), where the judge of each case does not look
+_LEFT_BESIDE: list[str] = []
+
+
+def _in_a_kept_case_dir(q: Path, work: Path, res: list[Outcome]) -> bool:
+    """Whether ``q`` lies in the directory of a case that was kept (one that hung keeps its inputs,
+    some named .ckpt-tmp-* on purpose): that case failed already."""
+    top = q.relative_to(work).parts[0]
+    return any(o.case.name == top and o.rc is None for o in res)
+
+
+def test_no_temporary_is_left_beside_the_cases_directories(outcomes: dict[str, Outcome]) -> None:
+    """What the cases wrote outside their own directories (a --log ../NAME.log) left no temporary."""
+    assert _LEFT_BESIDE == []
 
 
 @pytest.mark.parametrize("name", NAMES)
