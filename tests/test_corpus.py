@@ -138,33 +138,27 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(request: pytest.FixtureRequest, bench: Bench) -> dict[str, Outcome]:
+def outcomes(request: pytest.FixtureRequest, bench: Bench, corpus_work: Path) -> dict[str, Outcome]:
     wanted = _selected(request)
     cases = [bench.case(c) for c in CASES if c.name in wanted]
-    work = bench.tmp.mktemp("corpus-work")
-    res = run_corpus(cases, bench.base, work, bench.subst)
-    _LEFT_BESIDE[:] = [
-        str(q.relative_to(work)) for q in work.rglob("*.ckpt-tmp-*") if not _in_a_kept_case_dir(q, work, res)
-    ]
+    res = run_corpus(cases, bench.base, corpus_work, bench.subst)
     return {o.case.name: o for o in res}
 
 
-#: temporaries found in the corpus's work directory once every case had run, outside the cases' own
-#: directories (which the judge looks at, case by case): 34 cases write their --log beside their
-#: directory (`../NAME.log`), where the judge of each case does not look
-_LEFT_BESIDE: list[str] = []
+@pytest.fixture(scope="module")
+def corpus_work(bench: Bench) -> Path:
+    """The directory the corpus's cases run in, each in a directory of its own."""
+    return bench.tmp.mktemp("corpus-work")
 
 
-def _in_a_kept_case_dir(q: Path, work: Path, res: list[Outcome]) -> bool:
-    """Whether ``q`` lies in the directory of a case that was kept (one that hung keeps its inputs,
-    some named .ckpt-tmp-* on purpose): that case failed already."""
-    top = q.relative_to(work).parts[0]
-    return any(o.case.name == top and o.rc is None for o in res)
-
-
-def test_no_temporary_is_left_beside_the_cases_directories(outcomes: dict[str, Outcome]) -> None:
-    """What the cases wrote outside their own directories (a --log ../NAME.log) left no temporary."""
-    assert _LEFT_BESIDE == []
+def test_no_temporary_is_left_beside_the_cases_directories(outcomes: dict[str, Outcome], corpus_work: Path) -> None:
+    """Once every case has run, no temporary is left in the corpus's work directory, where 31 cases
+    write their --log beside their own directory (`../NAME.log`) and the judge of each case does not
+    look. A hung case's directory is kept, inputs named .ckpt-tmp-* on purpose too: that case failed
+    already."""
+    hung = {name for name, o in outcomes.items() if o.rc is None}
+    left = [q.relative_to(corpus_work) for q in corpus_work.rglob("*.ckpt-tmp-*")]
+    assert [str(q) for q in left if q.parts[0] not in hung] == []
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -290,8 +284,6 @@ def test_a_stop_that_python_swallows_is_sent_again(tmp_path: Path) -> None:
     """The watchdog's first stop lands in a finaliser, where Python prints "Exception ignored" and
     goes on (tests/runner_entry.py): it stops the case again every _REFIRE s, so a case that would
     run 20 s more is still reported as a hang (rc None) within a few seconds, not when it ends."""
-    import time
-
     from tests.case_runner import _REFIRE, run_inprocess
 
     t = time.monotonic()
