@@ -54,6 +54,7 @@ STALLING = (*HOSTILE, "timeout", "slow", "stall", "hang", "sleep")
 READ_WHEN_RUN = {
     "CKPT_FAKE_ENGINE": "read by tests/fake_engine's server, a process of its own that ckpt starts",
     "CKPT_API_KEY": "read as the command's options are parsed (click's envvar), and by measuring.serve when called",
+    "TMPDIR": "read by tempfile.gettempdir() at its first call, which a case's process (or child) makes anew",
 }
 
 #: the CLI's options whose value is a path it writes (ckpttools/cli/commands.py, serve_cmds.py): never a Hub repo
@@ -286,6 +287,7 @@ def run_inprocess(
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
     saved_std = (sys.stdin, sys.stdout, sys.stderr)
     saved_argv, saved_cwd, saved_env = list(sys.argv), os.getcwd(), dict(os.environ)
+    saved_tempdir = tempfile.tempdir
     saved_umask = os.umask(0o022)
     os.umask(saved_umask)
     saved_signals = {s: signal.getsignal(s) for s in _CATCHABLE}
@@ -364,6 +366,7 @@ def run_inprocess(
         sys.argv = [str(Path(__file__).resolve().parents[1] / "ckpttools" / "__main__.py"), *argv]
         os.environ.clear()
         os.environ.update(env)
+        tempfile.tempdir = None  # read TMPDIR again: the case's (tests/corpus.py: case_tmp)
         os.chdir(cwd)
         threading.Thread.start = start_marked  # type: ignore[method-assign]
         # what a fresh interpreter does with an exception it cannot raise (in a finaliser, a weakref
@@ -405,6 +408,7 @@ def run_inprocess(
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+        tempfile.tempdir = saved_tempdir
         os.umask(saved_umask)
         sys.argv = saved_argv
         with lock:  # the fds back first, then the streams (the order of the start, reversed)

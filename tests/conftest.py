@@ -37,6 +37,8 @@ def pytest_configure(config):
                 f"CKPT_TEST_TIMELINE={timeline}: cannot append there ({e.strerror or e}); "
                 "give a file in a directory that exists, or unset it"
             ) from None
+    if "CKPT_TEST_TMP" not in os.environ and not hasattr(config, "workerinput"):
+        _session_tmp(config)
     if "CKPT_LAUNCH_LEDGER" not in os.environ and not hasattr(config, "workerinput"):
         import tempfile
 
@@ -66,6 +68,24 @@ def pytest_configure(config):
         # one thread per worker for torch (the probe) and what it starts: two workers on two cores
         # would otherwise run four threads that wait on each other
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _session_tmp(config) -> None:
+    """One temporary directory for the session (TMPDIR of this process, of the workers it starts and
+    of every process a test starts), removed at its end (pytest_unconfigure). What the tests' engines
+    leave in the temporary directory is then gone with the session: each real vLLM server start leaves
+    a ``vllm_dist_*`` rendezvous file there (vllm/utils/network_utils.py:153-154, 0.32.0) and the TP-2
+    run's inductor compiles a 155 MB precompiled header into ``torchinductor_<user>`` (torch's default
+    cache: ``{gettempdir()}/torchinductor_{user}``): 948 such files and 2.4 GB of headers had piled up
+    in /tmp here (2026-12-07). A fresh machine has no such cache, so no run is timed with one. pytest's
+    own ``tmp_path`` directories stay where pytest keeps them (the last 3 runs': PYTEST_DEBUG_TEMPROOT)."""
+    import tempfile
+
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    root = tempfile.mkdtemp(prefix="ckpt-t-")  # short: AF_UNIX paths (vLLM's ipc:// sockets) go under it
+    config._ckpt_tmp_was = os.environ.get("TMPDIR")
+    os.environ["CKPT_TEST_TMP"] = os.environ["TMPDIR"] = config._ckpt_tmp = root
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -166,6 +186,16 @@ def pytest_unconfigure(config):
 
         shutil.rmtree(path, ignore_errors=True)
         os.environ.pop("CKPT_VLLM_CACHE_ROOT", None)
+    tmp = getattr(config, "_ckpt_tmp", None)
+    if tmp is not None:
+        import shutil
+        import tempfile
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.environ.pop("CKPT_TEST_TMP", None)
+        was = getattr(config, "_ckpt_tmp_was", None)
+        os.environ.pop("TMPDIR", None) if was is None else os.environ.__setitem__("TMPDIR", was)
+        tempfile.tempdir = None
 
 
 #: the order the shared vLLM servers' tests run in, family by family, so that each server starts once

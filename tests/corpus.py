@@ -185,12 +185,20 @@ def prepare(c: Case, base: Path, work: Path, subst: dict[str, str], environ: dic
         argv.append(a)
     skip = {c.out.split("/")[0]} if c.out else set()
     before = tree_digest(d, skip)
+    case_tmp(work, c).mkdir()
     return Prepared(c, d, argv, case_env(c, work, environ), skip, before, process_reason(c, d, argv))
+
+
+def case_tmp(work: Path, c: Case) -> Path:
+    """The case's own temporary directory (its TMPDIR), beside its directory: what the command leaves
+    in the temporary directory is the case's, while other cases and tests run beside it."""
+    return work / f"{c.name}.tmp"
 
 
 def case_env(c: Case, work: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment case ``c`` runs under, from ``environ`` (default: this process's now)."""
     env = {**(os.environ if environ is None else environ), "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty")}
+    env["TMPDIR"] = str(case_tmp(work, c))
     env.update(c.env)
     env.pop("CKPT_DEBUG", None)
     return env
@@ -264,6 +272,11 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     ]
     if left:
         problems.append(f"temporaries left: {left}")
+    tmp = case_tmp(d.parent, c)
+    if p.env.get("TMPDIR") == str(tmp):  # a case that sets TMPDIR itself is judged by the rest
+        stray = sorted(os.listdir(tmp)) if tmp.is_dir() else ["(the directory itself is gone)"]
+        if stray:
+            problems.append(f"temporaries left in its TMPDIR: {stray[:5]}")
     if c.out and rc == 0 and c.code == 0 and "--dry-run" not in p.argv and not os.path.lexists(d / c.out):
         problems.append(f"exit 0 and nothing at OUT {c.out}")
     if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
@@ -274,6 +287,7 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
         problems.append(f"stderr lacks {c.stderr_has!r}")
     if rc is not None:
         shutil.rmtree(d, ignore_errors=True)  # keep failures' dirs only when they hung
+        shutil.rmtree(tmp, ignore_errors=True)
     how_ = "in-process" if inproc else f"process: {rerun or p.why or 'asked'}"
     if zygote is not None:
         how_ = f"process: zygote: {p.why}"
@@ -366,7 +380,9 @@ def zygotes(groups: dict[frozenset[tuple[str, str]], int], work: Path) -> Iterat
             if n >= ZYGOTE_CASES:
                 scratch = work / f".zygote-{i}"
                 scratch.mkdir()
-                _ZYGOTES[key] = Zygote(dict(key), scratch, run_vars=frozenset(READ_WHEN_RUN))
+                # its own TMPDIR: each child runs with its case's (READ_WHEN_RUN)
+                env = {**dict(key), "TMPDIR": str(scratch)}
+                _ZYGOTES[key] = Zygote(env, scratch, run_vars=frozenset(READ_WHEN_RUN))
                 started.append(key)
         yield set(started)
     finally:

@@ -10,14 +10,21 @@ can differ between this process and a fresh ``python -m ckpttools``:
   made before the case, on the ``sys.stderr`` of that moment.
 - ``main(["pool"])``: runs a task on a module-level thread pool with a name of its own, as
   engines/serverside/ckpt_swap.py's ``ckpt-dg`` pool is, and returns with the pool's worker idle.
+- ``main(["tmp"])``: makes a directory in the temporary directory, as engines/swap.py's ``ckpt-swap-``
+  one is, prints its path and leaves it there.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+#: read as this module is imported, as a library may: a zygote that preloads it has its temporary
+#: directory set before it forks (tests/test_corpus.py reads where its children make theirs)
+TMP_AT_IMPORT = tempfile.gettempdir()
 
 #: the pool of ``main(["pool"])``: kept, as a module's pool is, from one call to the next
 _POOL: ThreadPoolExecutor | None = None
@@ -41,6 +48,9 @@ def main(argv: list[str]) -> None:
         return
     if argv == ["log"]:
         logging.getLogger("runner-entry-lib").warning("a library's warning, through its own handler")
+        return
+    if argv == ["tmp"]:
+        print(tempfile.mkdtemp(prefix="ckpt-swap-"))
         return
     if argv == ["pool"]:
         if _POOL is None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -87,7 +90,8 @@ def zygote_sample(cases: list[Case]) -> list[str]:
     """Cases a zygote runs (tests/zygote.py: an environment of ZYGOTE_CASES cases or more; their
     directories once made may still say no): the first of each class, exit code and environment."""
     able = zygote_able_cases(cases)
-    envs = {c.name: frozenset(case_env(c, Path("/w"), {}).items()) for c in able}
+    # each case's own TMPDIR (corpus.case_tmp) left out: a zygote's child takes it as it starts
+    envs = {c.name: frozenset((k, v) for k, v in case_env(c, Path("/w"), {}).items() if k != "TMPDIR") for c in able}
     sizes = Counter(envs[c.name] for c in able)
     firsts: dict[object, str] = {}
     for c in able:  # not a -once mode: the Hub answers it alike only the first time (tests/local_hub.py)
@@ -236,7 +240,9 @@ def test_cases_with_variables_read_when_run_read_alike(outcomes: dict[str, Outco
 
     chosen = ENV_SAMPLE
     seen = {k for c in CASES if c.name in chosen for k in c.env}
-    assert len(chosen) >= 5 and seen == READ_WHEN_RUN.keys(), (chosen, seen)
+    # TMPDIR is the runner's, set for every case (corpus.case_tmp): every zygote child runs with a
+    # TMPDIR of its own, and test_cases_run_by_a_zygote_read_alike reruns a sample in fresh processes
+    assert len(chosen) >= 5 and seen | {"TMPDIR"} == READ_WHEN_RUN.keys(), (chosen, seen)
     zygote = [n for n in chosen if outcomes[n].how.startswith("process: zygote: ")]
     assert zygote == chosen, [(n, outcomes[n].how) for n in chosen]
     _rerun_alike(outcomes, bench, chosen, "zygote")
@@ -418,6 +424,65 @@ def test_the_judge_sees_what_a_defect_leaves_on_success(
     monkeypatch.setattr(R, "run_process", _misbehaving(do))
     o = execute(p, "process")
     assert any(q.startswith(problem) for q in o.problems), o.problems
+
+
+def test_a_case_runs_with_a_temporary_directory_of_its_own_each_way(tmp_path: Path) -> None:
+    """TMPDIR is the case's own (corpus.case_tmp) in this process, in a zygote's child and in a process
+    of its own: what a command leaves in the temporary directory lands where the judge looks, and this
+    process's temporary directory is as it was afterwards."""
+    from tests.case_runner import READ_WHEN_RUN, run_inprocess
+    from tests.corpus import case_env, case_tmp, prepare
+    from tests.zygote import Zygote
+
+    case = Case("leaves-tmp", ["tmp"], 0)
+    p = prepare(case, tmp_path, tmp_path / "work", {})
+    mine = case_tmp(tmp_path / "work", case)
+    assert p.env["TMPDIR"] == str(mine) and mine.is_dir() and case_env(case, tmp_path / "work")["TMPDIR"] == str(mine)
+    before = tempfile.gettempdir()
+    rc, so, _ = run_inprocess(["tmp"], p.dir, p.env, 30.0, entry="tests.runner_entry")
+    assert rc == 0 and Path(so.strip()).parent == mine and tempfile.gettempdir() == before
+    code = "import tempfile; print(tempfile.mkdtemp(prefix='ckpt-swap-'))"
+    (tmp_path / "zy").mkdir()
+    env = {**p.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # the zygote's preload reads its own temporary directory as it is imported, before the fork
+    z = Zygote(
+        {**env, "TMPDIR": str(tmp_path / "zy")}, tmp_path / "zy", ("tests.runner_entry",), frozenset(READ_WHEN_RUN)
+    )
+    try:
+        rc, so, _ = z.run([], p.dir, 30.0, env=env, code=code)
+    finally:
+        z.close()
+    assert rc == 0 and Path(so.decode().strip()).parent == mine
+    r = subprocess.run([sys.executable, "-c", code], env=p.env, capture_output=True, text=True, check=True)
+    assert Path(r.stdout.strip()).parent == mine
+    assert len(os.listdir(mine)) == 3
+
+
+def test_the_judge_sees_a_temporary_left_in_the_cases_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that leaves a directory in its TMPDIR (a swap's ``ckpt-swap-*`` answer folder, say) is
+    a problem, whether it succeeded or failed, and the case's TMPDIR is removed with its directory."""
+    from tests import case_runner as R
+    from tests.corpus import case_tmp, execute, prepare
+
+    def leaves(code: int) -> Any:
+        def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
+            tempfile.mkdtemp(prefix="ckpt-swap-", dir=env["TMPDIR"])
+            if code == 0:
+                (cwd / "o").mkdir()
+                return 0, "", ""
+            return code, "", "ckpt: error: the server went away\n"
+
+        return run
+
+    for code in (0, 2):
+        case = Case(
+            f"judge-{code}", ["export", "in.txt", "-o", "o"], code, lambda d, b: (d / "in.txt").write_text("x"), "o"
+        )
+        p = prepare(case, tmp_path, tmp_path / "work", {})
+        monkeypatch.setattr(R, "run_process", leaves(code))
+        o = execute(p, "process")
+        assert [q for q in o.problems if q.startswith("temporaries left in its TMPDIR: ['ckpt-swap-")] == o.problems
+        assert o.problems and not case_tmp(tmp_path / "work", case).exists()
 
 
 def test_the_judge_passes_a_run_that_did_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,11 @@ SGL_ARGS = [
     "--skip-tokenizer-init",
     "--mem-fraction-static=0.3",
 ]
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", Path(tempfile.gettempdir()) / "ckpt-gpu-logs"))
+#: kept after the session: the system's temporary directory, not the session's (tests/conftest.py: _session_tmp)
+LOGS = Path(
+    os.environ.get("CKPT_GPU_LOGS")
+    or Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()) / "ckpt-gpu-logs"
+)
 EXPECTED = {("repeat", "id"): STEPS + 1.0, ("swap", "id"): 2.0, ("repeat", "swap"): 1.0}
 
 

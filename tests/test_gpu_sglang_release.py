@@ -24,7 +24,11 @@ from .helpers import compare_plan
 from .test_gpu_sglang import SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-LOGS = Path(os.environ.get("CKPT_GPU_LOGS", Path(tempfile.gettempdir()) / "ckpt-gpu-logs"))
+#: kept after the session: the system's temporary directory, not the session's (tests/conftest.py: _session_tmp)
+LOGS = Path(
+    os.environ.get("CKPT_GPU_LOGS")
+    or Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()) / "ckpt-gpu-logs"
+)
 REPO = Path(__file__).resolve().parents[1]
 
 

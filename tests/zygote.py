@@ -146,6 +146,8 @@ def _child(req: dict[str, Any]) -> None:
     if req["env"] is not None:  # it differs from the zygote's in variables read when a command runs only
         os.environ.clear()
         os.environ.update(req["env"])
+        if "tempfile" in sys.modules:  # TMPDIR is read again at the first gettempdir()
+            sys.modules["tempfile"].tempdir = None
     os.chdir(req["cwd"])
     if req.get("code") is not None:  # as -c: sys.argv ['-c'], the cwd ('') first on sys.path, a new __main__
         import types
