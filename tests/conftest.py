@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -81,8 +82,12 @@ def _session_tmp(config) -> None:
     own ``tmp_path`` directories stay where pytest keeps them (the last 3 runs': PYTEST_DEBUG_TEMPROOT)."""
     import tempfile
 
-    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    system = tempfile.gettempdir()
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", system)
     root = tempfile.mkdtemp(prefix="ckpt-t-")  # short: AF_UNIX paths (vLLM's ipc:// sockets) go under it
+    # the system's mode (1777 for /tmp), not mkdtemp's 0700: tests/test_plan_checks.py runs ckpt as another
+    # user on inputs made in the temporary directory, as a user may
+    os.chmod(root, stat.S_IMODE(os.stat(system).st_mode))
     config._ckpt_tmp_was = os.environ.get("TMPDIR")
     os.environ["CKPT_TEST_TMP"] = os.environ["TMPDIR"] = config._ckpt_tmp = root
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again

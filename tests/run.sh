@@ -37,6 +37,16 @@ case "${CKPT_TEST_TIMELINE:-/}" in
 esac
 cd "$(dirname "$0")/.."
 unset PYTHONDONTWRITEBYTECODE
+# one temporary directory for the whole run (the installs, the warm-up imports, pytest and what it starts),
+# removed at its end: vLLM's imports and servers, torch's compile cache and uv's build locks leave files in
+# the temporary directory (tests/conftest.py: _session_tmp does the same for a plain pytest). pytest's own
+# tmp_path directories stay in the system's, where pytest keeps the last 3 runs'
+sys_tmp=${TMPDIR:-/tmp}
+export PYTEST_DEBUG_TEMPROOT="${PYTEST_DEBUG_TEMPROOT:-$sys_tmp}"
+run_tmp=$(mktemp -d "$sys_tmp/ckpt-run-XXXXXX")
+chmod "$(stat -c %a "$sys_tmp")" "$run_tmp"
+trap 'rm -rf "$run_tmp"' EXIT
+export TMPDIR="$run_tmp"
 quick=0
 if [ "${1:-}" = "--quick" ]; then
   quick=1
