@@ -83,7 +83,8 @@ def _session_tmp(config) -> None:
     import tempfile
 
     system = tempfile.gettempdir()
-    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", system)
+    if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = config._ckpt_temproot = system
     root = tempfile.mkdtemp(prefix="ckpt-t-")  # short: AF_UNIX paths (vLLM's ipc:// sockets) go under it
     # the system's mode (1777 for /tmp), not mkdtemp's 0700: tests/test_plan_checks.py runs ckpt as another
     # user on inputs made in the temporary directory, as a user may
@@ -198,6 +199,8 @@ def pytest_unconfigure(config):
 
         shutil.rmtree(tmp, ignore_errors=True)
         os.environ.pop("CKPT_TEST_TMP", None)
+        if getattr(config, "_ckpt_temproot", None) is not None:
+            os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
         was = getattr(config, "_ckpt_tmp_was", None)
         os.environ.pop("TMPDIR", None) if was is None else os.environ.__setitem__("TMPDIR", was)
         tempfile.tempdir = None

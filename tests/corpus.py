@@ -189,6 +189,14 @@ def prepare(c: Case, base: Path, work: Path, subst: dict[str, str], environ: dic
     return Prepared(c, d, argv, case_env(c, work, environ), skip, before, process_reason(c, d, argv))
 
 
+#: torch's compile cache in the temporary directory (``torchinductor_<user>``), not a temporary of ckpt's: torch
+#: makes it as transformers' Llama model is imported (torch/_dynamo/package.py:1267, through
+#: torch/_inductor/runtime/cache_dir_utils.py:14-21, torch 2.13.0), for every torch program on the machine
+#: to share, and caches its path in the process (TORCHINDUCTOR_CACHE_DIR): an in-process ``--engine torch``
+#: case finds it made already, elsewhere, and a process of its own makes it in the case's TMPDIR
+TORCH_CACHE = "torchinductor_"
+
+
 def case_tmp(work: Path, c: Case) -> Path:
     """The case's own temporary directory (its TMPDIR), beside its directory: what the command leaves
     in the temporary directory is the case's, while other cases and tests run beside it."""
@@ -199,6 +207,9 @@ def case_env(c: Case, work: Path, environ: dict[str, str] | None = None) -> dict
     """The environment case ``c`` runs under, from ``environ`` (default: this process's now)."""
     env = {**(os.environ if environ is None else environ), "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / ".hf-empty")}
     env["TMPDIR"] = str(case_tmp(work, c))
+    # torch writes its compile cache's path here in the process that imported its model code (TORCH_CACHE:
+    # cache_dir_utils.py:19); a user's fresh process has it only if the user set it
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     env.update(c.env)
     env.pop("CKPT_DEBUG", None)
     return env
@@ -274,7 +285,7 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
         problems.append(f"temporaries left: {left}")
     tmp = case_tmp(d.parent, c)
     if p.env.get("TMPDIR") == str(tmp):  # a case that sets TMPDIR itself is judged by the rest
-        stray = sorted(os.listdir(tmp)) if tmp.is_dir() else ["(the directory itself is gone)"]
+        stray = sorted(n for n in os.listdir(tmp) if not n.startswith(TORCH_CACHE)) if tmp.is_dir() else ["(gone)"]
         if stray:
             problems.append(f"temporaries left in its TMPDIR: {stray[:5]}")
     if c.out and rc == 0 and c.code == 0 and "--dry-run" not in p.argv and not os.path.lexists(d / c.out):

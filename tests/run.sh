@@ -41,11 +41,13 @@ unset PYTHONDONTWRITEBYTECODE
 # removed at its end: vLLM's imports and servers, torch's compile cache and uv's build locks leave files in
 # the temporary directory (tests/conftest.py: _session_tmp does the same for a plain pytest). pytest's own
 # tmp_path directories stay in the system's, where pytest keeps the last 3 runs'
-sys_tmp=${TMPDIR:-/tmp}
+# (a TMPDIR that is missing or cannot be written falls back to /tmp, as Python's tempfile does). On an
+# early exit the background jobs (vLLM's install, lint) are waited for before their directory goes
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-run-XXXXXX" 2>/dev/null || mktemp -d /tmp/ckpt-run-XXXXXX)
+sys_tmp=$(dirname "$run_tmp")
 export PYTEST_DEBUG_TEMPROOT="${PYTEST_DEBUG_TEMPROOT:-$sys_tmp}"
-run_tmp=$(mktemp -d "$sys_tmp/ckpt-run-XXXXXX")
 chmod "$(stat -c %a "$sys_tmp")" "$run_tmp"
-trap 'rm -rf "$run_tmp"' EXIT
+trap 'wait; rm -rf "$run_tmp"' EXIT
 export TMPDIR="$run_tmp"
 quick=0
 if [ "${1:-}" = "--quick" ]; then

@@ -101,6 +101,9 @@ def zygote_sample(cases: list[Case]) -> list[str]:
 
 
 ZYGOTE_SAMPLE = zygote_sample(CASES)
+#: an offline torch case that loads the model: transformers' Llama import makes torch's compile cache in the
+#: temporary directory (corpus.TORCH_CACHE), in a process of its own the case's TMPDIR
+TORCH_SAMPLE = ["link-nothing-ids-prompts-offline"]
 
 
 def _selected(request: pytest.FixtureRequest) -> set[str]:
@@ -111,6 +114,7 @@ def _selected(request: pytest.FixtureRequest) -> set[str]:
     names = {i.name for i in here}
     sample = set(SAMPLE) if "test_both_ways_alike" in names else set()
     sample |= set(ENV_SAMPLE) if "test_cases_with_variables_read_when_run_read_alike" in names else set()
+    sample |= set(TORCH_SAMPLE) if "test_a_torch_case_that_loads_its_model_reads_alike" in names else set()
     if "test_cases_run_by_a_zygote_read_alike" in names:  # and the rest of their zygotes' cases
         sample |= {c.name for c in zygote_able_cases(CASES)}
     return sample | {i.callspec.params["name"] for i in here if getattr(i, "originalname", "") == "test_case"}
@@ -258,6 +262,15 @@ def test_cases_run_by_a_zygote_read_alike(outcomes: dict[str, Outcome], bench: B
     envs = {frozenset(c.env.items()) for c in CASES if c.name in chosen}
     assert len(chosen) >= 8 and len(envs) >= 2 and len({n.split("-", 1)[0] for n in chosen}) >= 3, chosen
     _rerun_alike(outcomes, bench, chosen, "zygote")
+
+
+def test_a_torch_case_that_loads_its_model_reads_alike(outcomes: dict[str, Outcome], bench: Bench) -> None:
+    """An ``--engine torch`` case run in this process, where torch's compile cache was made by the
+    model imports before the cases, and again in a fresh process, which makes it in the case's TMPDIR
+    (a reviewer's finding, 2026-12-07): the same outcome, clean both ways."""
+    assert [outcomes[n].how for n in TORCH_SAMPLE] == ["in-process"] * len(TORCH_SAMPLE)
+    assert all(not outcomes[n].problems for n in TORCH_SAMPLE)
+    _rerun_alike(outcomes, bench, TORCH_SAMPLE, "in-process")
 
 
 def _rerun_alike(outcomes: dict[str, Outcome], bench: Bench, chosen: list[str], how: str) -> None:
