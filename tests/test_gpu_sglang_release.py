@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,14 +20,9 @@ from ckpttools.measuring.logs import read_logs
 from ckpttools.measuring.verify import verify
 
 from .helpers import compare_plan
-from .test_gpu_sglang import SGL_ARGS
+from .test_gpu_sglang import LOGS, SGL_ARGS
 
 pytestmark = pytest.mark.gpu
-#: kept after the session: the system's temporary directory, not the session's (tests/conftest.py: _session_tmp)
-LOGS = Path(
-    os.environ.get("CKPT_GPU_LOGS")
-    or Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()) / "ckpt-gpu-logs"
-)
 REPO = Path(__file__).resolve().parents[1]
 
 
