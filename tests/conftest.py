@@ -78,7 +78,7 @@ def _session_tmp(config) -> None:
     a ``vllm_dist_*`` rendezvous file there (vllm/utils/network_utils.py:153-154, 0.32.0) and the TP-2
     run's inductor compiles a 155 MB precompiled header into ``torchinductor_<user>`` (torch's default
     cache: ``{gettempdir()}/torchinductor_{user}``): 948 such files and 2.4 GB of headers had piled up
-    in /tmp here (2026-12-07). A fresh machine has no such cache, so no run is timed with one. pytest's
+    in the system's temporary directory here (2026-12-07). A fresh machine has no such cache, so no run is timed with one. pytest's
     own ``tmp_path`` directories stay where pytest keeps them (the last 3 runs': PYTEST_DEBUG_TEMPROOT)."""
     import tempfile
 
@@ -86,7 +86,7 @@ def _session_tmp(config) -> None:
     if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = config._ckpt_temproot = system
     root = tempfile.mkdtemp(prefix="ckpt-t-")  # short: AF_UNIX paths (vLLM's ipc:// sockets) go under it
-    # the system's mode (1777 for /tmp), not mkdtemp's 0700: tests/test_plan_checks.py runs ckpt as another
+    # the system's mode (1777, as a rule), not mkdtemp's 0700: tests/test_plan_checks.py runs ckpt as another
     # user on inputs made in the temporary directory, as a user may
     os.chmod(root, stat.S_IMODE(os.stat(system).st_mode))
     config._ckpt_tmp_was = os.environ.get("TMPDIR")
@@ -182,19 +182,18 @@ def _start_vllm_warm() -> subprocess.Popen | None:
 
 
 def pytest_unconfigure(config):
+    import shutil
+
     warm = getattr(config, "_ckpt_vllm_warm", None)
     if warm is not None and warm.poll() is None:
         warm.kill()
         warm.wait()
     path = getattr(config, "_ckpt_vllm_cache", None)
     if path is not None:
-        import shutil
-
         shutil.rmtree(path, ignore_errors=True)
         os.environ.pop("CKPT_VLLM_CACHE_ROOT", None)
     tmp = getattr(config, "_ckpt_tmp", None)
     if tmp is not None:
-        import shutil
         import tempfile
 
         shutil.rmtree(tmp, ignore_errors=True)
@@ -202,7 +201,10 @@ def pytest_unconfigure(config):
         if getattr(config, "_ckpt_temproot", None) is not None:
             os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
         was = getattr(config, "_ckpt_tmp_was", None)
-        os.environ.pop("TMPDIR", None) if was is None else os.environ.__setitem__("TMPDIR", was)
+        if was is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = was
         tempfile.tempdir = None
 
 
