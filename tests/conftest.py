@@ -25,9 +25,6 @@ def real_configs_dir() -> Path:
 def pytest_configure(config):
     """Every server any test launches (in this process or a ckpt subprocess) is one line in the
     launch ledger (ckpttools.engines.launch._ledger); the summary counts them."""
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        # the groups handed out in the workers' collection order (_longest_first), not by their number of tests
-        config.option.loadscopereorder = False
     timeline = os.environ.get("CKPT_TEST_TIMELINE")
     if timeline and not hasattr(config, "workerinput"):
         # the workers append to it after each test: a path they cannot write failed every test with an
@@ -250,34 +247,18 @@ def _pool_order(items: list) -> None:
             items[i] = item
 
 
-def _scope(item: pytest.Item) -> str:
-    """The unit pytest-xdist's loadgroup hands to one worker: the test's group (as xdist/remote.py names
-    it: the xdist_group names, sorted and joined by "_"), or the test alone."""
-    names = sorted(
-        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
-    )
-    return "_".join(names) if names else item.nodeid
-
-
-def _longest_first(items: list) -> None:
-    """The groups that start real vLLM servers first, those of the most real-vLLM tests first (the shared
-    servers' 26 tests, test_vllm_engine's group, the README demo, the TP-2 run, each test that launches a
-    server of its own), then the rest in xdist's own order: the groups of the most tests first (the corpus
-    first), each group's tests in their order. pytest-xdist hands the groups out in this order
-    (pytest_configure turns its own reordering off), each to the worker that runs out of work first.
-    xdist's order, by number of tests alone, started the TP-2 run (one test, 82 s) last, on a worker
-    that ran it alone while the other two had finished: 82 s at the end of a clean clone with one core
-    idle (2026-12-07); before, the tests that launch servers of their own ran last likewise (2026-12-03)."""
-    scope = {id(i): _scope(i) for i in items}
-    size: dict[str, int] = {}
-    real: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for n, i in enumerate(items):
-        s = scope[id(i)]
-        size[s] = size.get(s, 0) + 1
-        real[s] = real.get(s, 0) + (i.get_closest_marker("vllm") is not None)
-        first.setdefault(s, n)
-    items.sort(key=lambda i: (-real[scope[id(i)]], -size[scope[id(i)]], first[scope[id(i)]]))
+def _launching_first(items: list) -> None:
+    """The real-vLLM tests of no group (each starts servers of its own: 50-150 s here) ahead of the
+    other tests of no group, in their own order. pytest-xdist's loadgroup hands out the groups first,
+    the largest first (the corpus, then the shared servers' tests), then the other tests in this order,
+    each to the worker that runs out of work first: started last, these long tests ran one after another
+    on one worker at the end while the other had nothing left (a run of 2026-12-03: 200 s idle)."""
+    launching = [
+        i for i in items if i.get_closest_marker("vllm") is not None and i.get_closest_marker("xdist_group") is None
+    ]
+    if launching:
+        chosen = set(map(id, launching))
+        items[:] = launching + [i for i in items if id(i) not in chosen]
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:
@@ -307,8 +288,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(f"zygote-{item.module.__name__}"))
         elif item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(f"module-{item.module.__name__}"))
-    if getattr(config.option, "loadgroup", False):  # a worker of tests/run.sh's -n 3 --dist loadgroup (xdist/remote.py)
-        _longest_first(items)
+    _launching_first(items)
     if os.environ.get("CKPT_GPU_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="GPU test: set CKPT_GPU_TESTS=1 on a machine with a GPU and the SGLang bundle")
