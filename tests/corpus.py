@@ -286,7 +286,10 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
         problems.append(f"temporaries left: {left}")
     tmp = case_tmp(d.parent, c)
     if p.env.get("TMPDIR") == str(tmp):  # a case that sets TMPDIR itself is judged by the rest
-        stray = sorted(n for n in os.listdir(tmp) if not n.startswith(TORCH_CACHE)) if tmp.is_dir() else ["(gone)"]
+        if tmp.is_dir():
+            stray = sorted(n for n in os.listdir(tmp) if not n.startswith(TORCH_CACHE))
+        else:
+            stray = ["(the directory itself is gone)"]
         if stray:
             problems.append(f"temporaries left in its TMPDIR: {stray[:5]}")
     if c.out and rc == 0 and c.code == 0 and "--dry-run" not in p.argv and not os.path.lexists(d / c.out):
