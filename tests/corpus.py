@@ -232,6 +232,52 @@ def run_case(
     return execute(prepare(c, base, work, subst, environ), how, timeout)
 
 
+def _runs_with(pid: int, tmpdir: str) -> bool:
+    """Whether process ``pid`` runs (not a zombie) with ``TMPDIR=tmpdir`` in its environment: a server a
+    case launched inherits the case's own TMPDIR (corpus.case_tmp), in this process as in its own."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"\0TMPDIR=" + os.fsencode(tmpdir) + b"\0" in b"\0" + f.read()
+    except (OSError, IndexError):
+        return False
+
+
+def servers_left(env: dict[str, str], since: int, grace: float = 5.0) -> list[str]:
+    """The servers a case launched that still run ``grace`` s after it ended, each stopped here: its
+    lines in the launch ledger (CKPT_LAUNCH_LEDGER, every launch's pid: ckpttools.engines.launch) past
+    offset ``since``, known by the case's TMPDIR in their environment (cases run side by side). A server
+    whose ckpt ended gets SIGTERM from the kernel (engines/launch.py: the parent-death signal) and ends
+    within the grace; one that runs on outlived ckpt, or ckpt left it running in this process."""
+    path, tmpdir = env.get("CKPT_LAUNCH_LEDGER"), env.get("TMPDIR")
+    if not path or not tmpdir or not os.path.isfile(path) or os.path.getsize(path) <= since:
+        return []
+    with open(path, "rb") as f:
+        f.seek(since)
+        lines = f.read().splitlines()
+    pids = []
+    for ln in lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            pids.append(int(json.loads(ln)["pid"]))
+    running = [pid for pid in pids if _runs_with(pid, tmpdir)]
+    t0 = time.monotonic()
+    while running and time.monotonic() - t0 < grace:
+        time.sleep(0.05)
+        running = [pid for pid in running if _runs_with(pid, tmpdir)]
+    left = []
+    for pid in running:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().rstrip(b"\0").split(b"\0")[:3]]
+            os.killpg(pid, 9)  # a launched server leads a session (and process group) of its own
+        except OSError:
+            argv = []
+        left.append(f"pid {pid} ({' '.join(argv)[:120]})")
+    return left
+
+
 def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     """Run a prepared case the way ``how`` says (see :func:`run_case`) and judge it."""
     from tests import case_runner as R
@@ -243,6 +289,9 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
     zygote = _ZYGOTES.get(_env_key(p.env)) if how == "zygote" and _zygote_dir_ok(p) else None
     t0 = time.perf_counter()
     problems: list[str] = []
+    ledger_at = (
+        os.path.getsize(p.env["CKPT_LAUNCH_LEDGER"]) if os.path.isfile(p.env.get("CKPT_LAUNCH_LEDGER", "")) else 0
+    )
     if zygote is not None:
         rc, so, se = R.run_zygote(zygote, p.argv, d / (c.cwd or ""), p.env, timeout)
     else:
@@ -296,6 +345,9 @@ def execute(p: Prepared, how: str = "auto", timeout: float = 60.0) -> Outcome:
         problems.append(f"exit 0 and nothing at OUT {c.out}")
     if c.out and rc != 0 and os.path.lexists(d / c.out) and c.out.split("/")[0] not in before:
         problems.append(f"something was left at OUT {c.out}")
+    left_running = servers_left(p.env, ledger_at)
+    if left_running:
+        problems.append(f"servers left running after the case: {left_running}")
     if c.stdout_has and c.stdout_has not in so:
         problems.append(f"stdout lacks {c.stdout_has!r}")
     if c.stderr_has and c.stderr_has not in se:

@@ -5,6 +5,7 @@ cases run both ways with the same outcome."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -189,6 +190,7 @@ def test_totals(outcomes: dict[str, Outcome]) -> None:
         "hangs": count("hang"),
         "bad stderr": count("stderr is not") + count("exit 0 with an error"),
         "missing outputs": count("exit 0 and nothing at OUT"),
+        "servers left running": count("servers left running"),
         "slowest case s": round(max(o.seconds for o in res), 2),
         "in-process": sum(o.how == "in-process" for o in res),
         "in-process s": round(sum(o.seconds for o in res if o.how == "in-process"), 1),
@@ -509,6 +511,48 @@ def test_the_judge_passes_a_run_that_did_its_job(tmp_path: Path, monkeypatch: py
         R, "run_process", _misbehaving(lambda cwd: ((cwd / "o").mkdir(), (0, "", "ckpt: note: ok\n"))[1])
     )
     assert execute(p, "process").problems == []
+
+
+@pytest.mark.parametrize("stops", [False, True], ids=["left-running", "stopped"])
+def test_the_judge_sees_a_server_the_case_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stops: bool
+) -> None:
+    """A run that launches a server (its pid in the launch ledger, the case's TMPDIR in its environment)
+    and leaves it running is a problem, and the server is stopped; one that stops its server is not.
+    The "server" is a real process (sleep), launched and recorded as ckpttools.engines.launch does."""
+    from tests import case_runner as R
+    from tests.corpus import execute, prepare
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("CKPT_LAUNCH_LEDGER", str(ledger))
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
+        srv = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+        procs.append(srv)
+        with open(env["CKPT_LAUNCH_LEDGER"], "a") as f:
+            f.write(json.dumps({"engine": "vllm", "pid": srv.pid, "argv": ["sleep", "60"]}) + "\n")
+        if stops:
+            srv.terminate()
+            srv.wait()
+        return 2, "", "ckpt: error: the server was not ready\n"
+
+    case = Case("judge-server", ["verify", "--launch"], 2)
+    p = prepare(case, tmp_path, tmp_path / "work", {})
+    monkeypatch.setattr(R, "run_process", run)
+    try:
+        o = execute(p, "process")
+        assert procs and procs[0].wait(5) is not None  # ended by now, either way
+    finally:
+        for srv in procs:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait()
+    if stops:
+        assert o.problems == []
+    else:
+        assert o.problems == [f"servers left running after the case: ['pid {procs[0].pid} (sleep 60)']"], o.problems
+        assert procs[0].returncode == -9  # stopped by the judge
 
 
 def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,69 @@ def _poll_delays() -> Iterator[float]:
     while True:
         yield d
         d = min(READY_POLL, d * 2)
+
+
+#: prctl(2)'s option that names the signal a process gets when its parent ends (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
+
+
+def _ends_with_its_launcher() -> Callable[[], None] | None:
+    """A ``preexec_fn`` under which a launched server gets SIGTERM when the process that launched it
+    ends, however it ends: a SIGKILL of ckpt, the OOM killer, a closed terminal (Linux's parent-death
+    signal, prctl(2) PR_SET_PDEATHSIG, kept across the exec). The server runs in a session of its own,
+    so neither a Ctrl-C nor a signal to ckpt's process group reaches it; without this a server outlived
+    a killed ckpt, holding its port and its GPU memory. SIGTERM, as :meth:`RunningServer.stop` sends
+    first: the engines shut their other processes down on it. None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec: no allocation, no lock
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the launcher ended before the line above took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+#: the thread every server is forked from. The parent-death signal follows the thread that forked the
+#: process, not the process (prctl(2): "the thread that created this process"): a server forked from a
+#: short-lived thread, a ThreadPoolExecutor's say, would be stopped as that thread ends. This one lives
+#: as long as the process (made anew in a forked child, where the parent's thread does not run)
+_LAUNCHER: ThreadPoolExecutor | None = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _forget_launcher() -> None:
+    global _LAUNCHER, _LAUNCHER_LOCK
+    _LAUNCHER, _LAUNCHER_LOCK = None, threading.Lock()  # a lock held by another thread at the fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_launcher)
+
+
+def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, **kw)``, the child tied to this process's life where the OS allows it."""
+    global _LAUNCHER
+    preexec = _ends_with_its_launcher()
+    if preexec is None:
+        return subprocess.Popen(cmd, **kw)
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None:
+            _LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-launcher")
+        launcher = _LAUNCHER
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, preexec_fn=preexec, **kw)
+
+    return launcher.submit(start).result()
 
 
 #: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
@@ -130,7 +195,8 @@ class RunningServer:
     """A server process in its own session, logging to a file; a context manager.
 
     ``__exit__`` stops it by its process group (SIGTERM, then SIGKILL), on errors and on
-    Ctrl-C alike.
+    Ctrl-C alike; where ckpt ends without stopping it (a SIGKILL), the server gets SIGTERM
+    from the kernel (Linux: :func:`_ends_with_its_launcher`).
     """
 
     def __init__(self, spec: LaunchSpec) -> None:
@@ -145,7 +211,7 @@ class RunningServer:
         log = open_log(self.log_path, [self.spec.target, self.spec.drafter])
         log.write(("$ " + " ".join(self.cmd) + "\n").encode())
         log.flush()
-        self.proc = subprocess.Popen(
+        self.proc = _popen(
             self.cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -182,6 +248,7 @@ class RunningServer:
         The polls come soon at first, then once a second (READY_POLL).
 
         ``client`` is a :class:`ckpttools.io.net.NetClient` (any other object: a fresh one is used)."""
+        from ckpttools.io.fsutil import kill_point
         from ckpttools.io.net import NetClient, Wording
 
         net = client if isinstance(client, NetClient) else NetClient(retries=0)
@@ -204,6 +271,7 @@ class RunningServer:
                     ).status
                     == 200
                 ):
+                    kill_point("server-ready")  # the kill tests: ckpt killed with its server up
                     return time.monotonic() - t0
             except ServerError:
                 pass

@@ -1,0 +1,129 @@
+"""A server ckpt launched ends with ckpt, however ckpt ends: here by SIGKILL (the OOM killer, a CI job's
+time limit, ``kill -9``), which no handler of ckpt's sees. Each command that launches a server runs as
+users run it, ``python -m ckpttools`` in a process of its own, killed at two steps: while it waits on a
+server that never gets ready (``sleep``, exec'd where the engine's server would start), and with its
+server up and answering (a fake engine, tests/fake_engine; ``CKPT_TEST_KILL_AT=server-ready`` makes ckpt
+kill itself as the server first answers /health). The launch ledger (CKPT_LAUNCH_LEDGER) names the
+server's pid. Before ckpttools.engines.launch set the parent-death signal, the server ran on after ckpt,
+in its own session, for good."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ckpttools.demo.tiny import build_known_pair
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    w = tmp_path_factory.mktemp("lifetime")
+    t, d = build_known_pair(w / "pair")
+    (w / "t").symlink_to(t)
+    (w / "d").symlink_to(d)
+    dist = w / "site" / "sglang-0.5.17.dist-info"  # the release ckpt reads from --engine-python before it launches
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17\n")
+    path = f"{REPO / 'tests' / 'fake_engine'}:{w / 'site'}"
+    for name, server in (("fakepy", ""), ("sleepy", 'case "$*" in *launch_server*) exec sleep 300 ;; esac\n')):
+        (w / name).write_text(f'#!/bin/sh\n{server}PYTHONPATH="{path}" exec "{sys.executable}" "$@"\n')
+        (w / name).chmod(0o755)
+    (w / "ids.jsonl").write_text('{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n')
+    return w
+
+
+def _argv(cmd: str, w: Path, py: str) -> list[str]:
+    t, d = w / "t", w / "d"
+    common = ["--engine", "sglang", "--target", str(t), "--engine-python", str(w / py)]
+    measure = ["--prompts", str(w / "ids.jsonl"), "--num-prompts", "2", "--ready-timeout", "120"]
+    if cmd == "verify":
+        return ["verify", "--launch", *common, "--drafter", str(d), *measure]
+    if cmd == "verify-two-drafters":  # one server, the drafters swapped in (measuring/compare.py)
+        return ["verify", "--launch", *common, str(d), str(d), *measure]
+    if cmd == "sweep":
+        return ["verify", "--launch", *common, "--drafter", str(d), *measure, "--sweep", "steps=1,2"]
+    return ["serve", *common, "--drafter", str(d), "--swap-root", str(d.resolve().parent)]
+
+
+@pytest.mark.parametrize("cmd", ["verify", "verify-two-drafters", "sweep", "serve"])
+@pytest.mark.parametrize("step", ["waiting", "server-ready"])
+def test_a_server_ckpt_launched_ends_when_ckpt_is_killed(work: Path, tmp_path: Path, cmd: str, step: str) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    env = {**os.environ, "CKPT_LAUNCH_LEDGER": str(ledger), "CKPT_API_KEY": "k" * 32, "CKPT_FAKE_ENGINE": "honest"}
+    if step == "server-ready":
+        env["CKPT_TEST_KILL_AT"] = step
+    py = "sleepy" if step == "waiting" else "fakepy"
+    argv = [sys.executable, "-m", "ckpttools", *_argv(cmd, work, py), "--log", str(tmp_path / "server.log")]
+    err = tmp_path / "stderr"
+    with open(err, "wb") as e:
+        ckpt = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=e, stderr=e)
+    pids: list[int] = []
+    try:
+        t0 = time.monotonic()
+        while not pids and time.monotonic() - t0 < 60:
+            time.sleep(0.02)
+            if ledger.exists():
+                pids = [json.loads(ln)["pid"] for ln in ledger.read_text().splitlines() if ln.endswith("}")]
+            if ckpt.poll() is not None and not pids:
+                break
+        assert pids, f"no server was launched (exit {ckpt.poll()}): {err.read_text()[-2000:]}"
+        if step == "waiting":
+            assert _alive(pids[0]) and ckpt.poll() is None  # ckpt waits on a server that runs
+            ckpt.send_signal(signal.SIGKILL)
+        assert ckpt.wait(30) == -signal.SIGKILL, err.read_text()[-2000:]  # killed: by this test, or by itself
+        t0 = time.monotonic()
+        while _alive(pids[0]) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        assert not _alive(pids[0]), f"the server (pid {pids[0]}) still runs 10 s after ckpt was killed"
+    finally:
+        if ckpt.poll() is None:
+            ckpt.kill()
+            ckpt.wait()
+        for pid in pids:
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)  # the server leads a session (and group) of its own
+        session = os.environ.get("CKPT_LAUNCH_LEDGER")  # counted with the run's other launches
+        if session and ledger.exists():
+            with open(session, "a") as f:
+                f.write(ledger.read_text())
+
+
+def test_a_server_started_from_a_thread_outlives_the_thread(work: Path, tmp_path: Path) -> None:
+    """The parent-death signal follows the thread that forked the server (prctl(2)): a server a library
+    user starts from a pool's thread runs on after that thread ends, until stopped (every server is
+    forked from one thread that lives as long as the process: ckpttools.engines.launch._popen)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+
+    spec = LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=str(work / "sleepy"))
+    spec.log_path = str(tmp_path / "server.log")
+    with ThreadPoolExecutor(1) as pool:  # its thread ends as the block does
+        srv = pool.submit(lambda: RunningServer(spec).start()).result()
+    assert srv.proc is not None
+    try:
+        time.sleep(0.5)
+        assert _alive(srv.proc.pid) and srv.proc.poll() is None
+    finally:
+        srv.stop(grace=5)
+    assert not _alive(srv.proc.pid)
