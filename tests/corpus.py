@@ -232,49 +232,67 @@ def run_case(
     return execute(prepare(c, base, work, subst, environ), how, timeout)
 
 
-def _runs_with(pid: int, tmpdir: str) -> bool:
-    """Whether process ``pid`` runs (not a zombie) with ``TMPDIR=tmpdir`` in its environment: a server a
-    case launched inherits the case's own TMPDIR (corpus.case_tmp), in this process as in its own."""
+def _group_running(pgid: int, tmpdir: str) -> list[int]:
+    """The processes of group ``pgid`` that run (not zombies) with ``TMPDIR=tmpdir`` in their environment:
+    a server a case launched leads a group of its own (its engine's other processes in it) and inherits
+    the case's own TMPDIR (corpus.case_tmp), in this process as in its own."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return False
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return b"\0TMPDIR=" + os.fsencode(tmpdir) + b"\0" in b"\0" + f.read()
-    except (OSError, IndexError):
-        return False
+        os.killpg(pgid, 0)  # cheap: no such group, nothing to read
+    except (ProcessLookupError, PermissionError):
+        return []
+    mark = b"\0TMPDIR=" + os.fsencode(tmpdir) + b"\0"
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z" or int(fields[2]) != pgid:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if mark in b"\0" + f.read():
+                    found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def servers_left(env: dict[str, str], since: int, grace: float = 5.0) -> list[str]:
     """The servers a case launched that still run ``grace`` s after it ended, each stopped here: its
     lines in the launch ledger (CKPT_LAUNCH_LEDGER, every launch's pid: ckpttools.engines.launch) past
-    offset ``since``, known by the case's TMPDIR in their environment (cases run side by side). A server
-    whose ckpt ended gets SIGTERM from the kernel (engines/launch.py: the parent-death signal) and ends
-    within the grace; one that runs on outlived ckpt, or ckpt left it running in this process."""
+    offset ``since``; a server is any process of the group it leads, known by the case's TMPDIR in its
+    environment (cases run side by side). A server whose ckpt ended gets SIGTERM from the kernel
+    (engines/launch.py: the parent-death signal) and ends within the grace; one that runs on outlived
+    ckpt, or ckpt left it running in this process."""
     path, tmpdir = env.get("CKPT_LAUNCH_LEDGER"), env.get("TMPDIR")
     if not path or not tmpdir or not os.path.isfile(path) or os.path.getsize(path) <= since:
         return []
     with open(path, "rb") as f:
         f.seek(since)
         lines = f.read().splitlines()
-    pids = []
-    for ln in lines:
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            pids.append(int(json.loads(ln)["pid"]))
-    running = [pid for pid in pids if _runs_with(pid, tmpdir)]
+    groups = []
+    for ln in lines:  # the ledger's own lines (launch._ledger: one JSON object each); anything else is skipped
+        m = re.match(rb'\{"engine": "[^"]*", "pid": (\d{1,9}),', ln)
+        if m:
+            groups.append(int(m.group(1)))
+    running = {g: _group_running(g, tmpdir) for g in groups}
     t0 = time.monotonic()
-    while running and time.monotonic() - t0 < grace:
+    while any(running.values()) and time.monotonic() - t0 < grace:
         time.sleep(0.05)
-        running = [pid for pid in running if _runs_with(pid, tmpdir)]
+        running = {g: _group_running(g, tmpdir) for g in groups}
     left = []
-    for pid in running:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().rstrip(b"\0").split(b"\0")[:3]]
-            os.killpg(pid, 9)  # a launched server leads a session (and process group) of its own
-        except OSError:
-            argv = []
-        left.append(f"pid {pid} ({' '.join(argv)[:120]})")
+    for g, pids in running.items():
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().rstrip(b"\0").split(b"\0")[:3]]
+            except OSError:
+                argv = []
+            left.append(f"pid {pid} ({' '.join(argv)[:120]})")
+        if pids:
+            with contextlib.suppress(OSError):
+                os.killpg(g, 9)
     return left
 
 

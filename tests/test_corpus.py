@@ -5,9 +5,11 @@ cases run both ways with the same outcome."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -513,13 +515,15 @@ def test_the_judge_passes_a_run_that_did_its_job(tmp_path: Path, monkeypatch: py
     assert execute(p, "process").problems == []
 
 
-@pytest.mark.parametrize("stops", [False, True], ids=["left-running", "stopped"])
+@pytest.mark.parametrize("how", ["left-running", "its-child-left", "stopped"])
 def test_the_judge_sees_a_server_the_case_left_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stops: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    """A run that launches a server (its pid in the launch ledger, the case's TMPDIR in its environment)
-    and leaves it running is a problem, and the server is stopped; one that stops its server is not.
-    The "server" is a real process (sleep), launched and recorded as ckpttools.engines.launch does."""
+    """A run that launches a server (its pid in the launch ledger, leading a process group of its own,
+    the case's TMPDIR in its environment) and leaves it, or a process of its group, running is a
+    problem, and the group is stopped; one that stops its server is not. The "server" is a real
+    process (sleep, or a shell that leaves a sleep behind it), launched and recorded as
+    ckpttools.engines.launch does."""
     from tests import case_runner as R
     from tests.corpus import execute, prepare
 
@@ -528,12 +532,14 @@ def test_the_judge_sees_a_server_the_case_left_running(
     procs: list[subprocess.Popen[bytes]] = []
 
     def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
-        srv = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+        cmd = ["sh", "-c", "sleep 60 & exit 0"] if how == "its-child-left" else ["sleep", "60"]
+        srv = subprocess.Popen(cmd, env=env, start_new_session=True)
         procs.append(srv)
         with open(env["CKPT_LAUNCH_LEDGER"], "a") as f:
-            f.write(json.dumps({"engine": "vllm", "pid": srv.pid, "argv": ["sleep", "60"]}) + "\n")
-        if stops:
+            f.write(json.dumps({"engine": "vllm", "pid": srv.pid, "time": 0.0, "argv": cmd}) + "\n")
+        if how == "stopped":
             srv.terminate()
+        if how != "left-running":
             srv.wait()
         return 2, "", "ckpt: error: the server was not ready\n"
 
@@ -542,17 +548,20 @@ def test_the_judge_sees_a_server_the_case_left_running(
     monkeypatch.setattr(R, "run_process", run)
     try:
         o = execute(p, "process")
-        assert procs and procs[0].wait(5) is not None  # ended by now, either way
+        assert procs and procs[0].wait(5) is not None  # ended by now, every way
     finally:
         for srv in procs:
-            if srv.poll() is None:
-                srv.kill()
-                srv.wait()
-    if stops:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(srv.pid, signal.SIGKILL)
+            srv.wait()
+    if how == "stopped":
         assert o.problems == []
-    else:
+    elif how == "left-running":
         assert o.problems == [f"servers left running after the case: ['pid {procs[0].pid} (sleep 60)']"], o.problems
-        assert procs[0].returncode == -9  # stopped by the judge
+        assert procs[0].returncode == -signal.SIGKILL  # stopped by the judge
+    else:  # the leader is gone, the sleep it started is still in its group
+        assert len(o.problems) == 1 and o.problems[0].startswith("servers left running after the case: ['pid ")
+        assert o.problems[0].endswith(" (sleep 60)']") and f"pid {procs[0].pid} " not in o.problems[0], o.problems
 
 
 def test_a_case_past_its_time_is_stopped_in_process(bench: Bench, tmp_path: Path) -> None:

@@ -127,3 +127,74 @@ def test_a_server_started_from_a_thread_outlives_the_thread(work: Path, tmp_path
     finally:
         srv.stop(grace=5)
     assert not _alive(srv.proc.pid)
+
+
+AFTER_MAIN = """
+import atexit, sys, threading, time
+from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+
+def spec():
+    return LaunchSpec("sglang", sys.argv[1], sys.argv[2], port=free_port(), python=sys.argv[3], log_path=sys.argv[4])
+
+def at_exit():  # a launch from an atexit handler, after every thread has ended
+    srv = RunningServer(spec()).start()
+    time.sleep(0.3)
+    print("at exit:", srv.proc.poll(), flush=True)
+    srv.stop(grace=5)
+
+def later(srv):  # a non-daemon thread still using the server after the main thread has returned
+    time.sleep(0.5)
+    print("after main:", srv.proc.poll(), flush=True)
+    srv.stop(grace=5)
+
+atexit.register(at_exit)
+threading.Thread(target=later, args=(RunningServer(spec()).start(),)).start()
+"""
+
+
+def test_a_server_runs_on_after_the_main_thread_returns_and_starts_from_atexit(work: Path, tmp_path: Path) -> None:
+    """A library caller's server, started in the main thread and used by another thread after the main
+    thread returned, runs on until stopped; a server started by an atexit handler starts and runs (the
+    launcher is a daemon thread: a concurrent.futures worker ended as the main thread returned, which
+    stopped the first at once and refused the second)."""
+    args = [str(work / "t"), str(work / "d"), str(work / "sleepy"), str(tmp_path / "server.log")]
+    r = subprocess.run([sys.executable, "-c", AFTER_MAIN, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["after main: None", "at exit: None"], (r.stdout, r.stderr)
+
+
+def test_a_launch_interrupted_while_it_waits_leaves_no_server(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C (here a KeyboardInterrupt raised by a SIGALRM handler) while the caller waits on the
+    launcher thread: the launch goes on there, so the caller waits for it, kills what it started, and
+    raises; the server is not left running with no one holding it. Popen is slowed (0.3 s before the
+    real one) so that the interrupt lands while the launch is under way."""
+    from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+
+    real, made = subprocess.Popen, []
+
+    def slow(*a: object, **kw: object) -> subprocess.Popen[bytes]:
+        time.sleep(0.3)
+        made.append(real(*a, **kw))  # type: ignore[call-overload]
+        return made[-1]
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    spec = LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=str(work / "sleepy"))
+    spec.log_path = str(tmp_path / "server.log")
+    monkeypatch.setattr(subprocess, "Popen", slow)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            RunningServer(spec).start()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        monkeypatch.undo()
+        for p in made:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert len(made) == 1 and made[0].returncode == -signal.SIGKILL

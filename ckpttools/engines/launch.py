@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -11,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,36 +56,68 @@ def _ends_with_its_launcher() -> Callable[[], None] | None:
     signal, prctl(2) PR_SET_PDEATHSIG, kept across the exec). The server runs in a session of its own,
     so neither a Ctrl-C nor a signal to ckpt's process group reaches it; without this a server outlived
     a killed ckpt, holding its port and its GPU memory. SIGTERM, as :meth:`RunningServer.stop` sends
-    first: the engines shut their other processes down on it. None where there is no prctl."""
+    first; the signal reaches the process exec'd, the server's leader, only: its other processes end
+    as the engine ends them on SIGTERM, an ``--engine-python`` wrapper that runs the interpreter
+    without exec'ing it keeps it from the signal, and the kernel drops the signal for a set-user-ID
+    or set-group-ID interpreter (prctl(2)). None where there is no prctl."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl, set_handler = libc.prctl, libc.signal
     except (OSError, AttributeError):
         return None
+    set_handler.argtypes, set_handler.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
     parent = os.getpid()
 
-    def preexec() -> None:  # in the child, between fork and exec: no allocation, no lock
+    def preexec() -> None:  # in the child, between fork and exec
+        # SIGTERM's default action first: until the exec the child keeps ckpt's handlers (Python's C
+        # handler, which would only note a signal), and the exec keeps an ignored one ignored
+        set_handler(int(signal.SIGTERM), None)
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:  # the launcher ended before the line above took effect
-            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(1)
 
     return preexec
 
 
-#: the thread every server is forked from. The parent-death signal follows the thread that forked the
-#: process, not the process (prctl(2): "the thread that created this process"): a server forked from a
-#: short-lived thread, a ThreadPoolExecutor's say, would be stopped as that thread ends. This one lives
-#: as long as the process (made anew in a forked child, where the parent's thread does not run)
-_LAUNCHER: ThreadPoolExecutor | None = None
-_LAUNCHER_LOCK = threading.Lock()
+@dataclass
+class _Launch:
+    """One ``subprocess.Popen`` for the launcher thread to make."""
+
+    cmd: list[str]
+    kw: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    proc: subprocess.Popen[bytes] | None = None
+    error: BaseException | None = None
+
+
+#: the launches waiting for the thread every server is forked from. The parent-death signal follows
+#: the thread that forked the process, not the process (prctl(2): "the thread that created this
+#: process"): a server forked from a short-lived thread, a ThreadPoolExecutor's say, would be stopped as
+#: that thread ends. This one is a daemon thread of its own, which runs until the interpreter is
+#: finalised (a concurrent.futures worker ends as the main thread returns, before the other threads
+#: and the atexit handlers that may still use a server); made anew in a forked child
+_LAUNCHES: queue.SimpleQueue[_Launch] | None = None
+_LAUNCHES_LOCK = threading.Lock()
+
+
+def _launcher(jobs: queue.SimpleQueue[_Launch]) -> None:
+    while True:
+        job = jobs.get()
+        try:
+            job.proc = subprocess.Popen(job.cmd, **job.kw)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+            job.error = e
+        finally:
+            job.done.set()
 
 
 def _forget_launcher() -> None:
-    global _LAUNCHER, _LAUNCHER_LOCK
-    _LAUNCHER, _LAUNCHER_LOCK = None, threading.Lock()  # a lock held by another thread at the fork stays held
+    global _LAUNCHES, _LAUNCHES_LOCK
+    _LAUNCHES, _LAUNCHES_LOCK = None, threading.Lock()  # a lock held by another thread at the fork stays held
 
 
 if hasattr(os, "register_at_fork"):
@@ -92,20 +125,38 @@ if hasattr(os, "register_at_fork"):
 
 
 def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-    """``subprocess.Popen(cmd, **kw)``, the child tied to this process's life where the OS allows it."""
-    global _LAUNCHER
+    """``subprocess.Popen(cmd, **kw)``, the child tied to this process's life where the OS allows it.
+    Interrupted while it waits (a Ctrl-C, a signal handler's exception), it waits on for the launch,
+    which goes on in the launcher thread, stops what it started, and raises: no server is left that no
+    one holds."""
+    global _LAUNCHES
     preexec = _ends_with_its_launcher()
     if preexec is None:
         return subprocess.Popen(cmd, **kw)
-    with _LAUNCHER_LOCK:
-        if _LAUNCHER is None:
-            _LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-launcher")
-        launcher = _LAUNCHER
-
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, preexec_fn=preexec, **kw)
-
-    return launcher.submit(start).result()
+    with _LAUNCHES_LOCK:
+        if _LAUNCHES is None:
+            _LAUNCHES = queue.SimpleQueue()
+            threading.Thread(target=_launcher, args=(_LAUNCHES,), name="ckpt-launcher", daemon=True).start()
+        jobs = _LAUNCHES
+    job = _Launch(cmd, {**kw, "preexec_fn": preexec})
+    jobs.put(job)
+    try:
+        job.done.wait()
+    except BaseException:
+        while not job.done.is_set():  # a fork and an exec: milliseconds
+            try:
+                job.done.wait()
+            except BaseException:  # noqa: BLE001 - a second interrupt: the launch is still to be stopped
+                pass
+        if job.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.proc.pid, signal.SIGKILL)  # its own session: the group is the server's
+            job.proc.wait()
+        raise
+    if job.error is not None:
+        raise job.error
+    assert job.proc is not None
+    return job.proc
 
 
 #: a terminal colour code (vLLM colours its records' prefixes when told to, even into a file)
