@@ -14,8 +14,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,35 +168,44 @@ def test_a_launch_interrupted_while_it_waits_leaves_no_server(
     work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Ctrl-C (here a KeyboardInterrupt raised by a SIGALRM handler) while the caller waits on the
-    launcher thread: the launch goes on there, so the caller waits for it, kills what it started, and
-    raises; the server is not left running with no one holding it. Popen is slowed (0.3 s before the
-    real one) so that the interrupt lands while the launch is under way."""
+    launcher thread: the caller raises at once and gives the launch up, and the launcher, which goes
+    on with it, stops the server it started; none is left running with no one holding it. The signal
+    is sent to the main thread from inside the launch, and the launch makes its process only once the
+    caller has raised: the interrupt lands while the launch is under way."""
     from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
 
-    real, made = subprocess.Popen, []
+    real, made, gave_up = subprocess.Popen, [], threading.Event()
+    sleepy = str(work / "sleepy")
 
-    def slow(*a: object, **kw: object) -> subprocess.Popen[bytes]:
-        time.sleep(0.3)
-        made.append(real(*a, **kw))  # type: ignore[call-overload]
-        return made[-1]
+    def slow(*a: Any, **kw: Any) -> subprocess.Popen[bytes]:
+        if a and a[0] and a[0][0] == sleepy:  # this test's launch only
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)  # there, it waits on the launch
+            gave_up.wait(30)  # the process is made once the caller has raised
+            made.append(real(*a, **kw))
+            return made[-1]
+        return real(*a, **kw)
 
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    spec = LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=str(work / "sleepy"))
+    spec = LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=sleepy)
     spec.log_path = str(tmp_path / "server.log")
     monkeypatch.setattr(subprocess, "Popen", slow)
     old = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        t0 = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             RunningServer(spec).start()
+        assert not made  # raised at once, before the launch had made its process
+        gave_up.set()
+        while not (made and made[0].poll() is not None) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        gave_up.set()
         signal.signal(signal.SIGALRM, old)
         monkeypatch.undo()
         for p in made:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    assert len(made) == 1 and made[0].returncode == -signal.SIGKILL
+    assert len(made) == 1 and made[0].returncode == -signal.SIGKILL  # stopped by the launcher

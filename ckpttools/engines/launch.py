@@ -85,13 +85,23 @@ def _ends_with_its_launcher() -> Callable[[], None] | None:
 
 @dataclass
 class _Launch:
-    """One ``subprocess.Popen`` for the launcher thread to make."""
+    """One ``subprocess.Popen`` for the launcher thread to make, and who holds what it made: the caller,
+    or, once the caller has given it up (``abandoned``), the launcher, which then stops it."""
 
     cmd: list[str]
     kw: dict[str, Any]
     done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
     proc: subprocess.Popen[bytes] | None = None
     error: BaseException | None = None
+    abandoned: bool = False
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to a launched process's group (its own session: the group is the server's), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 #: the launches waiting for the thread every server is forked from. The parent-death signal follows
@@ -107,12 +117,21 @@ _LAUNCHES_LOCK = threading.Lock()
 def _launcher(jobs: queue.SimpleQueue[_Launch]) -> None:
     while True:
         job = jobs.get()
+        with job.lock:
+            if job.abandoned:  # its caller was interrupted before this thread took it: nothing to start
+                job.done.set()
+                continue
+        proc = None
         try:
-            job.proc = subprocess.Popen(job.cmd, **job.kw)
+            proc = subprocess.Popen(job.cmd, **job.kw)
         except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
             job.error = e
-        finally:
-            job.done.set()
+        with job.lock:
+            job.proc = proc
+            abandoned = job.abandoned
+        if abandoned and proc is not None:  # its caller was interrupted while this thread started it
+            _kill(proc)
+        job.done.set()
 
 
 def _forget_launcher() -> None:
@@ -126,9 +145,9 @@ if hasattr(os, "register_at_fork"):
 
 def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(cmd, **kw)``, the child tied to this process's life where the OS allows it.
-    Interrupted while it waits (a Ctrl-C, a signal handler's exception), it waits on for the launch,
-    which goes on in the launcher thread, stops what it started, and raises: no server is left that no
-    one holds."""
+    Interrupted while it waits (a Ctrl-C, a signal handler's exception), it gives the launch up and
+    raises at once: what the launcher thread starts after that it stops itself, and what it had
+    started is stopped here; no server is left that no one holds."""
     global _LAUNCHES
     preexec = _ends_with_its_launcher()
     if preexec is None:
@@ -139,19 +158,15 @@ def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
             threading.Thread(target=_launcher, args=(_LAUNCHES,), name="ckpt-launcher", daemon=True).start()
         jobs = _LAUNCHES
     job = _Launch(cmd, {**kw, "preexec_fn": preexec})
-    jobs.put(job)
     try:
+        jobs.put(job)  # in the try: an interrupt just after it gives up a launch already queued
         job.done.wait()
     except BaseException:
-        while not job.done.is_set():  # a fork and an exec: milliseconds
-            try:
-                job.done.wait()
-            except BaseException:  # noqa: BLE001 - a second interrupt: the launch is still to be stopped
-                pass
-        if job.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job.proc.pid, signal.SIGKILL)  # its own session: the group is the server's
-            job.proc.wait()
+        with job.lock:
+            job.abandoned = True
+            proc = job.proc
+        if proc is not None:  # started, and the interrupt came before this call returned it
+            _kill(proc)
         raise
     if job.error is not None:
         raise job.error
