@@ -179,14 +179,21 @@ def test_a_launch_interrupted_while_it_waits_leaves_no_server(
 
     def slow(*a: Any, **kw: Any) -> subprocess.Popen[bytes]:
         if a and a[0] and a[0][0] == sleepy:  # this test's launch only
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)  # there, it waits on the launch
-            gave_up.wait(30)  # the process is made once the caller has raised
+            # to the main thread, which waits on the launch, until it has raised: a signal that lands just
+            # before a lock's wait blocks does not interrupt it (CPython runs the handler once it wakes)
+            t0 = time.monotonic()
+            while not gave_up.wait(0.05) and time.monotonic() - t0 < 30:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)
             made.append(real(*a, **kw))
             return made[-1]
         return real(*a, **kw)
 
+    raised: list[bool] = []
+
     def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+        if not raised:  # once: the launch may send another before it sees the caller has raised
+            raised.append(True)
+            raise KeyboardInterrupt
 
     spec = LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=sleepy)
     spec.log_path = str(tmp_path / "server.log")
