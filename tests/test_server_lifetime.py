@@ -216,3 +216,72 @@ def test_a_launch_interrupted_while_it_waits_leaves_no_server(
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     assert len(made) == 1 and made[0].returncode == -signal.SIGKILL  # stopped by the launcher
+
+
+def test_a_launch_given_up_before_the_launcher_takes_it_starts_nothing(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the launcher is busy with another thread's launch, the main thread's launch waits in its
+    queue; interrupted there, the caller raises, and the launcher, when it comes to it, starts nothing:
+    the launch after it (which the launcher takes only once past the given-up one) is the second process
+    made, not the third."""
+    from ckpttools.engines import launch
+    from ckpttools.engines.launch import LaunchSpec, RunningServer, free_port
+
+    real, made, release, holding = subprocess.Popen, [], threading.Event(), threading.Event()
+    sleepy = str(work / "sleepy")
+
+    def held(*a: Any, **kw: Any) -> subprocess.Popen[bytes]:
+        if a and a[0] and a[0][0] == sleepy:
+            if not holding.is_set():
+                holding.set()
+                release.wait(30)  # the first launch holds the launcher
+            made.append(real(*a, **kw))
+            return made[-1]
+        return real(*a, **kw)
+
+    raised: list[bool] = []
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        if not raised:
+            raised.append(True)
+            raise KeyboardInterrupt
+
+    def spec(name: str) -> LaunchSpec:
+        return LaunchSpec("sglang", str(work / "t"), str(work / "d"), port=free_port(), python=sleepy,
+                          log_path=str(tmp_path / f"{name}.log"))  # fmt: skip
+
+    def interrupt_once_queued() -> None:  # the main thread's launch is in the queue, the launcher busy
+        t0 = time.monotonic()
+        while not raised and time.monotonic() - t0 < 30:
+            if launch._LAUNCHES is not None and launch._LAUNCHES[0].qsize() > 0:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)
+            time.sleep(0.02)
+
+    monkeypatch.setattr(subprocess, "Popen", held)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    servers: list[RunningServer] = []
+    try:
+        first = threading.Thread(target=lambda: servers.append(RunningServer(spec("first")).start()))
+        first.start()
+        assert holding.wait(30)  # the launcher is in the first launch
+        sender = threading.Thread(target=interrupt_once_queued)
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            RunningServer(spec("given-up")).start()
+        sender.join()
+        release.set()
+        first.join(30)
+        servers.append(RunningServer(spec("after")).start())
+        assert len(made) == 2 and all(p.poll() is None for p in made)  # the given-up one never made
+        assert [s.proc for s in servers] == made
+    finally:
+        release.set()
+        signal.signal(signal.SIGALRM, old)
+        monkeypatch.undo()
+        for s in servers:
+            s.stop(grace=5)
+        for p in made:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()

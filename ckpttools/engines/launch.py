@@ -101,6 +101,8 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL to a launched process's group (its own session: the group is the server's), then reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()  # the process itself, were it no group's leader
     proc.wait()
 
 
@@ -110,7 +112,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 #: that thread ends. This one is a daemon thread of its own, which runs until the interpreter is
 #: finalised (a concurrent.futures worker ends as the main thread returns, before the other threads
 #: and the atexit handlers that may still use a server); made anew in a forked child
-_LAUNCHES: queue.SimpleQueue[_Launch] | None = None
+_LAUNCHES: tuple[queue.SimpleQueue[_Launch], threading.Thread] | None = None
 _LAUNCHES_LOCK = threading.Lock()
 
 
@@ -143,6 +145,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_launcher)
 
 
+def _give_up(job: _Launch) -> None:
+    """The caller's side of an interrupted launch: mark it given up, and stop what was started already."""
+    with job.lock:
+        job.abandoned = True
+        proc = job.proc
+    if proc is not None:  # started, and the interrupt came before the caller had it
+        _kill(proc)
+
+
 def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(cmd, **kw)``, the child tied to this process's life where the OS allows it.
     Interrupted while it waits (a Ctrl-C, a signal handler's exception), it gives the launch up and
@@ -153,20 +164,25 @@ def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     if preexec is None:
         return subprocess.Popen(cmd, **kw)
     with _LAUNCHES_LOCK:
-        if _LAUNCHES is None:
-            _LAUNCHES = queue.SimpleQueue()
-            threading.Thread(target=_launcher, args=(_LAUNCHES,), name="ckpt-launcher", daemon=True).start()
-        jobs = _LAUNCHES
+        if _LAUNCHES is None or not _LAUNCHES[1].is_alive():
+            jobs: queue.SimpleQueue[_Launch] = queue.SimpleQueue()
+            thread = threading.Thread(target=_launcher, args=(jobs,), name="ckpt-launcher", daemon=True)
+            thread.start()  # before it is named the launcher: a thread that could not start reads no queue
+            _LAUNCHES = (jobs, thread)
+        jobs, thread = _LAUNCHES
     job = _Launch(cmd, {**kw, "preexec_fn": preexec})
     try:
         jobs.put(job)  # in the try: an interrupt just after it gives up a launch already queued
-        job.done.wait()
+        while not job.done.wait(1.0):
+            if not thread.is_alive():  # cannot happen while the interpreter runs; never wait on it for good
+                raise RuntimeError("ckpt's launcher thread has ended; the server was not started")
     except BaseException:
-        with job.lock:
-            job.abandoned = True
-            proc = job.proc
-        if proc is not None:  # started, and the interrupt came before this call returned it
-            _kill(proc)
+        while True:  # a second interrupt here would leave the launch to no one: the give-up is finished first
+            try:
+                _give_up(job)
+                break
+            except (KeyboardInterrupt, SystemExit):  # a second Ctrl-C, a handler's exit: raised below
+                continue
         raise
     if job.error is not None:
         raise job.error
@@ -277,14 +293,20 @@ class RunningServer:
         log = open_log(self.log_path, [self.spec.target, self.spec.drafter])
         log.write(("$ " + " ".join(self.cmd) + "\n").encode())
         log.flush()
-        self.proc = _popen(
-            self.cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.spec.env},
-            start_new_session=True,
-        )
+        try:
+            self.proc = _popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.spec.env},
+                start_new_session=True,
+            )
+        except (KeyboardInterrupt, SystemExit):
+            raise  # given up while the launcher may still be starting it with this log: closed as it lets go
+        except BaseException:
+            log.close()  # the engine's interpreter missing, say
+            raise
         log.close()
         _ledger(self.spec.engine, self.cmd, self.proc.pid)
         return self
