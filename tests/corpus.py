@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.procs import ledger_pids, proc_fields
+
 Setup = Callable[[Path, Path], None]  # (case dir, base dir)
 
 
@@ -245,15 +247,14 @@ def _group_running(pgid: int, tmpdir: str) -> list[int]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        fields = proc_fields(int(entry.name))
+        if fields is None or fields[0] == b"Z" or int(fields[2]) != pgid:
+            continue
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z" or int(fields[2]) != pgid:
-                continue
             with open(f"/proc/{entry.name}/environ", "rb") as f:
                 if mark in b"\0" + f.read():
                     found.append(int(entry.name))
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
     return found
 
@@ -268,14 +269,7 @@ def servers_left(env: dict[str, str], since: int, grace: float = 5.0) -> list[st
     path, tmpdir = env.get("CKPT_LAUNCH_LEDGER"), env.get("TMPDIR")
     if not path or not tmpdir or not os.path.isfile(path) or os.path.getsize(path) <= since:
         return []
-    with open(path, "rb") as f:
-        f.seek(since)
-        lines = f.read().splitlines()
-    groups = []
-    for ln in lines:  # the ledger's own lines (launch._ledger: one JSON object each); anything else is skipped
-        m = re.match(rb'\{"engine": "[^"]*", "pid": (\d{1,9}),', ln)
-        if m:
-            groups.append(int(m.group(1)))
+    groups = ledger_pids(path, since)
     running = {g: _group_running(g, tmpdir) for g in groups}
     t0 = time.monotonic()
     while any(running.values()) and time.monotonic() - t0 < grace:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from .procs import ledger_pids
 from .swap_pairs import build
 from .test_gpu_sglang import SGL_ARGS
 
@@ -129,9 +130,9 @@ def test_ckpt_serve_sequence_then_100_checked_swaps_with_flat_memory(tmp_path: P
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
-        for line in ledger.read_text().splitlines() if ledger.exists() else []:
+        for pid in ledger_pids(ledger):
             try:
-                os.killpg(json.loads(line)["pid"], signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     lines = [ln for ln in log.read_text().splitlines() if "ckpttools swap: drafter=" in ln]

@@ -9,7 +9,6 @@ in its own session, for good."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,8 @@ import pytest
 
 from ckpttools.demo.tiny import build_known_pair
 
+from .procs import ledger_pids, proc_fields
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,11 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
+    fields = proc_fields(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +82,7 @@ def test_a_server_ckpt_launched_ends_when_ckpt_is_killed(work: Path, tmp_path: P
         t0 = time.monotonic()
         while not pids and time.monotonic() - t0 < 60:
             time.sleep(0.02)
-            if ledger.exists():
-                pids = [json.loads(ln)["pid"] for ln in ledger.read_text().splitlines() if ln.endswith("}")]
+            pids = ledger_pids(ledger)
             if ckpt.poll() is not None and not pids:
                 break
         assert pids, f"no server was launched (exit {ckpt.poll()}): {err.read_text()[-2000:]}"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from .procs import ledger_pids
 from .swap_pairs import build
 from .vllm_pool import ARGS, ENV, VLLM_PY, cache_root
 
@@ -93,10 +94,10 @@ def test_ckpt_serve_then_three_checked_swaps_one_rolled_back(tmp_path: Path) -> 
             proc.kill()
             serve_rc = None
         left = []
-        for line in ledger.read_text().splitlines() if ledger.exists() else []:
+        for pid in ledger_pids(ledger):
             try:
-                os.killpg(json.loads(line)["pid"], signal.SIGKILL)  # nothing left behind, whatever happened
-                left.append(json.loads(line)["pid"])
+                os.killpg(pid, signal.SIGKILL)  # nothing left behind, whatever happened
+                left.append(pid)
             except ProcessLookupError:
                 pass
     assert serve_rc == 130 and not left, (serve_rc, left, proc.stderr.read().decode()[-2000:] if proc.stderr else "")
