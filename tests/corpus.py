@@ -234,16 +234,18 @@ def run_case(
     return execute(prepare(c, base, work, subst, environ), how, timeout)
 
 
-def _group_running(pgid: int, tmpdir: str) -> list[int]:
+def _group_running(pgid: int, tmpdir: str) -> list[int] | None:
     """The processes of group ``pgid`` that run (not zombies) with ``TMPDIR=tmpdir`` in their environment:
     a server a case launched leads a group of its own (its engine's other processes in it) and inherits
-    the case's own TMPDIR (corpus.case_tmp), in this process as in its own."""
+    the case's own TMPDIR (corpus.case_tmp), in this process as in its own. None while a member's
+    environment cannot be read: a process in the middle of an exec shows none (/proc/PID/environ reads
+    empty, or is refused), so that one reading cannot tell."""
     try:
         os.killpg(pgid, 0)  # cheap: no such group, nothing to read
     except (ProcessLookupError, PermissionError):
         return []
     mark = b"\0TMPDIR=" + os.fsencode(tmpdir) + b"\0"
-    found = []
+    found: list[int] | None = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -252,10 +254,15 @@ def _group_running(pgid: int, tmpdir: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if mark in b"\0" + f.read():
-                    found.append(int(entry.name))
-        except OSError:
+                environ = f.read()
+        except FileNotFoundError:  # ended since
             continue
+        except OSError:
+            environ = b""
+        if not environ:
+            return None
+        if mark in b"\0" + environ and found is not None:
+            found.append(int(entry.name))
     return found
 
 
@@ -272,11 +279,12 @@ def servers_left(env: dict[str, str], since: int, grace: float = 5.0) -> list[st
     groups = ledger_pids(path, since)
     running = {g: _group_running(g, tmpdir) for g in groups}
     t0 = time.monotonic()
-    while any(running.values()) and time.monotonic() - t0 < grace:
+    while any(v is None or v for v in running.values()) and time.monotonic() - t0 < grace:
         time.sleep(0.05)
         running = {g: _group_running(g, tmpdir) for g in groups}
     left = []
     for g, pids in running.items():
+        pids = pids or []
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
